@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Runs every fusewire test and ends with the line "N passed, N failed".
+#
+#   1. the full build (-Werror) and every meson test suite (unit, thread,
+#      multiprocess, headers, bench)
+#   2. the unit suite again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   3. the cross-thread suite under ThreadSanitizer
+#   4. the package consumers (CMake, Meson, pkg-config) against a fresh install
+#   5. the wire decoder fuzzer for a bounded time (FUZZ_SECONDS, default 60)
+#
+# Installs the Debian packages it needs (as root). Build trees go to
+# $FUSEWIRE_BUILD_DIR (default: build/tests under the repo).
+set -u
+cd "$(dirname "$0")/.."
+root=$PWD
+.ci/deps.sh tests || { echo "0 passed, 1 failed"; exit 1; }
+
+out=${FUSEWIRE_BUILD_DIR:-$root/build/tests}
+mkdir -p "$out"
+jobs=${FUSEWIRE_JOBS:-$(nproc)}
+passed=0
+failed=0
+failures=()
+
+note() { printf '\n=== %s\n' "$*"; }
+pass() { passed=$((passed + 1)); echo "PASS $1"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
+
+# meson_suite NAME BUILDDIR SETUP_ARGS -- TEST_ARGS: configure, build, run a
+# meson test selection; every test counts once.
+meson_suite() {
+  local name=$1 dir=$2; shift 2
+  local setup=() testargs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do setup+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  testargs=("$@")
+  note "$name: configure + build"
+  if ! meson setup --wipe "$dir" "$root" "${setup[@]}" >"$dir.setup.log" 2>&1 \
+     && ! meson setup "$dir" "$root" "${setup[@]}" >"$dir.setup.log" 2>&1; then
+    tail -30 "$dir.setup.log"; fail "$name: meson setup"; return
+  fi
+  if ! ninja -C "$dir" -j "$jobs" >"$dir.build.log" 2>&1; then
+    grep -E "error|Error" "$dir.build.log" | head -30; fail "$name: build"; return
+  fi
+  pass "$name: build"
+  note "$name: tests"
+  meson test -C "$dir" --num-processes "$jobs" --print-errorlogs "${testargs[@]}" \
+    >"$dir.test.log" 2>&1
+  grep -E "^ *[0-9]+/[0-9]+ " "$dir.test.log" | sed 's/^ *//'
+  local ok fl to up
+  ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
+  fl=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
+  to=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
+  up=$(sed -n 's/^Unexpected Pass: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
+  if [ -z "$ok" ]; then
+    tail -40 "$dir.test.log"; fail "$name: meson test did not run"; return
+  fi
+  passed=$((passed + ok))
+  failed=$((failed + ${fl:-0} + ${to:-0} + ${up:-0}))
+  if [ $(( ${fl:-0} + ${to:-0} + ${up:-0} )) -gt 0 ]; then
+    failures+=("$name: $((${fl:-0} + ${to:-0} + ${up:-0})) test(s), see $dir/meson-logs/testlog.txt")
+    sed -n '/^Summary of Failures/,$p' "$dir.test.log"
+  fi
+}
+
+# 1. everything, normal build
+meson_suite "main" "$out/main" -Dbuildtype=debugoptimized --
+
+# 2. unit tests under ASan + UBSan (any UB report fails the test)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+meson_suite "asan+ubsan" "$out/asan" -Dbuildtype=debug -Db_sanitize=address,undefined \
+  -Db_lundef=false -Dcpp_args=-fno-sanitize-recover=all -Dbench=false -Dexamples=false \
+  -- --suite unit --suite multiprocess
+
+# 3. cross-thread tests under ThreadSanitizer
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+meson_suite "tsan" "$out/tsan" -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
+  -Dbench=false -Dexamples=false -- --suite thread
+unset ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
+
+# 4. package consumers against a fresh install prefix
+note "package consumers"
+if [ -x tests/package/run.sh ]; then
+  while IFS= read -r line; do
+    echo "$line"
+    case "$line" in
+      PASS\ *) pass "${line#PASS }" >/dev/null ;;
+      FAIL\ *) fail "${line#FAIL }" >/dev/null ;;
+    esac
+  done < <(tests/package/run.sh "$root" 2>&1)
+else
+  fail "tests/package/run.sh missing"
+fi
+
+# 5. fuzz the wire decoder for a bounded time
+note "fuzz: wire decoder (${FUZZ_SECONDS:-60} s)"
+if [ -x tests/fuzz/run.sh ]; then
+  if tests/fuzz/run.sh >"$out/fuzz.log" 2>&1; then
+    tail -1 "$out/fuzz.log"; pass "fuzz: wire decoder"
+  else
+    tail -20 "$out/fuzz.log"; fail "fuzz: wire decoder"
+  fi
+else
+  fail "tests/fuzz/run.sh missing"
+fi
+
+echo
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "Failures:"; printf '  %s\n' "${failures[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
