@@ -3,4 +3,4 @@
 /// build (transports whose system headers are missing are left out).
 
 #include <fusewire/core/version.hpp>
-#include <fusewire/core/error.hpp>
+#include <fusewire/core/core.hpp>

@@ -1,0 +1,278 @@
+#pragma once
+/// tensor_buffer: bytes plus a shared, reference-counted deleter, and the
+/// scatter-gather vocabulary (`const_buffer`, `mutable_buffer`, `total_size`).
+///
+/// A tensor_buffer is move-only; `share()` makes another handle to the same
+/// bytes (or a sub-range) without copying. The deleter runs exactly once, on
+/// whichever thread drops the last handle. Handles themselves are not
+/// synchronised: one handle is used by one thread at a time, but different
+/// handles to the same bytes may live and die on different threads.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fusewire/core/detail/buffer_owner.hpp>
+#include <fusewire/core/error.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+/// Read-only bytes: one piece of a scatter-gather payload.
+using const_buffer = std::span<const std::byte>;
+/// Writable bytes, e.g. a receive destination.
+using mutable_buffer = std::span<std::byte>;
+
+/// What wrap() accepts as a deleter: a movable callable taking no arguments.
+/// It must not throw (it runs in a destructor).
+template <class D>
+concept buffer_deleter = std::move_constructible<D> && std::invocable<D&>;
+
+class tensor_buffer;
+
+namespace detail {
+
+/// Lets the buffer pool hand out buffers backed by its own owners.
+struct tensor_buffer_access {
+  static tensor_buffer adopt(buffer_owner* owner, std::byte* data, std::size_t size) noexcept;
+};
+
+template <class D>
+class deleter_owner final : public buffer_owner {
+ public:
+  explicit deleter_owner(D&& deleter) : deleter_(std::move(deleter)) {}
+
+ private:
+  void destroy() noexcept override {
+    deleter_();
+    delete this;
+  }
+  D deleter_;
+};
+
+/// One allocation holds this control block followed by the bytes.
+class heap_owner final : public buffer_owner {
+ public:
+  static constexpr std::size_t alignment = 64;
+  static constexpr std::size_t header_size = 64;
+
+  static heap_owner* create(std::size_t size) {
+    if (size > static_cast<std::size_t>(-1) - header_size) throw std::bad_alloc();
+    void* raw = ::operator new(header_size + size, std::align_val_t{alignment});
+    return ::new (raw) heap_owner();
+  }
+
+  std::byte* bytes() noexcept { return reinterpret_cast<std::byte*>(this) + header_size; }
+
+ private:
+  heap_owner() noexcept = default;
+
+  void destroy() noexcept override {
+    this->~heap_owner();
+    ::operator delete(static_cast<void*>(this), std::align_val_t{alignment});
+  }
+};
+
+static_assert(sizeof(heap_owner) <= heap_owner::header_size);
+
+}  // namespace detail
+
+/// Pointer + size + reference-counted deleter (seastar's temporary_buffer idea).
+///
+/// Owning buffers (allocate, copy_of, wrap, pool buffers) keep their bytes
+/// alive until the last alias is destroyed. `view()` buffers own nothing: the
+/// caller keeps the bytes alive for as long as any alias is used.
+class tensor_buffer {
+ public:
+  /// An empty buffer: no bytes, no owner.
+  tensor_buffer() noexcept = default;
+
+  tensor_buffer(tensor_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        owner_(std::exchange(other.owner_, nullptr)) {}
+
+  tensor_buffer& operator=(tensor_buffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      owner_ = std::exchange(other.owner_, nullptr);
+    }
+    return *this;
+  }
+
+  tensor_buffer(const tensor_buffer&) = delete;
+  tensor_buffer& operator=(const tensor_buffer&) = delete;
+
+  ~tensor_buffer() { reset(); }
+
+  /// `size` uninitialised bytes on the heap, 64-byte aligned; one allocation
+  /// for bytes and bookkeeping. Throws std::bad_alloc. allocate(0) is empty().
+  static tensor_buffer allocate(std::size_t size) {
+    if (size == 0) return {};
+    detail::heap_owner* owner = detail::heap_owner::create(size);
+    return tensor_buffer(owner->bytes(), size, owner);
+  }
+
+  /// A new heap buffer holding a copy of `bytes`.
+  static tensor_buffer copy_of(const_buffer bytes) {
+    tensor_buffer out = allocate(bytes.size());
+    if (!bytes.empty()) std::memcpy(out.data_, bytes.data(), bytes.size());
+    return out;
+  }
+
+  /// Takes ownership of `n` bytes at `p`: `deleter()` runs once, when the last
+  /// alias dies. If wrap() itself throws (std::bad_alloc), the deleter has
+  /// already run.
+  template <buffer_deleter D>
+  static tensor_buffer wrap(std::byte* p, std::size_t n, D deleter) {
+    return tensor_buffer(p, n, make_owner(std::move(deleter)));
+  }
+
+  /// wrap() for memory the caller has registered for RDMA; reg() returns a copy of `reg`.
+  template <buffer_deleter D>
+  static tensor_buffer wrap(std::byte* p, std::size_t n, D deleter, const registration& reg) {
+    detail::buffer_owner* owner = make_owner(std::move(deleter));
+    owner->set_registration(reg);
+    return tensor_buffer(p, n, owner);
+  }
+
+  /// A non-owning view of `n` bytes at `p`; the caller keeps them alive.
+  static tensor_buffer view(std::byte* p, std::size_t n) noexcept { return tensor_buffer(p, n, nullptr); }
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  mutable_buffer bytes() const noexcept { return {data_, size_}; }
+
+  /// Another handle to the same bytes; no copy.
+  tensor_buffer share() const noexcept {
+    if (owner_ != nullptr) owner_->add_ref();
+    return tensor_buffer(data_, size_, owner_);
+  }
+
+  /// A handle to bytes [pos, pos + len) of this buffer; no copy. Keeps the
+  /// whole underlying allocation alive. Throws system_error(errc::invalid_argument)
+  /// if the range does not lie inside this buffer.
+  tensor_buffer share(std::size_t pos, std::size_t len) const {
+    if (pos > size_ || len > size_ - pos) {
+      throw_error(errc::invalid_argument, "tensor_buffer::share(" + std::to_string(pos) + ", " +
+                                              std::to_string(len) + "): range exceeds the buffer's " +
+                                              std::to_string(size_) + " bytes");
+    }
+    if (owner_ != nullptr) owner_->add_ref();
+    return tensor_buffer(data_ + pos, len, owner_);
+  }
+
+  /// Keeps only the first `len` bytes. Throws system_error(errc::invalid_argument) if len > size().
+  void trim(std::size_t len) {
+    if (len > size_) {
+      throw_error(errc::invalid_argument, "tensor_buffer::trim(" + std::to_string(len) +
+                                              "): longer than the buffer's " + std::to_string(size_) +
+                                              " bytes");
+    }
+    size_ = len;
+  }
+
+  /// Drops the first `n` bytes. Throws system_error(errc::invalid_argument) if n > size().
+  void trim_front(std::size_t n) {
+    if (n > size_) {
+      throw_error(errc::invalid_argument, "tensor_buffer::trim_front(" + std::to_string(n) +
+                                              "): longer than the buffer's " + std::to_string(size_) +
+                                              " bytes");
+    }
+    data_ += n;
+    size_ -= n;
+  }
+
+  /// Drops this handle (the bytes die with their last handle); leaves it empty.
+  void reset() noexcept {
+    if (owner_ != nullptr) owner_->release();
+    data_ = nullptr;
+    size_ = 0;
+    owner_ = nullptr;
+  }
+
+  /// RDMA keys of the memory, or nullptr unless it came from a registered
+  /// pool or a registered wrap(). Valid while this handle lives.
+  const registration* reg() const noexcept { return owner_ != nullptr ? owner_->reg() : nullptr; }
+
+  /// False for view() and empty buffers.
+  bool owns_memory() const noexcept { return owner_ != nullptr; }
+
+  /// How many handles share the owner (0 for views); for tests and diagnostics only.
+  std::size_t use_count() const noexcept { return owner_ != nullptr ? owner_->use_count() : 0; }
+
+ private:
+  friend struct detail::tensor_buffer_access;
+
+  tensor_buffer(std::byte* data, std::size_t size, detail::buffer_owner* owner) noexcept
+      : data_(data), size_(size), owner_(owner) {}
+
+  template <class D>
+  static detail::buffer_owner* make_owner(D&& deleter) {
+    try {
+      return new detail::deleter_owner<std::decay_t<D>>(std::forward<D>(deleter));
+    } catch (...) {
+      deleter();
+      throw;
+    }
+  }
+
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  detail::buffer_owner* owner_ = nullptr;
+};
+
+inline tensor_buffer detail::tensor_buffer_access::adopt(buffer_owner* owner, std::byte* data,
+                                                         std::size_t size) noexcept {
+  return tensor_buffer(data, size, owner);
+}
+
+/// Sum of the sizes of a scatter-gather payload.
+inline std::size_t total_size(std::span<const const_buffer> sg) noexcept {
+  std::size_t total = 0;
+  for (const_buffer b : sg) total += b.size();
+  return total;
+}
+
+/// Fills `out` with the byte spans of `buffers`, in order (aliases, no copy);
+/// returns how many it wrote: min(buffers.size(), out.size()).
+inline std::size_t as_const_buffers(std::span<const tensor_buffer> buffers,
+                                    std::span<const_buffer> out) noexcept {
+  const std::size_t n = std::min(buffers.size(), out.size());
+  for (std::size_t i = 0; i < n; ++i) out[i] = buffers[i].bytes();
+  return n;
+}
+
+/// The byte spans of `buffers`, in order, as a scatter-gather payload (aliases, no copy).
+inline std::vector<const_buffer> as_const_buffers(std::span<const tensor_buffer> buffers) {
+  std::vector<const_buffer> out(buffers.size());
+  as_const_buffers(buffers, std::span<const_buffer>(out));
+  return out;
+}
+
+/// Copies a scatter-gather payload into `dst`, in order, as far as it fits;
+/// returns the number of bytes copied.
+inline std::size_t gather(std::span<const const_buffer> sg, mutable_buffer dst) noexcept {
+  std::size_t copied = 0;
+  for (const_buffer b : sg) {
+    const std::size_t n = std::min(b.size(), dst.size() - copied);
+    if (n != 0) std::memcpy(dst.data() + copied, b.data(), n);
+    copied += n;
+    if (copied == dst.size()) break;
+  }
+  return copied;
+}
+
+}  // namespace v0
+}  // namespace fusewire
