@@ -4,3 +4,4 @@
 
 #include <fusewire/core/version.hpp>
 #include <fusewire/core/core.hpp>
+#include <fusewire/wire/wire.hpp>
