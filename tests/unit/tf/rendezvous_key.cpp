@@ -1,0 +1,125 @@
+#include <fusewire/tf/rendezvous_key.hpp>
+
+#include <doctest/doctest.h>
+
+#include <ostream>  // doctest prints std::error_code through it
+#include <fusewire/graph/partition.hpp>
+#include <string>
+#include <system_error>
+
+namespace fg = fusewire::graph;
+namespace tf = fusewire::tf;
+using fusewire::errc;
+
+namespace {
+
+std::string error_of(std::string_view key) {
+  try {
+    tf::parse_rendezvous_key(key);
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a key TensorFlow wrote parses and rebuilds byte for byte") {
+  const std::string key =
+      "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_5_w;0:0";
+  auto k = tf::parse_rendezvous_key(key);
+  CHECK(k.src_device == "/job:worker/replica:0/task:0/device:CPU:0");
+  CHECK(k.src_incarnation == 1u);
+  CHECK(k.dst_device == "/job:ps/replica:0/task:0/device:CPU:0");
+  CHECK(k.tensor_name == "edge_5_w");
+  CHECK(k.frame_id == 0u);
+  CHECK(k.iter_id == 0);
+  CHECK(k.to_string() == key);
+  CHECK(k.src_task() == fg::task_id{"worker", 0});
+  CHECK(k.dst_task() == fg::task_id{"ps", 0});
+  CHECK(k.dst().type == "CPU");
+}
+
+TEST_CASE("keys inside loops carry the frame id and iteration") {
+  const std::string key =
+      "/job:worker/replica:0/task:1/device:GPU:0;7f3a9c21b4e8d0aa;/job:ps/replica:0/task:3/device:CPU:0;"
+      "rnn/while/MatMul/_12__cf__13;12257013012542591137:7";
+  auto k = tf::parse_rendezvous_key(key);
+  CHECK(k.src_incarnation == 0x7f3a9c21b4e8d0aaull);
+  CHECK(k.tensor_name == "rnn/while/MatMul/_12__cf__13");
+  CHECK(k.frame_id == 12257013012542591137ull);
+  CHECK(k.iter_id == 7);
+  CHECK(k.to_string() == key);
+  CHECK(k.src_task() == fg::task_id{"worker", 1});
+  CHECK(k.dst_task() == fg::task_id{"ps", 3});
+  CHECK(tf::parse_rendezvous_key("/job:a/task:0;1;/job:b/task:0;t;0:-1").iter_id == -1);
+}
+
+TEST_CASE("make_rendezvous_key writes 16 lower-case hex digits") {
+  CHECK(tf::make_rendezvous_key("/job:worker/replica:0/task:0/device:CPU:0", 1,
+                                "/job:ps/replica:0/task:0/device:CPU:0", "edge_5_w") ==
+        "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_5_w;"
+        "0:0");
+  CHECK(tf::make_rendezvous_key("/job:a/replica:0/task:0/cpu:0", 0xDEADBEEFCAFEull, "/job:b/replica:0/task:2/cpu:0",
+                                "x", 99, 3) ==
+        "/job:a/replica:0/task:0/cpu:0;0000deadbeefcafe;/job:b/replica:0/task:2/cpu:0;x;99:3");
+  CHECK(tf::make_rendezvous_key("/job:a/task:0", ~0ull, "/job:b/task:0", "y") ==
+        "/job:a/task:0;ffffffffffffffff;/job:b/task:0;y;0:0");
+  // Upper-case and short incarnations parse (as in TensorFlow) and print canonically.
+  auto k = tf::parse_rendezvous_key("/job:a/task:0;BEEF;/job:b/task:0;t;0:0");
+  CHECK(k.src_incarnation == 0xbeefu);
+  CHECK(k.to_string() == "/job:a/task:0;000000000000beef;/job:b/task:0;t;0:0");
+}
+
+TEST_CASE("the partitioner's keys are TensorFlow keys") {
+  fg::graph_def g;
+  g.tasks = {"/job:worker/replica:0/task:0", "/job:ps/replica:0/task:1"};
+  g.add("x", "Placeholder", {}, "/job:worker/replica:0/task:0");
+  g.add("y", "Identity", {"x"}, "/job:ps/replica:0/task:1");
+  auto p = fg::partition(fg::placed_graph(g));
+  REQUIRE(p.messages.size() == 1);
+  auto k = tf::parse_rendezvous_key(p.messages[0].key + ";0:0");
+  CHECK(k.src_task() == p.messages[0].src);
+  CHECK(k.dst_task() == p.messages[0].dst);
+  CHECK(k.tensor_name == p.messages[0].name);
+}
+
+TEST_CASE("bad keys name the bad part") {
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;t") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;t': it has 4 part(s); a key is "
+        "src_device;src_incarnation;dst_device;tensor_name;frame_id:iter_id: invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;t;0:0;extra") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;t;0:0;extra': it has more than 5 parts (unexpected "
+        "';extra'): invalid argument");
+  CHECK(error_of(";1;/job:b/task:0;t;0:0") ==
+        "bad rendezvous key ';1;/job:b/task:0;t;0:0': src_device is empty: invalid argument");
+  CHECK(error_of("/job:a/replica:x;1;/job:b/task:0;t;0:0") ==
+        "bad rendezvous key '/job:a/replica:x;1;/job:b/task:0;t;0:0': src_device '/job:a/replica:x': replica 'x' "
+        "is not a number: invalid argument");
+  CHECK(error_of("/job:a/task:0;12g4;/job:b/task:0;t;0:0") ==
+        "bad rendezvous key '/job:a/task:0;12g4;/job:b/task:0;t;0:0': src_incarnation '12g4' is not 1 to 16 hex "
+        "digits: invalid argument");
+  CHECK(error_of("/job:a/task:0;00000000000000001;/job:b/task:0;t;0:0") ==
+        "bad rendezvous key '/job:a/task:0;00000000000000001;/job:b/task:0;t;0:0': src_incarnation "
+        "'00000000000000001' is not 1 to 16 hex digits: invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/tusk:0;t;0:0") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/tusk:0;t;0:0': dst_device '/job:b/tusk:0': unexpected "
+        "'/tusk:0' (expected /job:, /replica:, /task:, /device:, /cpu: or /gpu:): invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;;0:0") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;;0:0': tensor_name is empty: invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;t;0") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;t;0': frame_id:iter_id '0' is not two numbers joined "
+        "by ':': invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;t;-1:0") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;t;-1:0': frame_id '-1' is not an unsigned 64-bit "
+        "number: invalid argument");
+  CHECK(error_of("/job:a/task:0;1;/job:b/task:0;t;0:x") ==
+        "bad rendezvous key '/job:a/task:0;1;/job:b/task:0;t;0:x': iter_id 'x' is not a signed 64-bit number: "
+        "invalid argument");
+  std::error_code ec;
+  CHECK_FALSE(tf::parse_rendezvous_key("nonsense", ec));
+  CHECK(ec == errc::invalid_argument);
+  CHECK(tf::parse_rendezvous_key("/job:a/task:0;1;/job:b/task:0;t;0:0", ec));
+  CHECK_FALSE(ec);
+}
