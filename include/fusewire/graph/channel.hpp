@@ -2,6 +2,8 @@
 /// What the executor moves between tasks, and the `channel` concept it moves
 /// it through: `send(step, key, payload)` / `async_recv(step, key, handler)`
 /// with rendezvous semantics (whichever side comes first waits for the other).
+/// A payload is what a transport carries: per entry a core `tensor_descriptor`
+/// and a `tensor_buffer` holding its bytes, plus TensorFlow's is_dead bit.
 /// Keys are TensorFlow rendezvous keys
 /// ("src_device;incarnation;dst_device;name;frame_id:iter_id"), one per
 /// message and loop iteration; `step` separates steps as TensorFlow's
@@ -10,11 +12,13 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -22,6 +26,9 @@
 #include <vector>
 
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/graph/graph.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -48,6 +55,9 @@ struct tensor {
   std::size_t element_count() const noexcept { return values.size(); }
   /// Bytes of the values (what a message carries for this tensor).
   std::size_t byte_size() const noexcept { return values.size() * sizeof(float); }
+  /// float32 and this shape; throws std::system_error(errc::invalid_argument)
+  /// if the rank exceeds max_rank.
+  tensor_descriptor descriptor() const { return tensor_descriptor::make(dtype::float32, shape); }
 
   /// Number of elements a shape holds (1 for a scalar).
   static std::size_t count_of(const std::vector<std::int64_t>& dims) noexcept {
@@ -72,15 +82,38 @@ struct tensor {
   friend bool operator==(const tensor&, const tensor&) = default;
 };
 
-/// What flows along an edge: a tensor, or a dead token from an untaken
-/// Switch branch (TensorFlow's is_dead). Control tokens are empty tensors.
-struct edge_value {
-  tensor value;
+/// One entry of a message, as a transport carries it: a tensor's descriptor
+/// and bytes, or a control token (token_descriptor(), no bytes). `dead` marks
+/// a value from an untaken Switch branch (TensorFlow's is_dead); it has no bytes.
+struct message_entry {
+  tensor_descriptor descriptor = token_descriptor();
+  tensor_buffer bytes;  ///< descriptor.byte_size() bytes, host byte order
   bool dead = false;
+
+  /// An entry holding a copy of `t`'s values.
+  static message_entry of(const tensor& t) {
+    return {t.descriptor(), tensor_buffer::copy_of(std::as_bytes(std::span(t.values))), false};
+  }
+  /// A control token, or (dead) a dead value.
+  static message_entry token(bool dead) { return {token_descriptor(), {}, dead}; }
+
+  /// The float32 tensor these bytes hold: errc::invalid_argument for another
+  /// dtype or a bad descriptor, errc::size_mismatch if the bytes do not match it.
+  std::error_code to_tensor(tensor& out) const {
+    std::error_code ec;
+    const std::size_t expected = descriptor.byte_size(ec);
+    if (ec || descriptor.type != dtype::float32) return make_error_code(errc::invalid_argument);
+    if (bytes.size() != expected) return make_error_code(errc::size_mismatch);
+    const auto dims = descriptor.shape();
+    out.shape.assign(dims.begin(), dims.end());
+    out.values.resize(expected / sizeof(float));
+    if (expected != 0) std::memcpy(out.values.data(), bytes.data(), expected);
+    return {};
+  }
 };
 
-/// One message: the values of its entries, in the order the plan lists them.
-using payload = std::vector<edge_value>;
+/// One message: its entries, in the order the plan lists them. Move-only.
+using payload = std::vector<message_entry>;
 
 /// Completion of a receive: fires exactly once, with the payload or an error.
 using recv_handler = std::function<void(std::error_code, payload)>;
@@ -105,7 +138,7 @@ class local_channel {
   struct counters {
     std::size_t messages = 0;  ///< payloads sent
     std::size_t tensors = 0;   ///< entries across those payloads
-    std::size_t bytes = 0;     ///< bytes of live tensor values
+    std::size_t bytes = 0;     ///< bytes of the entries' buffers (live tensor values)
   };
 
   /// Delivers `p` to the receiver of (`step`, `key`), now or when it asks.
@@ -120,7 +153,7 @@ class local_channel {
       if (!st.sent_keys.insert(key).second) return make_error_code(errc::duplicate_key);
       ++st.count.messages;
       st.count.tensors += p.size();
-      for (const auto& v : p) st.count.bytes += v.dead ? 0 : v.value.byte_size();
+      for (const auto& e : p) st.count.bytes += e.bytes.size();
       auto w = st.waiters.find(key);
       if (w == st.waiters.end()) {
         st.queued.emplace(key, std::move(p));

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
 #include <fusewire/graph/channel.hpp>
 #include <fusewire/graph/graph.hpp>
 
@@ -52,6 +53,17 @@ struct executor_options {
 };
 
 namespace detail {
+
+/// What flows along an edge inside an executor: a tensor, or a dead value
+/// from an untaken Switch branch (TensorFlow's is_dead). Control tokens are
+/// empty tensors.
+struct edge_value {
+  tensor value;
+  bool dead = false;
+};
+
+/// The outputs of one node firing, by port.
+using edge_values = std::vector<edge_value>;
 
 /// 64-bit FNV-1a; names a loop-frame instance in rendezvous keys.
 inline std::uint64_t fnv1a64(std::string_view s) noexcept {
@@ -172,6 +184,9 @@ class executor {
   }
 
  private:
+  using edge_value = detail::edge_value;
+  using edge_values = detail::edge_values;
+
   enum class op_kind {
     constant, placeholder, identity, add, sub, mul, less, matmul, gather, concat,
     variable, assign, assign_add, assign_sub, no_op,
@@ -483,15 +498,23 @@ class executor {
                                       std::to_string(a.values.size()));
         continue;
       }
+      edge_values values(a.values.size());
       bool all_dead = !a.values.empty();
       for (std::size_t p = 0; p < a.values.size() && !failed(); ++p) {
-        all_dead = all_dead && a.values[p].dead;
-        if (a.values[p].dead) continue;
-        if (auto bad = spec_mismatch(a.node, p, a.values[p].value))
+        const auto& entry = a.values[p];
+        all_dead = all_dead && entry.dead;
+        values[p].dead = entry.dead;
+        if (entry.dead) continue;
+        if (auto ec = entry.to_tensor(values[p].value)) {
+          fail(ec, "node " + graph_.describe(a.node) + " got entry " + std::to_string(p) + " under " +
+                       full_key(c, a.tag) + " as " + fusewire::to_string(entry.descriptor) + " in " +
+                       std::to_string(entry.bytes.size()) + " bytes (expected float32 values filling the shape)");
+        } else if (auto bad = spec_mismatch(a.node, p, values[p].value)) {
           fail(errc::invalid_argument, "node " + graph_.describe(a.node) + *bad);
+        }
       }
       if (failed()) continue;
-      finish(a.node, a.tag, a.values, all_dead);
+      finish(a.node, a.tag, std::move(values), all_dead);
     }
     return got.size();
   }
@@ -510,7 +533,7 @@ class executor {
       do_send(n, item.tag, in);
       return;
     }
-    payload outs(c.outputs);
+    edge_values outs(c.outputs);
     if (c.kind == op_kind::merge) {
       if (in.merge_index >= 0) {
         outs[0] = std::move(in.data[0]);
@@ -566,11 +589,16 @@ class executor {
     }
     payload p;
     p.reserve(c.entries);
-    for (auto& v : in.data) {
-      if (v.dead) v.value = tensor{};
-      p.push_back(std::move(v));
+    for (const auto& v : in.data) {
+      if (!v.dead && v.value.shape.size() > max_rank) {
+        fail(errc::invalid_argument, "node " + graph_.describe(n) + " cannot send a tensor of rank " +
+                                         std::to_string(v.value.shape.size()) + " (at most " +
+                                         std::to_string(max_rank) + ")");
+        return;
+      }
+      p.push_back(v.dead ? message_entry::token(true) : message_entry::of(v.value));
     }
-    for (std::size_t k = 0; p.size() < c.entries; ++k) p.push_back(edge_value{tensor{}, in.control[k] == 1});
+    for (std::size_t k = 0; p.size() < c.entries; ++k) p.push_back(message_entry::token(in.control[k] == 1));
     const auto key = full_key(c, tag);
     if (auto ec = send_(step_, key, std::move(p)))
       fail(ec, "send of " + key + " by node " + graph_.describe(n) + " failed: " + ec.message());
@@ -661,7 +689,7 @@ class executor {
     return out;
   }
 
-  void compute(std::size_t n, instance& in, payload& outs) {
+  void compute(std::size_t n, instance& in, edge_values& outs) {
     const auto& c = nodes_[n];
     auto& d = in.data;
     switch (c.kind) {
@@ -708,7 +736,7 @@ class executor {
     const auto& declared = graph_.node(n).output_specs;
     if (port >= declared.size() || !declared[port]) return std::nullopt;
     const auto& s = *declared[port];
-    bool ok = s.type == element_type::float32 && s.shape.size() == t.shape.size();
+    bool ok = s.type == dtype::float32 && s.shape.size() == t.shape.size();
     for (std::size_t k = 0; ok && k < t.shape.size(); ++k) ok = s.shape[k] < 0 || s.shape[k] == t.shape[k];
     if (ok) return std::nullopt;
     return " output " + std::to_string(port) + " is float32" + tensor::shape_string(t.shape) +
@@ -717,7 +745,7 @@ class executor {
 
   // ---- propagation --------------------------------------------------------
 
-  void finish(std::size_t n, std::size_t tag, payload outs, bool control_dead) {
+  void finish(std::size_t n, std::size_t tag, edge_values outs, bool control_dead) {
     const auto& c = nodes_[n];
     const bool is_exit = c.kind == op_kind::exit;
     const std::size_t out_tag = is_exit ? tags_[tag].parent : tag;

@@ -25,158 +25,44 @@
 #include <variant>
 #include <vector>
 
+#include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
 #include <fusewire/graph/detail/ops.hpp>
 #include <fusewire/graph/detail/text.hpp>
+#include <fusewire/graph/device_name.hpp>
 
 namespace fusewire {
 inline namespace v0 {
 namespace graph {
 
-/// One process of the job, e.g. "/job:ps/replica:0/task:1" is {"ps", 1}.
-struct task_id {
-  std::string job;
-  int index = 0;
-
-  /// The form TensorFlow prints: "/job:<job>/replica:0/task:<index>".
-  std::string to_string() const {
-    return "/job:" + job + "/replica:0/task:" + std::to_string(index);
-  }
-  friend bool operator==(const task_id&, const task_id&) = default;
-  friend auto operator<=>(const task_id&, const task_id&) = default;
-};
-
-namespace detail {
-
-/// Parses a task or device string into `out`; returns why not, or nullopt.
-/// Accepts "/job:J[/replica:0]/task:T" optionally followed by a device part
-/// ("/device:CPU:0", legacy "/cpu:0", "/gpu:1"), which names a device inside
-/// the task and does not change which process it is.
-inline std::optional<std::string> parse_task_into(std::string_view text, task_id& out) {
-  std::string_view s = text;
-  constexpr std::string_view job_prefix = "/job:";
-  if (s.substr(0, job_prefix.size()) != job_prefix)
-    return "it does not start with /job:<name>";
-  s.remove_prefix(job_prefix.size());
-  auto slash = s.find('/');
-  std::string_view job = s.substr(0, slash);
-  if (!is_job_name(job))
-    return "job name " + quoted(job) + " must be a letter followed by letters, digits or '_'";
-  s = slash == std::string_view::npos ? std::string_view{} : s.substr(slash);
-  auto take_number = [&](std::string_view prefix, std::string_view what,
-                         std::optional<unsigned>& value) -> std::optional<std::string> {
-    if (s.substr(0, prefix.size()) != prefix) return std::nullopt;
-    s.remove_prefix(prefix.size());
-    auto end = s.find('/');
-    std::string_view digits = s.substr(0, end);
-    value = parse_decimal<unsigned>(digits);
-    if (!value || *value > 1'000'000) return std::string(what) + " " + quoted(digits) + " is not a number";
-    s = end == std::string_view::npos ? std::string_view{} : s.substr(end);
-    return std::nullopt;
-  };
-  std::optional<unsigned> replica, task;
-  if (auto err = take_number("/replica:", "replica", replica)) return err;
-  if (replica && *replica != 0)
-    return "replica " + std::to_string(*replica) + " is not supported (only replica 0)";
-  if (auto err = take_number("/task:", "task index", task)) return err;
-  if (!task) return "it has no /task:<index>";
-  if (!s.empty()) {
-    bool device = false;
-    for (std::string_view p : {"/device:", "/cpu:", "/gpu:", "/CPU:", "/GPU:"})
-      if (s.substr(0, p.size()) == p && s.size() > p.size()) device = true;
-    if (!device || s.find('/', 1) != std::string_view::npos)
-      return "unexpected " + quoted(s) + " after the task (expected /device:<type>:<id>)";
-  }
-  out.job = std::string(job);
-  out.index = static_cast<int>(*task);
-  return std::nullopt;
-}
-
-}  // namespace detail
-
-/// Parses "/job:ps/replica:0/task:1" (a device suffix is allowed and ignored);
-/// throws std::system_error(errc::invalid_argument) naming the bad part.
-inline task_id parse_task(std::string_view text) {
-  task_id out;
-  if (auto why = detail::parse_task_into(text, out))
-    throw_error(errc::invalid_argument, "bad task " + detail::quoted(text) + ": " + *why);
-  return out;
-}
-
-/// Non-throwing parse_task: sets `ec` to errc::invalid_argument on failure.
-inline std::optional<task_id> parse_task(std::string_view text, std::error_code& ec) noexcept {
-  task_id out;
-  try {
-    if (detail::parse_task_into(text, out)) {
-      ec = make_error_code(errc::invalid_argument);
-      return std::nullopt;
-    }
-  } catch (const std::bad_alloc&) {
-    ec = make_error_code(errc::out_of_memory);
-    return std::nullopt;
-  }
-  ec.clear();
-  return out;
-}
-
-/// Element types a node may declare for its outputs (sizes as in TensorFlow).
-enum class element_type : std::uint8_t {
-  float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64, boolean
-};
-
-/// Bytes per element of `t`.
-constexpr std::size_t element_size(element_type t) noexcept {
-  switch (t) {
-    case element_type::float64:
-    case element_type::int64: return 8;
-    case element_type::float32:
-    case element_type::int32: return 4;
-    case element_type::float16:
-    case element_type::bfloat16:
-    case element_type::int16: return 2;
-    case element_type::int8:
-    case element_type::uint8:
-    case element_type::boolean: return 1;
-  }
-  return 0;
-}
-
-/// The lower-case name of `t` ("float32", ...).
-constexpr std::string_view to_string(element_type t) noexcept {
-  switch (t) {
-    case element_type::float32: return "float32";
-    case element_type::float64: return "float64";
-    case element_type::float16: return "float16";
-    case element_type::bfloat16: return "bfloat16";
-    case element_type::int8: return "int8";
-    case element_type::uint8: return "uint8";
-    case element_type::int16: return "int16";
-    case element_type::int32: return "int32";
-    case element_type::int64: return "int64";
-    case element_type::boolean: return "bool";
-  }
-  return "?";
-}
-
-/// What an output carries: element type and shape; -1 marks an unknown dimension.
+/// What an output carries: element type and shape; -1 marks an unknown
+/// dimension. Fully known, it is a core `tensor_descriptor` (see descriptor()).
 struct tensor_spec {
-  element_type type = element_type::float32;
+  dtype type = dtype::float32;
   std::vector<std::int64_t> shape;  ///< empty = scalar
 
   /// True when every dimension is known.
   bool fully_defined() const noexcept {
     return std::all_of(shape.begin(), shape.end(), [](std::int64_t d) { return d >= 0; });
   }
-  /// Bytes of one tensor of this spec, when every dimension is known.
-  std::optional<std::size_t> byte_size() const noexcept {
-    if (!fully_defined()) return std::nullopt;
-    std::size_t n = element_size(type);
-    for (auto d : shape) n *= static_cast<std::size_t>(d);
-    return n;
+  /// The descriptor of a tensor of this spec; nullopt unless every dimension
+  /// is known, the rank is at most max_rank and the byte size fits an int64.
+  std::optional<tensor_descriptor> descriptor() const {
+    if (!fully_defined() || shape.size() > max_rank || !is_valid(type)) return std::nullopt;
+    tensor_descriptor d = tensor_descriptor::make(type, shape);
+    if (d.validate()) return std::nullopt;
+    return d;
+  }
+  /// Bytes of one tensor of this spec, when descriptor() is known.
+  std::optional<std::size_t> byte_size() const {
+    auto d = descriptor();
+    if (!d) return std::nullopt;
+    return d->byte_size();
   }
   /// "float32[4,8]" ("float32[]" for a scalar, "?" for unknown dimensions).
   std::string to_string() const {
-    std::string out(graph::to_string(type));
+    std::string out(fusewire::to_string(type));
     out += '[';
     for (std::size_t i = 0; i < shape.size(); ++i) {
       if (i) out += ',';
@@ -187,6 +73,9 @@ struct tensor_spec {
   }
   friend bool operator==(const tensor_spec&, const tensor_spec&) = default;
 };
+
+/// What a control token or a dead value carries: float32[0], no bytes.
+inline tensor_descriptor token_descriptor() { return tensor_descriptor::make(dtype::float32, {0}); }
 
 /// An attribute value. Attributes the model and executor read:
 /// "frame_name" (string, Enter), "is_constant" (bool, Enter), "value" (floats,
@@ -201,7 +90,7 @@ struct node_def {
   std::string name;
   std::string op;
   std::vector<std::string> inputs;
-  std::string device;  ///< "/job:ps/replica:0/task:0" (a "/device:CPU:0" suffix is fine)
+  std::string device;  ///< "/job:ps/replica:0/task:0" (a "/device:CPU:0" part is fine); see device_name
   std::map<std::string, attr_value, std::less<>> attrs;
   std::vector<std::optional<tensor_spec>> output_specs;  ///< declared, per output port
 
@@ -225,9 +114,10 @@ struct node_def {
   }
 };
 
-/// A whole graph: the cluster (every task a node may be placed on) and the nodes.
+/// A whole graph: the cluster (every task a node may be placed on, e.g.
+/// `cluster_spec::tasks()`) and the nodes.
 struct graph_def {
-  std::vector<std::string> tasks;
+  std::vector<task_id> tasks;
   std::vector<node_def> nodes;
 
   /// Appends a node; the reference stays valid until the next add().
@@ -311,7 +201,7 @@ class placed_graph {
   }
 
   /// The cluster, in the order graph_def::tasks lists it.
-  const std::vector<task_id>& tasks() const noexcept { return tasks_; }
+  const std::vector<task_id>& tasks() const noexcept { return def_.tasks; }
   /// Index into tasks() of the task node `i` runs on.
   std::size_t task_of(std::size_t i) const { return task_of_.at(i); }
 
@@ -383,21 +273,21 @@ class placed_graph {
   }
 
   std::optional<std::string> index_tasks() {
-    for (const auto& text : def_.tasks) {
-      task_id t;
-      if (auto why = detail::parse_task_into(text, t))
-        return "bad cluster task " + detail::quoted(text) + ": " + *why;
-      if (std::find(tasks_.begin(), tasks_.end(), t) != tasks_.end())
-        return "task " + detail::quoted(t.to_string()) + " is listed twice in the cluster";
-      tasks_.push_back(std::move(t));
+    const auto& tasks = def_.tasks;
+    for (auto t = tasks.begin(); t != tasks.end(); ++t) {
+      if (!detail::is_job_name(t->job))
+        return "cluster task " + detail::quoted(t->to_string()) + ": " + detail::bad_job_name(t->job) +
+               " (it names TensorFlow devices)";
+      if (std::find(tasks.begin(), t, *t) != t)
+        return "task " + detail::quoted(t->to_string()) + " is listed twice in the cluster";
     }
     return std::nullopt;
   }
 
   std::string cluster_list() const {
-    if (tasks_.empty()) return "the cluster is empty";
+    if (def_.tasks.empty()) return "the cluster is empty";
     std::vector<std::string> names;
-    for (const auto& t : tasks_) names.push_back(t.to_string());
+    for (const auto& t : def_.tasks) names.push_back(t.to_string());
     return "cluster: " + detail::join(names, ", ");
   }
 
@@ -418,11 +308,11 @@ class placed_graph {
       if (nd.device.empty()) return "node " + detail::quoted(nd.name) + " is not placed on a task";
       if (auto why = detail::parse_task_into(nd.device, t))
         return "node " + detail::quoted(nd.name) + ": bad device " + detail::quoted(nd.device) + ": " + *why;
-      auto pos = std::find(tasks_.begin(), tasks_.end(), t);
-      if (pos == tasks_.end())
+      auto pos = std::find(def_.tasks.begin(), def_.tasks.end(), t);
+      if (pos == def_.tasks.end())
         return "node " + detail::quoted(nd.name) + ": task " + detail::quoted(t.to_string()) +
                " is not in the cluster (" + cluster_list() + ")";
-      task_of_[i] = static_cast<std::size_t>(pos - tasks_.begin());
+      task_of_[i] = static_cast<std::size_t>(pos - def_.tasks.begin());
     }
     return std::nullopt;
   }
@@ -641,8 +531,8 @@ class placed_graph {
       } else if (strict && fr.home_task != task_of_[i]) {
         std::size_t first = fr.control_nodes.front();
         return "frame " + detail::quoted(fr.name) + ": control nodes " + describe(first) + " on " +
-               tasks_[task_of_[first]].to_string() + " and " + describe(i) + " on " +
-               tasks_[task_of_[i]].to_string() +
+               def_.tasks[task_of_[first]].to_string() + " and " + describe(i) + " on " +
+               def_.tasks[task_of_[i]].to_string() +
                " are on different tasks; a frame's Merge/Switch/NextIteration/LoopCond must share "
                "one task (its Enter and Exit nodes may be anywhere)";
       }
@@ -675,16 +565,16 @@ class placed_graph {
     const auto& op = nd.op;
     using shape_t = std::vector<std::int64_t>;
     if (op == "Const" || detail::is_variable(op)) {
-      if (const auto* s = nd.attr<shape_t>("shape")) return tensor_spec{element_type::float32, *s};
+      if (const auto* s = nd.attr<shape_t>("shape")) return tensor_spec{dtype::float32, *s};
       if (const auto* v = nd.attr<std::vector<float>>("value"))
-        return tensor_spec{element_type::float32, {static_cast<std::int64_t>(v->size())}};
+        return tensor_spec{dtype::float32, {static_cast<std::int64_t>(v->size())}};
       return std::nullopt;
     }
     if (op == "Identity" || detail::is_loop_cond(op) || detail::is_enter(op) || detail::is_exit(op) ||
         detail::is_next_iteration(op) || detail::is_switch(op) || detail::writes_variable(op))
       return input_spec(i, 0);
     if (detail::is_merge(op)) {
-      if (port == 1) return tensor_spec{element_type::float32, {}};
+      if (port == 1) return tensor_spec{dtype::float32, {}};
       for (std::size_t s = 0; s < data_inputs_[i]; ++s)
         if (const auto& sp = input_spec(i, s)) return sp;
       return std::nullopt;
@@ -738,7 +628,6 @@ class placed_graph {
   }
 
   graph_def def_;
-  std::vector<task_id> tasks_;
   std::vector<std::size_t> task_of_;
   std::unordered_map<std::string, std::size_t> index_;
   std::vector<edge> edges_;

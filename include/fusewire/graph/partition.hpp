@@ -37,7 +37,10 @@
 #include <utility>
 #include <vector>
 
+#include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/graph/device_name.hpp>
 #include <fusewire/graph/graph.hpp>
 
 namespace fusewire {
@@ -101,7 +104,14 @@ constexpr std::string_view to_string(message_kind k) noexcept {
 struct plan_entry {
   std::string tensor;                  ///< "node:port", or "^node" for a control token
   std::vector<std::string> consumers;  ///< nodes of the destination task that use it
-  std::optional<std::size_t> bytes;    ///< from the tensor's spec; 0 for a control token
+  /// What it carries, when its spec is fully known (a control token: token_descriptor()).
+  std::optional<tensor_descriptor> descriptor;
+
+  /// Bytes it carries, when the descriptor is known.
+  std::optional<std::size_t> bytes() const {
+    if (!descriptor) return std::nullopt;
+    return descriptor->byte_size();
+  }
 };
 
 /// One message of a step (or of one loop iteration).
@@ -119,8 +129,9 @@ struct plan_message {
   std::optional<std::size_t> bytes() const {
     std::size_t n = 0;
     for (const auto& e : entries) {
-      if (!e.bytes) return std::nullopt;
-      n += *e.bytes;
+      auto b = e.bytes();
+      if (!b) return std::nullopt;
+      n += *b;
     }
     return n;
   }
@@ -172,6 +183,20 @@ struct plan {
                       " task" + (partitions.size() == 1 ? "" : "s");
     if (cycle_breaks) out += ", " + std::to_string(cycle_breaks) + " tensor(s) moved out to break cycles";
     out += "\n";
+    auto route = [](const plan_message& m) { return m.src.to_string() + " -> " + m.dst.to_string(); };
+    auto padded = [](std::string text, std::size_t width) {
+      if (text.size() < width) text.resize(width, ' ');
+      return text;
+    };
+    auto count = [](const plan_message& m) {
+      return std::to_string(m.entries.size()) + " tensor" + (m.entries.size() == 1 ? "" : "s");
+    };
+    std::size_t name_width = 0, route_width = 0, count_width = 0;
+    for (const auto& m : messages) {
+      name_width = std::max(name_width, m.name.size());
+      route_width = std::max(route_width, route(m).size());
+      count_width = std::max(count_width, count(m).size());
+    }
     auto section = [&](const std::string& frame, const std::string& title) {
       auto t = totals(frame);
       out += title + ": " + std::to_string(t.messages) + " message" + (t.messages == 1 ? "" : "s");
@@ -180,13 +205,11 @@ struct plan {
              (t.bytes ? std::to_string(*t.bytes) + " bytes" : std::string("bytes unknown")) + "\n";
       for (const auto& m : messages) {
         if (m.frame != frame) continue;
-        std::string line = "  " + m.name + " " + std::string(to_string(m.kind));
-        if (m.fallback) line += "*";
-        line.resize(std::max<std::size_t>(line.size() + 1, 18), ' ');
-        line += m.src.to_string() + " -> " + m.dst.to_string() + "  round " + std::to_string(m.round) + "  " +
-                std::to_string(m.entries.size()) + " tensor" + (m.entries.size() == 1 ? "" : "s") + "  " +
-                (m.bytes() ? std::to_string(*m.bytes()) + " B" : std::string("? B")) + "\n";
-        out += line;
+        out += "  " + padded(m.name, name_width) + " " +
+               padded(std::string(to_string(m.kind)) + (m.fallback ? "*" : ""), 9) + "  " +
+               padded(route(m), route_width) + "  round " + std::to_string(m.round) + "  " +
+               padded(count(m), count_width) + "  " +
+               (m.bytes() ? std::to_string(*m.bytes()) + " B" : std::string("? B")) + "\n";
       }
     };
     section("", "per step");
@@ -294,14 +317,15 @@ class partitioner {
         for (auto ei : g.in_edges(n)) {
           const auto& e = g.edges()[ei];
           if (g.is_back_edge(e)) {
-            where = " (Merge " + quoted(g.node(n).name) + " <- NextIteration " + quoted(g.node(e.src).name) + ")";
+            where = " (Merge " + detail::quoted(g.node(n).name) + " <- NextIteration " +
+                    detail::quoted(g.node(e.src).name) + ")";
             break;
           }
         }
         if (!where.empty()) break;
       }
       return failure{errc::graph_cycle, "star_server_lite cannot merge the ps graphs: the graph has loop frame " +
-                                            quoted(fr.name) + where +
+                                            detail::quoted(fr.name) + where +
                                             ", and the aggressive merge needs a graph without loops; use "
                                             "star_server or send_recv"};
     }
@@ -335,11 +359,11 @@ class partitioner {
       if (!fr.loop_cond) {
         std::vector<std::string> names;
         for (auto t : participants[f]) names.push_back(g.tasks()[t].to_string());
-        return failure{errc::invalid_graph, "frame " + quoted(fr.name) + " spans tasks " + join(names, ", ") +
+        return failure{errc::invalid_graph, "frame " + detail::quoted(fr.name) + " spans tasks " + join(names, ", ") +
                                                 " but has no LoopCond to drive their iterations"};
       }
       for (auto t : participants[f]) {
-        const std::string device = g.tasks()[t].to_string();
+        const std::string device = task_name(g.tasks()[t]);
         auto name = [&](std::string_view part) { return skeleton_name(t, f, part); };
         auto& start = def.add(name("start"), "Const", {}, device);
         start.set("value", std::vector<float>{0.0f}).set("shape", std::vector<std::int64_t>{});
@@ -685,11 +709,11 @@ class partitioner {
       }
     }
     std::vector<std::string> names;
-    for (std::size_t k = 0; k < members.size() && k < 3; ++k) names.push_back(quoted(g.node(members[k]).name));
+    for (std::size_t k = 0; k < members.size() && k < 3; ++k) names.push_back(detail::quoted(g.node(members[k]).name));
     if (members.size() > 3) names.push_back("...");
     std::string text = "star_server_lite cannot merge the ps graphs: the part of " +
                        g.tasks()[g.task_of(members.front())].to_string() + " holding " + join(names, ", ") +
-                       " needs " + quoted(g.node(blocker).name) + " from " +
+                       " needs " + detail::quoted(g.node(blocker).name) + " from " +
                        g.tasks()[g.task_of(blocker)].to_string();
     text += seen[blocker] ? ", which is computed from that part's own outputs"
                           : ", which never becomes ready";
@@ -892,7 +916,7 @@ class partitioner {
       pm.frame = wm.frame == 0 ? std::string() : g.frames()[wm.frame].name;
       pm.round = wm.round;
       pm.fallback = wm.fallback;
-      pm.key = pm.src.to_string() + "/device:CPU:0;0000000000000001;" + pm.dst.to_string() + "/device:CPU:0;" +
+      pm.key = task_name(pm.src) + "/device:CPU:0;0000000000000001;" + task_name(pm.dst) + "/device:CPU:0;" +
                pm.name;
       for (auto t : wm.transfers) {
         const auto& tr = transfers_[t];
@@ -900,9 +924,9 @@ class partitioner {
         e.tensor = tensor_text(tr);
         for (auto c : tr.consumers) e.consumers.push_back(g.node(c).name);
         if (tr.port < 0) {
-          e.bytes = 0;
+          e.descriptor = token_descriptor();
         } else if (const auto& s = g.output_spec(tr.src, static_cast<std::size_t>(tr.port))) {
-          e.bytes = s->byte_size();
+          e.descriptor = s->descriptor();
         }
         pm.entries.push_back(std::move(e));
       }
@@ -957,7 +981,7 @@ class partitioner {
       const auto& pm = out.messages[m];
       const std::int64_t entries = static_cast<std::int64_t>(wm.transfers.size());
       // Sender.
-      auto& send = parts[wm.src_task].add("_send/" + pm.name, "_Send", {}, pm.src.to_string());
+      auto& send = parts[wm.src_task].add("_send/" + pm.name, "_Send", {}, task_name(pm.src));
       send.set("key", pm.key).set("entries", entries);
       for (auto t : wm.transfers)
         if (transfers_[t].port >= 0) send.inputs.push_back(tensor_text(transfers_[t]));
@@ -972,7 +996,7 @@ class partitioner {
       if (wm.frame != 0 && wm.transfers.empty() && request_of[m] == npos && acks_of[m].empty())
         if (auto s = skeleton_merge(wm.src_task, wm.frame)) send.inputs.push_back("^" + g.node(*s).name);
       // Receiver.
-      auto& recv = parts[wm.dst_task].add(recv_name(m), "_Recv", {}, pm.dst.to_string());
+      auto& recv = parts[wm.dst_task].add(recv_name(m), "_Recv", {}, task_name(pm.dst));
       recv.set("key", pm.key).set("entries", entries);
       if (wm.frame != 0)
         if (auto s = skeleton_merge(wm.dst_task, wm.frame)) recv.inputs.push_back("^" + g.node(*s).name);

@@ -4,14 +4,16 @@
 /// "star_server", "star_server_lite") and ConfigProto's tensor_fuse flag,
 /// and the graph-partition plan they call for.
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
 
+#include <fusewire/core/detail/text.hpp>
 #include <fusewire/core/error.hpp>
-#include <fusewire/graph/detail/text.hpp>
+#include <fusewire/core/options.hpp>
 #include <fusewire/graph/partition.hpp>
 
 namespace fusewire {
@@ -26,6 +28,10 @@ enum class protocol {
   star_server_lite,  ///< "star_server_lite": the aggressive merge (no loops)
 };
 
+/// Every protocol, in the order error messages list them.
+inline constexpr std::array<protocol, 4> all_protocols{protocol::grpc, protocol::grpc_plus_plus,
+                                                       protocol::star_server, protocol::star_server_lite};
+
 /// The name as configurations spell it.
 constexpr std::string_view to_string(protocol p) noexcept {
   switch (p) {
@@ -39,7 +45,7 @@ constexpr std::string_view to_string(protocol p) noexcept {
 
 namespace detail {
 inline std::optional<protocol> find_protocol(std::string_view name) noexcept {
-  for (auto p : {protocol::grpc, protocol::grpc_plus_plus, protocol::star_server, protocol::star_server_lite})
+  for (auto p : all_protocols)
     if (to_string(p) == name) return p;
   return std::nullopt;
 }
@@ -50,8 +56,10 @@ inline std::optional<protocol> find_protocol(std::string_view name) noexcept {
 /// allowed names.
 inline protocol parse_protocol(std::string_view name) {
   if (auto p = detail::find_protocol(name)) return *p;
-  throw_error(errc::invalid_config, "unknown protocol " + graph::detail::quoted(name) +
-                                        " (allowed: grpc, grpc++, star_server, star_server_lite)");
+  std::string allowed;
+  for (auto p : all_protocols) allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(p));
+  throw_error(errc::invalid_config,
+              "unknown protocol " + fusewire::detail::quoted(name) + " (allowed: " + allowed + ")");
 }
 
 /// Non-throwing parse_protocol: sets `ec` (errc::invalid_config) on failure.
@@ -75,14 +83,12 @@ constexpr graph::partition_mode partition_mode_for(protocol p) noexcept {
   return graph::partition_mode::send_recv;
 }
 
-/// Parses a boolean flag the way Python configs print it ("True"/"False"),
-/// or "true"/"false"/"1"/"0"; throws std::system_error(errc::invalid_config)
-/// naming the flag and the value.
+/// Parses a boolean flag as fusewire reads its environment knobs (TENSOR_FUSE
+/// among them): true/false, 1/0, yes/no, on/off in any letter case, so Python's
+/// "True"/"False" too; throws std::system_error(errc::invalid_config) naming
+/// the flag, the value and what is allowed.
 inline bool parse_flag(std::string_view flag, std::string_view value) {
-  if (value == "true" || value == "True" || value == "1") return true;
-  if (value == "false" || value == "False" || value == "0") return false;
-  throw_error(errc::invalid_config, std::string(flag) + " is " + graph::detail::quoted(value) +
-                                        " (allowed: true, false, True, False, 1, 0)");
+  return fusewire::detail::env_bool(flag, value);
 }
 
 /// What a TensorFlow session configures about tensor traffic.

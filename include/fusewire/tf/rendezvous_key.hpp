@@ -16,9 +16,9 @@
 #include <string_view>
 #include <system_error>
 
+#include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/detail/text.hpp>
 #include <fusewire/core/error.hpp>
-#include <fusewire/graph/detail/text.hpp>
-#include <fusewire/graph/graph.hpp>
 #include <fusewire/tf/device_name.hpp>
 
 namespace fusewire {
@@ -46,8 +46,8 @@ struct rendezvous_key {
   device_name src() const { return parse_device_name(src_device); }
   device_name dst() const { return parse_device_name(dst_device); }
   /// The sending and receiving processes; throw if a device names no task.
-  graph::task_id src_task() const { return src().task_id(); }
-  graph::task_id dst_task() const { return dst().task_id(); }
+  task_id src_task() const { return src().task_id(); }
+  task_id dst_task() const { return dst().task_id(); }
 
   friend bool operator==(const rendezvous_key&, const rendezvous_key&) = default;
 };
@@ -61,11 +61,31 @@ inline std::string make_rendezvous_key(std::string_view src_device, std::uint64_
       .to_string();
 }
 
+/// Where a key's tensor travels through fusewire: between two tasks (their
+/// endpoints come from a cluster_spec) under a channel key, the key in its
+/// canonical form so that sender and receiver agree byte for byte.
+struct rendezvous_route {
+  task_id src;
+  task_id dst;
+  std::string channel_key;
+
+  friend bool operator==(const rendezvous_route&, const rendezvous_route&) = default;
+};
+
+/// The route of `key`; throws std::system_error(errc::invalid_argument) if
+/// either device names no task (see device_name::task_id()).
+inline rendezvous_route route(const rendezvous_key& key) {
+  return {key.src_task(), key.dst_task(), key.to_string()};
+}
+
 namespace detail {
+
+using fusewire::detail::parse_uint;
+using fusewire::detail::quoted;
+using fusewire::detail::uint_parse;
 
 /// Splits and checks `key`; returns what is wrong with it, or nullopt.
 inline std::optional<std::string> parse_key_into(std::string_view key, rendezvous_key& out) {
-  using graph::detail::quoted;
   std::string_view parts[5];
   std::string_view rest = key;
   for (int i = 0; i < 5; ++i) {
@@ -79,39 +99,42 @@ inline std::optional<std::string> parse_key_into(std::string_view key, rendezvou
     } else {
       parts[i] = rest.substr(0, semi);
       rest.remove_prefix(semi + 1);
-      if (i == 4) return "it has more than 5 parts (unexpected " + quoted(std::string(";") + std::string(rest)) + ")";
+      if (i == 4)
+        return "it has more than 5 parts (unexpected " + detail::quoted(std::string(";") + std::string(rest)) + ")";
     }
   }
-  device_name dev;
+  std::error_code device_ec;
+  std::string why;
   if (parts[0].empty()) return std::string("src_device is empty");
-  if (auto why = parse_device_into(parts[0], dev)) return "src_device " + quoted(parts[0]) + ": " + *why;
+  if (!parse_device_name(parts[0], device_ec, &why)) return "src_device " + detail::quoted(parts[0]) + ": " + why;
   const auto inc = parts[1];
-  if (inc.empty() || inc.size() > 16) return "src_incarnation " + quoted(inc) + " is not 1 to 16 hex digits";
+  if (inc.empty() || inc.size() > 16) return "src_incarnation " + detail::quoted(inc) + " is not 1 to 16 hex digits";
   std::uint64_t incarnation = 0;
   for (char c : inc) {
     int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-    if (d < 0) return "src_incarnation " + quoted(inc) + " is not 1 to 16 hex digits";
+    if (d < 0) return "src_incarnation " + detail::quoted(inc) + " is not 1 to 16 hex digits";
     incarnation = (incarnation << 4) | static_cast<std::uint64_t>(d);
   }
   if (parts[2].empty()) return std::string("dst_device is empty");
-  if (auto why = parse_device_into(parts[2], dev)) return "dst_device " + quoted(parts[2]) + ": " + *why;
+  if (!parse_device_name(parts[2], device_ec, &why)) return "dst_device " + detail::quoted(parts[2]) + ": " + why;
   if (parts[3].empty()) return std::string("tensor_name is empty");
   const auto frame = parts[4];
   const auto colon = frame.find(':');
   if (frame.empty() || colon == std::string_view::npos)
-    return "frame_id:iter_id " + quoted(frame) + " is not two numbers joined by ':'";
-  auto frame_id = graph::detail::parse_decimal<std::uint64_t>(frame.substr(0, colon));
-  if (!frame_id) return "frame_id " + quoted(frame.substr(0, colon)) + " is not an unsigned 64-bit number";
+    return "frame_id:iter_id " + detail::quoted(frame) + " is not two numbers joined by ':'";
+  std::uint64_t frame_id = 0;
+  if (parse_uint(frame.substr(0, colon), frame_id) != uint_parse::ok)
+    return "frame_id " + detail::quoted(frame.substr(0, colon)) + " is not an unsigned 64-bit number";
   const auto iter_text = frame.substr(colon + 1);
   std::int64_t iter_id = 0;
   auto [end, ec] = std::from_chars(iter_text.data(), iter_text.data() + iter_text.size(), iter_id);
   if (iter_text.empty() || ec != std::errc{} || end != iter_text.data() + iter_text.size())
-    return "iter_id " + quoted(iter_text) + " is not a signed 64-bit number";
+    return "iter_id " + detail::quoted(iter_text) + " is not a signed 64-bit number";
   out.src_device = std::string(parts[0]);
   out.src_incarnation = incarnation;
   out.dst_device = std::string(parts[2]);
   out.tensor_name = std::string(parts[3]);
-  out.frame_id = *frame_id;
+  out.frame_id = frame_id;
   out.iter_id = iter_id;
   return std::nullopt;
 }
@@ -123,7 +146,7 @@ inline std::optional<std::string> parse_key_into(std::string_view key, rendezvou
 inline rendezvous_key parse_rendezvous_key(std::string_view key) {
   rendezvous_key out;
   if (auto why = detail::parse_key_into(key, out))
-    throw_error(errc::invalid_argument, "bad rendezvous key " + graph::detail::quoted(key) + ": " + *why);
+    throw_error(errc::invalid_argument, "bad rendezvous key " + detail::quoted(key) + ": " + *why);
   return out;
 }
 

@@ -2,8 +2,14 @@
 
 #include <doctest/doctest.h>
 
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/graph/channel.hpp>
+
+#include <cstdint>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "test_graphs.hpp"
@@ -16,19 +22,8 @@ namespace {
 
 fg::graph_def one_task() {
   fg::graph_def g;
-  g.tasks = {worker};
+  g.tasks = {worker_task};
   return g;
-}
-
-template <class F>
-std::string error_of(F f, errc expected) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == expected);
-    return e.what();
-  }
-  return "no error";
 }
 
 // while (i < limit) { i += 1; acc = acc + acc }  — and, when nested, an inner
@@ -223,7 +218,7 @@ TEST_CASE("step errors name the node, feed or fetch") {
   placeholder(g, "x", worker, {-1});
   constant(g, "m", worker, {3, 1}, {1, 2, 3});
   g.add("mm", "MatMul", {"x", "m"}, worker);
-  g.add("sum", "Add", {"x", "x"}, worker).spec({fg::element_type::float32, {2}});
+  g.add("sum", "Add", {"x", "x"}, worker).spec({fusewire::dtype::float32, {2}});
   fg::executor ex(g);
   CHECK(error_of([&] { ex.run({}, {}); }, errc::invalid_argument) ==
         "no feed for Placeholder 'x': invalid argument");
@@ -241,7 +236,7 @@ TEST_CASE("step errors name the node, feed or fetch") {
 
   auto g2 = one_task();
   placeholder(g2, "x", worker, {-1});
-  g2.add("sum", "Add", {"x", "x"}, worker).spec({fg::element_type::float32, {2}});
+  g2.add("sum", "Add", {"x", "x"}, worker).spec({fusewire::dtype::float32, {2}});
   fg::executor ex2(g2);
   CHECK(error_of([&] { ex2.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"sum"}); }, errc::invalid_argument) ==
         "step 1: node 'sum' (Add) output 0 is float32[3] but its spec says float32[2]: invalid argument");
@@ -259,4 +254,35 @@ TEST_CASE("a loop that never ends fails at max_iterations") {
   fg::executor ex(g, fg::executor_options{100});
   CHECK(error_of([&] { ex.run({{"acc0", fg::tensor({2}, {1, 1})}}, {"outer/xi"}); }, errc::invalid_argument) ==
         "step 1: frame 'outer' ran more than 100 iterations: invalid argument");
+}
+
+TEST_CASE("a receive checks the descriptor and bytes a channel delivers") {
+  auto g = one_task();
+  g.add("r", "_Recv", {}, worker).set("key", std::string("k")).set("entries", std::int64_t{2});
+  g.add("y", "Add", {"r:0", "r:1"}, worker);
+  fg::executor ex(g);
+  fg::local_channel ch;
+  auto run = [&](std::uint64_t step, fg::payload p) {
+    ex.begin_step(ch, step, {}, {"y"});
+    CHECK_FALSE(ch.send(step, "k;0:0", std::move(p)));
+    while (!ex.finished()) ex.poll();
+    return ex.end_step();
+  };
+  auto two = [](fg::message_entry second) {
+    fg::payload p;
+    p.push_back(fg::message_entry::of(fg::tensor({2}, {1, 2})));
+    p.push_back(std::move(second));
+    return p;
+  };
+  CHECK(run(1, two(fg::message_entry::of(fg::tensor({2}, {10, 20}))))["y"] == fg::tensor({2}, {11, 22}));
+  fg::message_entry int32{fusewire::tensor_descriptor::make(fusewire::dtype::int32, {2}),
+                          fusewire::tensor_buffer::allocate(8), false};
+  CHECK(error_of([&] { run(2, two(std::move(int32))); }, errc::invalid_argument) ==
+        "step 2: node 'r' (_Recv) got entry 1 under k;0:0 as int32[2] in 8 bytes (expected float32 values filling "
+        "the shape): invalid argument");
+  fg::message_entry truncated{fusewire::tensor_descriptor::make(fusewire::dtype::float32, {2}),
+                              fusewire::tensor_buffer::allocate(4), false};
+  CHECK(error_of([&] { run(3, two(std::move(truncated))); }, errc::size_mismatch) ==
+        "step 3: node 'r' (_Recv) got entry 1 under k;0:0 as float32[2] in 4 bytes (expected float32 values "
+        "filling the shape): payload size does not match the destination");
 }

@@ -2,8 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "test_graphs.hpp"
 
@@ -15,44 +17,34 @@ namespace {
 
 // The what() of the system_error that validating `g` throws.
 std::string invalid(fg::graph_def g) {
-  try {
-    fg::placed_graph p(std::move(g));
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == errc::invalid_graph);
-    return e.what();
-  }
-  return "no error";
+  return error_of([&] { fg::placed_graph p(std::move(g)); }, errc::invalid_graph);
 }
 
 fg::graph_def two_tasks() {
   fg::graph_def g;
-  g.tasks = {worker, ps0};
+  g.tasks = {worker_task, ps0_task};
   return g;
 }
 
 }  // namespace
 
 TEST_CASE("parse_task accepts the task and device forms TensorFlow writes") {
-  CHECK(fg::parse_task("/job:ps/replica:0/task:1") == fg::task_id{"ps", 1});
-  CHECK(fg::parse_task("/job:worker/task:3") == fg::task_id{"worker", 3});
-  CHECK(fg::parse_task("/job:ps/replica:0/task:0/device:CPU:0") == fg::task_id{"ps", 0});
-  CHECK(fg::parse_task("/job:chief_2/replica:0/task:12/cpu:0") == fg::task_id{"chief_2", 12});
-  CHECK(fg::task_id{"ps", 2}.to_string() == "/job:ps/replica:0/task:2");
-  CHECK(fg::task_id{"ps", 1} < fg::task_id{"ps", 2});
-  CHECK(fg::task_id{"ps", 9} < fg::task_id{"worker", 0});
+  CHECK(fg::parse_task("/job:ps/replica:0/task:1") == fusewire::task_id{"ps", 1});
+  CHECK(fg::parse_task("/job:worker/task:3") == fusewire::task_id{"worker", 3});
+  CHECK(fg::parse_task("/job:ps/replica:0/task:0/device:CPU:0") == fusewire::task_id{"ps", 0});
+  CHECK(fg::parse_task("/job:chief_2/replica:0/task:12/cpu:0") == fusewire::task_id{"chief_2", 12});
+  CHECK(fg::parse_task("/task:4/job:ps") == fusewire::task_id{"ps", 4});  // any order, as TensorFlow allows
+  CHECK(fg::task_name(fusewire::task_id{"ps", 2}) == "/job:ps/replica:0/task:2");
+  CHECK(fg::parse_task(fg::task_name(fusewire::task_id{"worker", 7})) == fusewire::task_id{"worker", 7});
 }
 
 TEST_CASE("parse_task names the bad part") {
   auto message = [](std::string_view text) {
-    try {
-      fg::parse_task(text);
-    } catch (const std::system_error& e) {
-      CHECK(e.code() == errc::invalid_argument);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return error_of([&] { fg::parse_task(text); }, errc::invalid_argument);
   };
-  CHECK(message("ps:0") == "bad task 'ps:0': it does not start with /job:<name>: invalid argument");
+  CHECK(message("ps:0") ==
+        "bad task 'ps:0': unexpected 'ps:0' (expected /job:, /replica:, /task:, /device:, /cpu: or /gpu:): "
+        "invalid argument");
   CHECK(message("/job:1ps/task:0") ==
         "bad task '/job:1ps/task:0': job name '1ps' must be a letter followed by letters, digits or '_': "
         "invalid argument");
@@ -60,36 +52,49 @@ TEST_CASE("parse_task names the bad part") {
         "bad task '/job:ps/replica:x/task:0': replica 'x' is not a number: invalid argument");
   CHECK(message("/job:ps/replica:2/task:0") ==
         "bad task '/job:ps/replica:2/task:0': replica 2 is not supported (only replica 0): invalid argument");
-  CHECK(message("/job:ps/replica:0") == "bad task '/job:ps/replica:0': it has no /task:<index>: invalid argument");
-  CHECK(message("/job:ps/task:-1") == "bad task '/job:ps/task:-1': task index '-1' is not a number: invalid argument");
-  CHECK(message("/job:ps/task:0/foo") ==
-        "bad task '/job:ps/task:0/foo': unexpected '/foo' after the task (expected /device:<type>:<id>): "
+  CHECK(message("/job:ps/replica:0") ==
+        "bad task '/job:ps/replica:0': it names no task; a task needs /job:<name> and /task:<index>: "
         "invalid argument");
+  CHECK(message("/task:0/device:CPU:0") ==
+        "bad task '/task:0/device:CPU:0': it names no job; a task needs /job:<name> and /task:<index>: "
+        "invalid argument");
+  CHECK(message("/job:ps/task:-1") == "bad task '/job:ps/task:-1': task '-1' is not a number: invalid argument");
+  CHECK(message("/job:ps/task:0/foo") ==
+        "bad task '/job:ps/task:0/foo': unexpected '/foo' (expected /job:, /replica:, /task:, /device:, /cpu: or "
+        "/gpu:): invalid argument");
 
   std::error_code ec;
-  CHECK_FALSE(fg::parse_task("/job:ps", ec));
+  std::string why;
+  CHECK_FALSE(fg::parse_task("/job:ps", ec, &why));
   CHECK(ec == errc::invalid_argument);
+  CHECK(why == "it names no task; a task needs /job:<name> and /task:<index>");
   auto ok = fg::parse_task("/job:ps/task:4", ec);
   CHECK_FALSE(ec);
   REQUIRE(ok);
   CHECK(ok->index == 4);
 }
 
-TEST_CASE("tensor_spec sizes and prints") {
-  fg::tensor_spec s{fg::element_type::float32, {4, 8}};
+TEST_CASE("tensor_spec sizes and prints; fully known, it is a core tensor_descriptor") {
+  fg::tensor_spec s{fusewire::dtype::float32, {4, 8}};
   CHECK(s.byte_size() == 128u);
   CHECK(s.to_string() == "float32[4,8]");
-  CHECK(fg::tensor_spec{fg::element_type::int64, {}}.byte_size() == 8u);
-  CHECK(fg::tensor_spec{fg::element_type::bfloat16, {3}}.byte_size() == 6u);
-  fg::tensor_spec unknown{fg::element_type::float32, {-1, 8}};
+  REQUIRE(s.descriptor());
+  CHECK(*s.descriptor() == fusewire::tensor_descriptor::make(fusewire::dtype::float32, {4, 8}));
+  CHECK(fg::tensor_spec{fusewire::dtype::int64, {}}.byte_size() == 8u);
+  CHECK(fg::tensor_spec{fusewire::dtype::bfloat16, {3}}.byte_size() == 6u);
+  fg::tensor_spec unknown{fusewire::dtype::float32, {-1, 8}};
   CHECK_FALSE(unknown.byte_size());
+  CHECK_FALSE(unknown.descriptor());
   CHECK(unknown.to_string() == "float32[?,8]");
+  CHECK_FALSE(fg::tensor_spec{fusewire::dtype::float32, std::vector<std::int64_t>(9, 1)}.descriptor());
+  CHECK_FALSE(fg::tensor_spec{fusewire::dtype::float64, {INT64_MAX / 4, 2}}.byte_size());  // overflows int64
+  CHECK(fg::token_descriptor().byte_size() == 0u);
 }
 
 TEST_CASE("a placed graph indexes tasks, edges, waves and inferred specs") {
   fg::placed_graph g(diamond());
   REQUIRE(g.tasks().size() == 3);
-  CHECK(g.tasks()[2] == fg::task_id{"ps", 1});
+  CHECK(g.tasks()[2] == fusewire::task_id{"ps", 1});
   const auto x = *g.find("x"), a = *g.find("a"), b = *g.find("b"), d = *g.find("d");
   CHECK(g.task_of(x) == 0);
   CHECK(g.task_of(a) == 1);
@@ -100,7 +105,7 @@ TEST_CASE("a placed graph indexes tasks, edges, waves and inferred specs") {
   CHECK(g.wave(a) == 1);
   CHECK(g.wave(d) == 2);
   REQUIRE(g.output_spec(d, 0));
-  CHECK(*g.output_spec(d, 0) == fg::tensor_spec{fg::element_type::float32, {2, 2}});
+  CHECK(*g.output_spec(d, 0) == fg::tensor_spec{fusewire::dtype::float32, {2, 2}});
   CHECK_FALSE(g.has_loops());
   CHECK_FALSE(g.find("nope"));
   const auto& order = g.topological_order();
@@ -117,7 +122,7 @@ TEST_CASE("specs are inferred through Gather, Concat and MatMul, and declared on
   variable(g, "w", worker, {8, 2}, ramp(16, 0, 1));
   g.add("mm", "MatMul", {"both", "w"}, worker);
   g.add("opaque", "SomeCustomOp", {"mm"}, worker);
-  g.add("declared", "SomeCustomOp", {"mm"}, worker).spec({fg::element_type::int64, {5}});
+  g.add("declared", "SomeCustomOp", {"mm"}, worker).spec({fusewire::dtype::int64, {5}});
   fg::placed_graph p(g);
   auto spec = [&](const char* name) { return p.output_spec(*p.find(name), 0); };
   CHECK(spec("rows")->shape == std::vector<std::int64_t>{3, 4});
@@ -164,9 +169,7 @@ TEST_CASE("validation names the node at fault") {
   SUBCASE("unknown task") {
     auto g = two_tasks();
     placeholder(g, "a", "/job:ps/replica:0/task:7", {2});
-    CHECK(invalid(g) ==
-          "node 'a': task '/job:ps/replica:0/task:7' is not in the cluster (cluster: "
-          "/job:worker/replica:0/task:0, /job:ps/replica:0/task:0): invalid graph");
+    CHECK(invalid(g) == "node 'a': task 'ps:7' is not in the cluster (cluster: worker:0, ps:0): invalid graph");
   }
   SUBCASE("duplicate names") {
     auto g = two_tasks();
@@ -251,8 +254,8 @@ TEST_CASE("validation names the node at fault") {
     for (auto& n : g.nodes)
       if (n.name == "rnn/while/switch_h") n.device = ps0;
     CHECK(invalid(g) ==
-          "frame 'rnn/while': control nodes 'rnn/while/merge_i' (Merge) on /job:worker/replica:0/task:0 and "
-          "'rnn/while/switch_h' (Switch) on /job:ps/replica:0/task:0 are on different tasks; a frame's "
+          "frame 'rnn/while': control nodes 'rnn/while/merge_i' (Merge) on worker:0 and "
+          "'rnn/while/switch_h' (Switch) on ps:0 are on different tasks; a frame's "
           "Merge/Switch/NextIteration/LoopCond must share one task (its Enter and Exit nodes may be anywhere): "
           "invalid graph");
   }
@@ -270,7 +273,9 @@ TEST_CASE("validation names the node at fault") {
   SUBCASE("bad device") {
     auto g = two_tasks();
     g.add("a", "NoOp", {}, "ps0");
-    CHECK(invalid(g) == "node 'a': bad device 'ps0': it does not start with /job:<name>: invalid graph");
+    CHECK(invalid(g) ==
+          "node 'a': bad device 'ps0': unexpected 'ps0' (expected /job:, /replica:, /task:, /device:, /cpu: or "
+          "/gpu:): invalid graph");
   }
   SUBCASE("bad name") {
     auto g = two_tasks();
@@ -281,8 +286,12 @@ TEST_CASE("validation names the node at fault") {
   }
   SUBCASE("bad cluster") {
     fg::graph_def g;
-    g.tasks = {worker, worker};
-    CHECK(invalid(g) == "task '/job:worker/replica:0/task:0' is listed twice in the cluster: invalid graph");
+    g.tasks = {worker_task, worker_task};
+    CHECK(invalid(g) == "task 'worker:0' is listed twice in the cluster: invalid graph");
+    g.tasks = {worker_task, {"param-server", 0}};
+    CHECK(invalid(g) ==
+          "cluster task 'param-server:0': job name 'param-server' must be a letter followed by letters, digits "
+          "or '_' (it names TensorFlow devices): invalid graph");
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <fusewire/core/tensor_descriptor.hpp>
+
 #include <string>
 #include <system_error>
 #include <vector>
@@ -22,17 +24,6 @@ fg::partition_options options(fg::partition_mode mode, bool fuse = false,
   o.tensor_fuse = fuse;
   o.clustering = clustering;
   return o;
-}
-
-template <class F>
-std::string error_of(F f, errc expected) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == expected);
-    return e.what();
-  }
-  return "no error";
 }
 
 // "a:0, ^b, ..." — what a message carries.
@@ -73,7 +64,7 @@ std::size_t planned_messages(const fg::plan& p, std::size_t iterations = 0) {
 // worker -> ps0 -> worker -> the same part of ps0: a chain.
 fg::graph_def chain() {
   fg::graph_def g;
-  g.tasks = {worker, ps0};
+  g.tasks = {worker_task, ps0_task};
   placeholder(g, "x", worker, {2});
   variable(g, "w", ps0, {2}, {1, 2});
   g.add("a", "Mul", {"x", "w"}, ps0);
@@ -120,8 +111,8 @@ TEST_CASE("wide-and-deep: messages per step in each mode") {
   REQUIRE(star.messages.size() == 8);
   const auto& request = star.messages[0];
   CHECK(request.kind == fg::message_kind::request);
-  CHECK(request.src == fg::task_id{"worker", 0});
-  CHECK(request.dst == fg::task_id{"ps", 0});
+  CHECK(request.src == fusewire::task_id{"worker", 0});
+  CHECK(request.dst == fusewire::task_id{"ps", 0});
   CHECK(request.round == 0);
   CHECK(tensors_of(request) ==
         "ids0:0, f2/hash0:0, f4/hash1:0, ids6:0, f8/hash0:0, f10/hash1:0, ids12:0, f14/hash0:0");
@@ -158,7 +149,7 @@ TEST_CASE("wide-and-deep: messages per step in each mode") {
 
 TEST_CASE("a tensor feeding several nodes of one task is sent once") {
   fg::graph_def def;
-  def.tasks = {worker, ps0};
+  def.tasks = {worker_task, ps0_task};
   placeholder(def, "x", worker, {2});
   def.add("a", "Identity", {"x"}, ps0);
   def.add("b", "Mul", {"x", "x"}, ps0);
@@ -183,12 +174,14 @@ TEST_CASE("a diamond across two PS tasks") {
   CHECK(p.summary() ==
         "plan: star_server, tensor_fuse off, 3 tasks\n"
         "per step: 4 messages (2 calls), 4 tensors, 64 bytes\n"
-        "  m0 request      /job:worker/replica:0/task:0 -> /job:ps/replica:0/task:0  round 0  1 tensor  16 B\n"
-        "  m1 response     /job:ps/replica:0/task:0 -> /job:worker/replica:0/task:0  round 0  1 tensor  16 B\n"
-        "  m2 request      /job:worker/replica:0/task:0 -> /job:ps/replica:0/task:1  round 0  1 tensor  16 B\n"
-        "  m3 response     /job:ps/replica:0/task:1 -> /job:worker/replica:0/task:0  round 0  1 tensor  16 B\n");
+        "  m0 request    worker:0 -> ps:0  round 0  1 tensor  16 B\n"
+        "  m1 response   ps:0 -> worker:0  round 0  1 tensor  16 B\n"
+        "  m2 request    worker:0 -> ps:1  round 0  1 tensor  16 B\n"
+        "  m3 response   ps:1 -> worker:0  round 0  1 tensor  16 B\n");
   CHECK(p.messages[0].key ==
         "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;m0");
+  // What each entry carries on the wire, for a transport to post receives with.
+  CHECK(p.messages[1].entries[0].descriptor == fusewire::tensor_descriptor::make(fusewire::dtype::float32, {2, 2}));
   auto traffic = same_results(g, p, feeds, {"d"}, {"wa", "wb"});
   CHECK(traffic.messages == 4);
   CHECK(traffic.bytes == 64);
@@ -204,7 +197,7 @@ TEST_CASE("a diamond across two PS tasks") {
 
 TEST_CASE("control edges become zero-byte tokens") {
   fg::graph_def def;
-  def.tasks = {worker, ps0};
+  def.tasks = {worker_task, ps0_task};
   placeholder(def, "x", worker, {2});
   def.add("ready", "NoOp", {"^x"}, worker);
   variable(def, "counter", ps0, {1}, {0});
@@ -219,6 +212,7 @@ TEST_CASE("control edges become zero-byte tokens") {
     REQUIRE(p.messages.size() == 2);
     CHECK(tensors_of(p.messages[0]) == "^ready");
     CHECK(p.messages[0].bytes() == 0u);
+    CHECK(p.messages[0].entries[0].descriptor == fg::token_descriptor());
     CHECK(tensors_of(p.messages[1]) == "^bump");
     CHECK(p.messages[1].entries[0].consumers == std::vector<std::string>{"after"});
     fg::local_cluster cluster(p);
@@ -281,8 +275,8 @@ TEST_CASE("a worker->ps->worker->ps chain: rounds, single call, lite") {
   const std::vector<std::string> fetches{"out", "learn"};
 
   CHECK(error_of([&] { fg::partition(g, options(fg::partition_mode::star_server_lite)); }, errc::graph_cycle) ==
-        "star_server_lite cannot merge the ps graphs: the part of /job:ps/replica:0/task:0 holding 'a', 'b', 'learn' "
-        "needs 'z' from /job:worker/replica:0/task:0, which is computed from that part's own outputs; use "
+        "star_server_lite cannot merge the ps graphs: the part of ps:0 holding 'a', 'b', 'learn' "
+        "needs 'z' from worker:0, which is computed from that part's own outputs; use "
         "star_server, which splits such chains into rounds: graph plan would contain a cycle");
 
   auto rounds = fg::partition(g, options(fg::partition_mode::star_server));
@@ -318,46 +312,37 @@ TEST_CASE("partition errors name the node or frame") {
   placeholder(remote, "delta", worker, {2});
   remote.add("bad", "AssignAdd", {"w", "delta"}, worker);
   CHECK(error_of([&] { fg::partition(fg::placed_graph(remote)); }, errc::invalid_graph) ==
-        "node 'bad' (AssignAdd) is on /job:worker/replica:0/task:0 but the variable it writes, 'w' (Variable), "
-        "is on /job:ps/replica:0/task:0; they must share a task: invalid graph");
+        "node 'bad' (AssignAdd) is on worker:0 but the variable it writes, 'w' (Variable), "
+        "is on ps:0; they must share a task: invalid graph");
 
   auto no_cond = rnn_loop();
   for (auto& n : no_cond.nodes) {
     if (n.name == "rnn/while/cond") n.op = "Identity";
   }
   CHECK(error_of([&] { fg::partition(fg::placed_graph(no_cond)); }, errc::invalid_graph) ==
-        "frame 'rnn/while' spans tasks /job:worker/replica:0/task:0, /job:ps/replica:0/task:0 but has no "
+        "frame 'rnn/while' spans tasks worker:0, ps:0 but has no "
         "LoopCond to drive their iterations: invalid graph");
 }
 
 TEST_CASE("a graph on one task needs no messages") {
   fg::graph_def def;
-  def.tasks = {worker, ps0};
+  def.tasks = {worker_task, ps0_task};
   placeholder(def, "x", worker, {2});
   def.add("y", "Add", {"x", "x"}, worker);
   auto p = fg::partition(fg::placed_graph(def), options(fg::partition_mode::star_server));
   CHECK(p.messages.empty());
   REQUIRE(p.partitions.size() == 1);
-  CHECK(p.partitions[0].task == fg::task_id{"worker", 0});
+  CHECK(p.partitions[0].task == fusewire::task_id{"worker", 0});
   CHECK(p.per_step().messages == 0);
   fg::local_cluster cluster(p);
   CHECK(cluster.run({{"x", fg::tensor({2}, {1, 2})}}, {"y"})["y"] == fg::tensor({2}, {2, 4}));
 }
 
 TEST_CASE("local_cluster reports a deadlock instead of hanging") {
-  fg::plan p;
-  fg::graph_def a, b;
-  a.tasks = b.tasks = {worker, ps0};
-  a.add("r", "_Recv", {}, worker).set("key", std::string("kb")).set("entries", std::int64_t{1});
-  a.add("s", "_Send", {"r"}, worker).set("key", std::string("ka")).set("entries", std::int64_t{1});
-  b.add("r2", "_Recv", {}, ps0).set("key", std::string("ka")).set("entries", std::int64_t{1});
-  b.add("s2", "_Send", {"r2"}, ps0).set("key", std::string("kb")).set("entries", std::int64_t{1});
-  p.partitions.push_back({fg::task_id{"worker", 0}, a});
-  p.partitions.push_back({fg::task_id{"ps", 0}, b});
-  fg::local_cluster cluster(p);
+  fg::local_cluster cluster(deadlocked_plan());
   CHECK(error_of([&] { cluster.run({}, {}); }, errc::graph_cycle) ==
-        "step 1 deadlocked: /job:worker/replica:0/task:0 waits for node 'r' (_Recv) in the root frame: kb;0:0; "
-        "/job:ps/replica:0/task:0 waits for node 'r2' (_Recv) in the root frame: ka;0:0;: graph plan would "
+        "step 1 deadlocked: worker:0 waits for node 'r' (_Recv) in the root frame: kb;0:0; "
+        "ps:0 waits for node 'r2' (_Recv) in the root frame: ka;0:0;: graph plan would "
         "contain a cycle");
   CHECK(error_of([&] { cluster.run({{"nope", fg::tensor::scalar(1)}}, {}); }, errc::invalid_argument) ==
         "feed 'nope' names no Placeholder in the plan: invalid argument");
@@ -377,7 +362,7 @@ TEST_CASE("a failing task fails the step with its own error") {
     if (n.name == "x") n.output_specs.clear();
   fg::local_cluster loose(fg::partition(fg::placed_graph(bad), options(fg::partition_mode::send_recv)));
   CHECK(error_of([&] { loose.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"d"}); }, errc::invalid_argument) ==
-        "/job:ps/replica:0/task:0: step 1: node 'a' (MatMul): cannot multiply matrices of shapes [3] and [2,2]: "
+        "ps:0: step 1: node 'a' (MatMul): cannot multiply matrices of shapes [3] and [2,2]: "
         "invalid argument");
   // The cluster recovers for the next step.
   CHECK(loose.run({{"x", fg::tensor({2, 2}, {1, 0, 0, 1})}}, {"d"})["d"] == fg::tensor({2, 2}, {1, 3, 4, 4}));

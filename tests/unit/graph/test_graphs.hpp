@@ -1,14 +1,20 @@
 #pragma once
-// Hand-built graphs shared by the graph-layer tests.
+// Hand-built graphs and helpers shared by the graph and tf tests.
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/core/error.hpp>
 #include <fusewire/graph/channel.hpp>
 #include <fusewire/graph/graph.hpp>
+#include <fusewire/graph/partition.hpp>
 
 #include <doctest/doctest.h>
 
@@ -21,10 +27,27 @@ namespace test_graphs {
 
 namespace fg = fusewire::graph;
 
+// The what() of the std::system_error `f` throws (checking its code), or "no error".
+template <std::invocable F>
+std::string error_of(F f, fusewire::errc expected) {
+  try {
+    f();
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == expected);
+    return e.what();
+  }
+  return "no error";
+}
+
 inline const std::string worker = "/job:worker/replica:0/task:0";
 inline const std::string worker1 = "/job:worker/replica:0/task:1";
 inline const std::string ps0 = "/job:ps/replica:0/task:0";
 inline const std::string ps1 = "/job:ps/replica:0/task:1";
+// The same tasks as core task ids, for graph_def::tasks.
+inline const fusewire::task_id worker_task{"worker", 0};
+inline const fusewire::task_id worker1_task{"worker", 1};
+inline const fusewire::task_id ps0_task{"ps", 0};
+inline const fusewire::task_id ps1_task{"ps", 1};
 
 inline std::vector<float> ramp(std::size_t n, float start, float step) {
   std::vector<float> v(n);
@@ -44,7 +67,7 @@ inline fg::node_def& variable(fg::graph_def& g, std::string name, const std::str
 
 inline fg::node_def& placeholder(fg::graph_def& g, std::string name, const std::string& device,
                                  std::vector<std::int64_t> shape) {
-  return g.add(std::move(name), "Placeholder", {}, device).spec({fg::element_type::float32, std::move(shape)});
+  return g.add(std::move(name), "Placeholder", {}, device).spec({fusewire::dtype::float32, std::move(shape)});
 }
 
 inline fg::node_def& enter(fg::graph_def& g, std::string name, std::string input, const std::string& device,
@@ -67,7 +90,7 @@ inline constexpr int batch = 4, rows = 10, dim = 4;
 
 inline fg::graph_def wide_and_deep() {
   fg::graph_def g;
-  g.tasks = {worker, ps0, ps1};
+  g.tasks = {worker_task, ps0_task, ps1_task};
   std::vector<std::string> concat_inputs;
   for (const auto* ps : {&ps0, &ps1}) {
     const std::string p = *ps == ps0 ? "ps0" : "ps1";
@@ -121,7 +144,7 @@ inline std::map<std::string, fg::tensor, std::less<>> wide_and_deep_feeds() {
 // A diamond across tasks: x (worker) -> a (ps0), b (ps1) -> d (worker).
 inline fg::graph_def diamond() {
   fg::graph_def g;
-  g.tasks = {worker, ps0, ps1};
+  g.tasks = {worker_task, ps0_task, ps1_task};
   placeholder(g, "x", worker, {2, 2});
   variable(g, "wa", ps0, {2, 2}, {1, 2, 3, 4});
   variable(g, "wb", ps1, {2, 2}, {0, 1, 1, 0});
@@ -136,7 +159,7 @@ inline fg::graph_def diamond() {
 // After the loop the worker pushes an update of b computed from the result.
 inline fg::graph_def rnn_loop(float limit = 3.0f) {
   fg::graph_def g;
-  g.tasks = {worker, ps0};
+  g.tasks = {worker_task, ps0_task};
   const std::string L = "rnn/while";
   placeholder(g, "h0", worker, {1, 4});
   constant(g, "i0", worker, {}, {0.0f});
@@ -170,6 +193,20 @@ inline fg::graph_def rnn_loop(float limit = 3.0f) {
   g.add("grad", "Mul", {L + "/exit_h", "lr"}, worker);
   g.add("update_b", "AssignSub", {"b", "grad"}, ps0);
   return g;
+}
+
+// Two tasks that each wait for the other's message before sending their own.
+inline fg::plan deadlocked_plan() {
+  fg::plan p;
+  fg::graph_def a, b;
+  a.tasks = b.tasks = {worker_task, ps0_task};
+  a.add("r", "_Recv", {}, worker).set("key", std::string("kb")).set("entries", std::int64_t{1});
+  a.add("s", "_Send", {"r"}, worker).set("key", std::string("ka")).set("entries", std::int64_t{1});
+  b.add("r2", "_Recv", {}, ps0).set("key", std::string("ka")).set("entries", std::int64_t{1});
+  b.add("s2", "_Send", {"r2"}, ps0).set("key", std::string("kb")).set("entries", std::int64_t{1});
+  p.partitions.push_back({worker_task, std::move(a)});
+  p.partitions.push_back({ps0_task, std::move(b)});
+  return p;
 }
 
 }  // namespace test_graphs

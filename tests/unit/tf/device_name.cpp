@@ -6,20 +6,19 @@
 #include <string>
 #include <system_error>
 
-namespace fg = fusewire::graph;
+#include "../graph/test_graphs.hpp"
+
 namespace tf = fusewire::tf;
 using fusewire::errc;
 
 namespace {
 
 std::string error_of(std::string_view name) {
-  try {
-    tf::parse_device_name(name);
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == errc::invalid_argument);
-    return e.what();
-  }
-  return "no error";
+  return test_graphs::error_of([&] { tf::parse_device_name(name); }, errc::invalid_argument);
+}
+
+std::string task_error_of(std::string_view name) {
+  return test_graphs::error_of([&] { tf::parse_device_name(name).task_id(); }, errc::invalid_argument);
 }
 
 }  // namespace
@@ -33,7 +32,8 @@ TEST_CASE("full, legacy and partial device names") {
   CHECK(full.id == 1);
   CHECK(full.fully_specified());
   CHECK(full.to_string() == "/job:worker/replica:0/task:3/device:GPU:1");
-  CHECK(full.task_id() == fg::task_id{"worker", 3});
+  CHECK(full.task_id() == fusewire::task_id{"worker", 3});
+  CHECK(tf::task_name(full.task_id()) == "/job:worker/replica:0/task:3");
 
   auto legacy = tf::parse_device_name("/job:ps/replica:0/task:1/cpu:0");
   CHECK(legacy.type == "CPU");
@@ -58,20 +58,12 @@ TEST_CASE("full, legacy and partial device names") {
 }
 
 TEST_CASE("task_id needs a job and a task") {
-  try {
-    tf::parse_device_name("/job:ps/device:CPU:0").task_id();
-    FAIL("expected an error");
-  } catch (const std::system_error& e) {
-    CHECK(std::string(e.what()) ==
-          "device '/job:ps/device:CPU:0' names no task; a task needs /job:<name> and /task:<index>: invalid argument");
-  }
-  try {
-    tf::parse_device_name("/job:ps/replica:1/task:0").task_id();
-    FAIL("expected an error");
-  } catch (const std::system_error& e) {
-    CHECK(std::string(e.what()) ==
-          "device '/job:ps/replica:1/task:0': replica 1 is not supported (only replica 0): invalid argument");
-  }
+  CHECK(task_error_of("/job:ps/device:CPU:0") ==
+        "device '/job:ps/device:CPU:0': it names no task; a task needs /job:<name> and /task:<index>: "
+        "invalid argument");
+  CHECK(task_error_of("/job:ps/replica:1/task:0") ==
+        "device '/job:ps/replica:1/task:0': replica 1 is not supported (only replica 0): invalid argument");
+  CHECK(task_error_of("/job:ps/replica:0/task:1/device:GPU:0") == "no error");
 }
 
 TEST_CASE("bad device names name the bad part") {
@@ -92,6 +84,10 @@ TEST_CASE("bad device names name the bad part") {
         "bad device name 'job:ps': unexpected 'job:ps' (expected /job:, /replica:, /task:, /device:, /cpu: or "
         "/gpu:): invalid argument");
   std::error_code ec;
-  CHECK_FALSE(tf::parse_device_name("/task:", ec));
+  std::string why;
+  CHECK_FALSE(tf::parse_device_name("/task:", ec, &why));
   CHECK(ec == errc::invalid_argument);
+  CHECK(why == "task '' is not a number");
+  CHECK(tf::parse_device_name("/job:ps/task:2", ec));
+  CHECK_FALSE(ec);
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <system_error>
 
+#include "../graph/test_graphs.hpp"
+
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
 using fusewire::errc;
@@ -26,31 +28,24 @@ TEST_CASE("protocol names map to partition modes") {
 }
 
 TEST_CASE("unknown protocols and flags are refused with the allowed values") {
-  try {
-    tf::parse_protocol("GRPC++");
-    FAIL("expected an error");
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == errc::invalid_config);
-    CHECK(std::string(e.what()) ==
-          "unknown protocol 'GRPC++' (allowed: grpc, grpc++, star_server, star_server_lite): invalid configuration");
-  }
+  CHECK(test_graphs::error_of([] { tf::parse_protocol("GRPC++"); }, errc::invalid_config) ==
+        "unknown protocol 'GRPC++' (allowed: grpc, grpc++, star_server, star_server_lite): invalid configuration");
   std::error_code ec;
   CHECK_FALSE(tf::parse_protocol("grpc+verbs", ec));
   CHECK(ec == errc::invalid_config);
   CHECK(tf::parse_protocol("grpc", ec) == tf::protocol::grpc);
   CHECK_FALSE(ec);
 
+  // The same words as the TENSOR_FUSE environment knob.
   CHECK(tf::parse_flag("tensor_fuse", "True"));
   CHECK(tf::parse_flag("tensor_fuse", "1"));
+  CHECK(tf::parse_flag("tensor_fuse", "on"));
   CHECK_FALSE(tf::parse_flag("tensor_fuse", "false"));
-  try {
-    tf::parse_flag("tensor_fuse", "yes");
-    FAIL("expected an error");
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == errc::invalid_config);
-    CHECK(std::string(e.what()) ==
-          "tensor_fuse is 'yes' (allowed: true, false, True, False, 1, 0): invalid configuration");
-  }
+  CHECK_FALSE(tf::parse_flag("tensor_fuse", "No"));
+  CHECK(test_graphs::error_of([] { tf::parse_flag("tensor_fuse", "maybe"); }, errc::invalid_config) ==
+        "tensor_fuse='maybe': expected a boolean (true/false, 1/0, yes/no, on/off): invalid configuration");
+  CHECK(test_graphs::error_of([] { tf::session_config::parse("star_server", "2"); }, errc::invalid_config) ==
+        "tensor_fuse='2': expected a boolean (true/false, 1/0, yes/no, on/off): invalid configuration");
 }
 
 TEST_CASE("session_config turns into partition options") {

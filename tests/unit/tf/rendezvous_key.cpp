@@ -2,10 +2,14 @@
 
 #include <doctest/doctest.h>
 
-#include <ostream>  // doctest prints std::error_code through it
+#include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/graph/partition.hpp>
+
+#include <ostream>  // doctest prints std::error_code through it
 #include <string>
 #include <system_error>
+
+#include "../graph/test_graphs.hpp"
 
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
@@ -14,13 +18,7 @@ using fusewire::errc;
 namespace {
 
 std::string error_of(std::string_view key) {
-  try {
-    tf::parse_rendezvous_key(key);
-  } catch (const std::system_error& e) {
-    CHECK(e.code() == errc::invalid_argument);
-    return e.what();
-  }
-  return "no error";
+  return test_graphs::error_of([&] { tf::parse_rendezvous_key(key); }, errc::invalid_argument);
 }
 
 }  // namespace
@@ -36,8 +34,8 @@ TEST_CASE("a key TensorFlow wrote parses and rebuilds byte for byte") {
   CHECK(k.frame_id == 0u);
   CHECK(k.iter_id == 0);
   CHECK(k.to_string() == key);
-  CHECK(k.src_task() == fg::task_id{"worker", 0});
-  CHECK(k.dst_task() == fg::task_id{"ps", 0});
+  CHECK(k.src_task() == fusewire::task_id{"worker", 0});
+  CHECK(k.dst_task() == fusewire::task_id{"ps", 0});
   CHECK(k.dst().type == "CPU");
 }
 
@@ -51,8 +49,8 @@ TEST_CASE("keys inside loops carry the frame id and iteration") {
   CHECK(k.frame_id == 12257013012542591137ull);
   CHECK(k.iter_id == 7);
   CHECK(k.to_string() == key);
-  CHECK(k.src_task() == fg::task_id{"worker", 1});
-  CHECK(k.dst_task() == fg::task_id{"ps", 3});
+  CHECK(k.src_task() == fusewire::task_id{"worker", 1});
+  CHECK(k.dst_task() == fusewire::task_id{"ps", 3});
   CHECK(tf::parse_rendezvous_key("/job:a/task:0;1;/job:b/task:0;t;0:-1").iter_id == -1);
 }
 
@@ -74,7 +72,7 @@ TEST_CASE("make_rendezvous_key writes 16 lower-case hex digits") {
 
 TEST_CASE("the partitioner's keys are TensorFlow keys") {
   fg::graph_def g;
-  g.tasks = {"/job:worker/replica:0/task:0", "/job:ps/replica:0/task:1"};
+  g.tasks = {{"worker", 0}, {"ps", 1}};
   g.add("x", "Placeholder", {}, "/job:worker/replica:0/task:0");
   g.add("y", "Identity", {"x"}, "/job:ps/replica:0/task:1");
   auto p = fg::partition(fg::placed_graph(g));
@@ -83,6 +81,20 @@ TEST_CASE("the partitioner's keys are TensorFlow keys") {
   CHECK(k.src_task() == p.messages[0].src);
   CHECK(k.dst_task() == p.messages[0].dst);
   CHECK(k.tensor_name == p.messages[0].name);
+  CHECK(tf::route(k) == tf::rendezvous_route{p.messages[0].src, p.messages[0].dst, p.messages[0].key + ";0:0"});
+}
+
+TEST_CASE("a key routes between the tasks of its devices under its canonical text") {
+  auto k = tf::parse_rendezvous_key("/job:worker/replica:0/task:2/device:GPU:1;BEEF;/job:ps/task:1/cpu:0;w/read;7:3");
+  auto r = tf::route(k);
+  CHECK(r.src == fusewire::task_id{"worker", 2});
+  CHECK(r.dst == fusewire::task_id{"ps", 1});
+  CHECK(r.channel_key == "/job:worker/replica:0/task:2/device:GPU:1;000000000000beef;/job:ps/task:1/cpu:0;w/read;7:3");
+  // The sender writing lower-case hex reaches the same channel key.
+  CHECK(tf::route(tf::parse_rendezvous_key(r.channel_key)) == r);
+  CHECK(test_graphs::error_of([] { tf::route(tf::parse_rendezvous_key("/job:worker;1;/job:ps/task:0;t;0:0")); },
+                              errc::invalid_argument) ==
+        "device '/job:worker': it names no task; a task needs /job:<name> and /task:<index>: invalid argument");
 }
 
 TEST_CASE("bad keys name the bad part") {

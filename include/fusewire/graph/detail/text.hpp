@@ -1,45 +1,37 @@
 #pragma once
-/// Small text helpers shared by the graph layer: number parsing, name
-/// checks, and the parts of a "node:port" / "^node" input reference.
+/// Text helpers of the graph layer: node-name checks and the parts of a
+/// "node:port" / "^node" input reference. Number parsing and quoting are
+/// core's (core/detail/text.hpp), brought in by name.
 
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
+
+#include <fusewire/core/detail/text.hpp>
 
 namespace fusewire {
 inline namespace v0 {
 namespace graph::detail {
 
-/// Parses a whole decimal string (no sign, no spaces) into an unsigned value.
-template <class Unsigned>
-std::optional<Unsigned> parse_decimal(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  for (char c : text)
-    if (c < '0' || c > '9') return std::nullopt;
-  Unsigned value{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+using fusewire::detail::is_digit;
+using fusewire::detail::parse_uint;
+using fusewire::detail::quoted;
+using fusewire::detail::uint_parse;
+
+constexpr bool is_alpha(char c) noexcept { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/// Parses decimal digits into a value no larger than `max`; nullopt otherwise.
+inline std::optional<std::uint64_t> parse_bounded(std::string_view text, std::uint64_t max) noexcept {
+  std::uint64_t value = 0;
+  if (parse_uint(text, value) != uint_parse::ok || value > max) return std::nullopt;
   return value;
 }
 
-inline bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-/// TensorFlow's job-name rule: a letter, then letters, digits or '_'.
-inline bool is_job_name(std::string_view s) {
-  if (s.empty() || !is_alpha(s[0])) return false;
-  for (char c : s.substr(1))
-    if (!(is_alpha(c) || is_digit(c) || c == '_')) return false;
-  return true;
-}
-
-/// Node names: a letter, digit or '.', then letters, digits and "_.-/>".
-/// (TensorFlow's rule, minus a leading '_' which fusewire reserves.)
+/// Node names: a letter, digit, '.' or '_', then letters, digits and "_.-/>"
+/// (TensorFlow's rule; a leading '_' is reserved for nodes the partitioner adds).
 inline bool is_node_name(std::string_view s) {
   if (s.empty()) return false;
   auto first_ok = [](char c) { return is_alpha(c) || is_digit(c) || c == '.'; };
@@ -73,8 +65,8 @@ inline std::optional<input_text> split_input(std::string_view text) {
     out.node = text;
     return out;
   }
-  auto port = parse_decimal<unsigned>(text.substr(colon + 1));
-  if (!port || *port > 1'000'000 || colon == 0) return std::nullopt;
+  auto port = parse_bounded(text.substr(colon + 1), 1'000'000);
+  if (!port || colon == 0) return std::nullopt;
   out.node = text.substr(0, colon);
   out.port = static_cast<int>(*port);
   return out;
@@ -86,13 +78,6 @@ inline std::string join(const std::vector<std::string>& parts, std::string_view 
     if (i) out += sep;
     out += parts[i];
   }
-  return out;
-}
-
-inline std::string quoted(std::string_view s) {
-  std::string out = "'";
-  out += s;
-  out += "'";
   return out;
 }
 
