@@ -5,3 +5,15 @@
 #include <fusewire/core/version.hpp>
 #include <fusewire/core/core.hpp>
 #include <fusewire/wire/wire.hpp>
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#if __has_include(<liburing.h>)
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+#include <fusewire/protocol/channel.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/graph/partition.hpp>
+#include <fusewire/graph/executor.hpp>
+#include <fusewire/graph/local_cluster.hpp>
+#include <fusewire/tf/tf.hpp>

@@ -1,0 +1,92 @@
+#pragma once
+/// The portable reactor engine: a Boost.Asio io_context owned by one reactor
+/// thread; and the reactor/group aliases built on it.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <system_error>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <fusewire/reactor/reactor.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+/// An io_context driven by the reactor loop: poll() runs ready handlers without
+/// blocking, wait() blocks in run_one until a handler or the wake eventfd is ready.
+/// Only its reactor's thread touches the io_context, so it runs without locks
+/// (concurrency hint UNSAFE) unless the config says otherwise.
+class asio_engine {
+ public:
+  struct config {
+    /// io_context concurrency hint; the default turns off Asio's internal locking.
+    int concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
+  };
+
+  asio_engine(const config& cfg, detail::engine_hooks& hooks)
+      : context_(cfg.concurrency_hint), work_(context_.get_executor()), wake_(context_) {
+    const int fd = ::dup(hooks.wake_fd());
+    if (fd < 0) throw std::system_error(errno, std::system_category(), "asio_engine: dup(eventfd) failed");
+    wake_.assign(fd);
+    arm_wake();
+  }
+
+  asio_engine(const asio_engine&) = delete;
+  asio_engine& operator=(const asio_engine&) = delete;
+
+  ~asio_engine() {
+    boost::system::error_code ignored;
+    wake_.close(ignored);
+    work_.reset();
+  }
+
+  /// The io_context sockets of this reactor are created on. Reactor thread only.
+  boost::asio::io_context& context() noexcept { return context_; }
+
+  bool poll() { return context_.poll() != 0; }
+
+  void wait(std::optional<std::chrono::nanoseconds> timeout) {
+    if (timeout) {
+      context_.run_one_for(*timeout);
+    } else {
+      context_.run_one();
+    }
+  }
+
+  /// Asio owes no completions the reactor does not already count (transports
+  /// count their operations with work_started/work_finished).
+  bool busy() const noexcept { return false; }
+
+  static constexpr std::string_view name() noexcept { return "asio"; }
+
+ private:
+  void arm_wake() {
+    wake_.async_wait(boost::asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+      if (ec) return;  // closed: the engine is going away
+      std::uint64_t value = 0;
+      [[maybe_unused]] const ssize_t n = ::read(wake_.native_handle(), &value, sizeof value);
+      arm_wake();
+    });
+  }
+
+  boost::asio::io_context context_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  boost::asio::posix::stream_descriptor wake_;
+};
+
+static_assert(reactor_engine<asio_engine>);
+
+/// A reactor running an Asio io_context.
+using asio_reactor = basic_reactor<asio_engine>;
+/// A group of Asio reactors.
+using asio_reactor_group = basic_reactor_group<asio_engine>;
+
+}  // namespace v0
+}  // namespace fusewire

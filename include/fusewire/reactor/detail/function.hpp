@@ -1,0 +1,199 @@
+#pragma once
+/// Move-only type-erased callables and an intrusive task list. Private to the
+/// reactor and transport layers.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace fusewire {
+inline namespace v0 {
+namespace detail {
+
+template <class Signature>
+class unique_function;
+
+/// A move-only std::function: holds small callables inline, larger ones on the heap.
+template <class R, class... Args>
+class unique_function<R(Args...)> {
+ public:
+  unique_function() noexcept = default;
+  unique_function(std::nullptr_t) noexcept {}
+
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, unique_function> &&
+             std::is_invocable_r_v<R, std::decay_t<F>&, Args...> &&
+             std::is_constructible_v<std::decay_t<F>, F &&>)
+  unique_function(F&& f) {  // NOLINT: implicit, like std::function
+    using Fn = std::decay_t<F>;
+    if constexpr (fits_inline<Fn>()) {
+      ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
+      ops_ = &inline_ops<Fn>;
+    } else {
+      *reinterpret_cast<Fn**>(storage_) = new Fn(std::forward<F>(f));
+      ops_ = &heap_ops<Fn>;
+    }
+  }
+
+  unique_function(unique_function&& other) noexcept : ops_(other.ops_) {
+    if (ops_ != nullptr) {
+      ops_->move(storage_, other.storage_);
+      other.ops_ = nullptr;
+    }
+  }
+
+  unique_function& operator=(unique_function&& other) noexcept {
+    if (this != &other) {
+      reset();
+      ops_ = other.ops_;
+      if (ops_ != nullptr) {
+        ops_->move(storage_, other.storage_);
+        other.ops_ = nullptr;
+      }
+    }
+    return *this;
+  }
+
+  unique_function(const unique_function&) = delete;
+  unique_function& operator=(const unique_function&) = delete;
+
+  ~unique_function() { reset(); }
+
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+
+  R operator()(Args... args) { return ops_->call(storage_, std::forward<Args>(args)...); }
+
+  void reset() noexcept {
+    if (ops_ != nullptr) {
+      ops_->destroy(storage_);
+      ops_ = nullptr;
+    }
+  }
+
+ private:
+  static constexpr std::size_t inline_size = 48;
+
+  struct ops_table {
+    R (*call)(void*, Args&&...);
+    void (*move)(void* dst, void* src) noexcept;
+    void (*destroy)(void*) noexcept;
+  };
+
+  template <class Fn>
+  static constexpr bool fits_inline() {
+    return sizeof(Fn) <= inline_size && alignof(Fn) <= alignof(std::max_align_t) &&
+           std::is_nothrow_move_constructible_v<Fn>;
+  }
+
+  template <class Fn>
+  static constexpr ops_table inline_ops{
+      [](void* s, Args&&... a) -> R { return std::invoke(*static_cast<Fn*>(s), std::forward<Args>(a)...); },
+      [](void* d, void* s) noexcept {
+        ::new (d) Fn(std::move(*static_cast<Fn*>(s)));
+        static_cast<Fn*>(s)->~Fn();
+      },
+      [](void* s) noexcept { static_cast<Fn*>(s)->~Fn(); }};
+
+  template <class Fn>
+  static constexpr ops_table heap_ops{
+      [](void* s, Args&&... a) -> R { return std::invoke(**static_cast<Fn**>(s), std::forward<Args>(a)...); },
+      [](void* d, void* s) noexcept { *static_cast<Fn**>(d) = *static_cast<Fn**>(s); },
+      [](void* s) noexcept { delete *static_cast<Fn**>(s); }};
+
+  alignas(std::max_align_t) unsigned char storage_[inline_size];
+  const ops_table* ops_ = nullptr;
+};
+
+/// A heap node holding one `void()` job; queues link these intrusively.
+class task {
+ public:
+  task() = default;
+  task(const task&) = delete;
+  task& operator=(const task&) = delete;
+  virtual ~task() = default;
+  virtual void run() = 0;
+
+  task* next_ = nullptr;
+};
+
+template <class F>
+class task_impl final : public task {
+ public:
+  template <class G>
+  explicit task_impl(G&& g) : fn_(std::forward<G>(g)) {}
+  void run() override { fn_(); }
+
+ private:
+  F fn_;
+};
+
+using task_ptr = std::unique_ptr<task>;
+
+template <class F>
+task_ptr make_task(F&& f) {
+  return task_ptr(new task_impl<std::decay_t<F>>(std::forward<F>(f)));
+}
+
+/// FIFO of tasks linked through task::next_. Single-threaded.
+class task_list {
+ public:
+  task_list() = default;
+  task_list(task_list&& other) noexcept
+      : head_(std::exchange(other.head_, nullptr)),
+        tail_(std::exchange(other.tail_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {}
+  task_list& operator=(task_list&& other) noexcept {
+    if (this != &other) {
+      clear();
+      head_ = std::exchange(other.head_, nullptr);
+      tail_ = std::exchange(other.tail_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  task_list(const task_list&) = delete;
+  task_list& operator=(const task_list&) = delete;
+  ~task_list() { clear(); }
+
+  bool empty() const noexcept { return head_ == nullptr; }
+  std::size_t size() const noexcept { return size_; }
+
+  void push_back(task_ptr t) noexcept {
+    task* raw = t.release();
+    raw->next_ = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next_ = raw;
+    } else {
+      head_ = raw;
+    }
+    tail_ = raw;
+    ++size_;
+  }
+
+  task_ptr pop_front() noexcept {
+    task* raw = head_;
+    if (raw == nullptr) return nullptr;
+    head_ = raw->next_;
+    if (head_ == nullptr) tail_ = nullptr;
+    raw->next_ = nullptr;
+    --size_;
+    return task_ptr(raw);
+  }
+
+  void clear() noexcept {
+    while (task_ptr t = pop_front()) {
+    }
+  }
+
+ private:
+  task* head_ = nullptr;
+  task* tail_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,371 @@
+#pragma once
+/// The io_uring reactor engine (liburing >= 2.2): one ring per reactor thread,
+/// SQEs batched and submitted once per tick, features probed at runtime with a
+/// working fallback for each; and the reactor/group aliases built on it.
+
+#include <liburing.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <fusewire/reactor/detail/uring_buffers.hpp>
+#include <fusewire/reactor/reactor.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+/// What this kernel (and the engine's config) let the ring use. Probed once,
+/// when the engine starts on its reactor thread.
+struct uring_features {
+  unsigned setup_flags = 0;  ///< the IORING_SETUP_* flags the ring was created with
+  bool single_issuer = false;
+  bool defer_taskrun = false;
+  bool coop_taskrun = false;
+  bool taskrun_flag = false;  ///< the kernel flags pending task work, so idle polls skip io_uring_enter
+  bool submit_all = false;
+  bool registered_ring_fd = false;  ///< io_uring_register_ring_fd: enters skip the fd lookup
+  bool ext_arg = false;  ///< IORING_FEAT_EXT_ARG: waits with a timeout need no extra SQE
+  bool nodrop = false;   ///< IORING_FEAT_NODROP: completions are never lost on CQ overflow
+  bool fast_poll = false;
+  bool op_recv = false;
+  bool op_sendmsg = false;
+  bool op_send_zc = false;
+  bool op_sendmsg_zc = false;
+  bool op_accept = false;
+  bool op_connect = false;
+  bool op_async_cancel = false;
+  bool buf_ring = false;                   ///< a provided-buffer ring is registered
+  unsigned buf_count = 0;                  ///< its buffers
+  std::size_t buf_size = 0;                ///< and their size
+  std::string buf_ring_error;              ///< why there is none, if there is none
+  std::string setup_fallback;              ///< flags dropped because the kernel refused them
+
+  /// Learned by transports at runtime (no probe exists for these).
+  enum class tri : std::uint8_t { unknown, yes, no };
+  tri recv_multishot = tri::unknown;   ///< multishot recv with provided buffers worked (or failed with EINVAL)
+  tri zc_report_usage = tri::unknown;  ///< IORING_SEND_ZC_REPORT_USAGE accepted (kernel 6.2+)
+
+  /// One line for logs and benchmark headers.
+  std::string to_string() const {
+    std::string s = "io_uring setup=";
+    const auto flag = [&](bool on, const char* name) {
+      if (!on) return;
+      if (s.back() != '=') s += '|';
+      s += name;
+    };
+    flag(single_issuer, "SINGLE_ISSUER");
+    flag(defer_taskrun, "DEFER_TASKRUN");
+    flag(coop_taskrun, "COOP_TASKRUN");
+    flag(taskrun_flag, "TASKRUN_FLAG");
+    flag(submit_all, "SUBMIT_ALL");
+    if (s.back() == '=') s += "none";
+    if (!setup_fallback.empty()) s += " (dropped " + setup_fallback + ")";
+    s += " ops=";
+    const auto op = [&](bool on, const char* name) {
+      s += name;
+      s += on ? "+ " : "- ";
+    };
+    op(op_recv, "recv");
+    op(op_sendmsg, "sendmsg");
+    op(op_send_zc, "send_zc");
+    op(op_sendmsg_zc, "sendmsg_zc");
+    op(op_accept, "accept");
+    op(op_connect, "connect");
+    op(op_async_cancel, "cancel");
+    s += "ext_arg";
+    s += ext_arg ? "+" : "-";
+    s += " ring_fd";
+    s += registered_ring_fd ? "+" : "-";
+    s += " buf_ring=";
+    if (buf_ring) {
+      s += std::to_string(buf_count) + "x" + std::to_string(buf_size);
+    } else {
+      s += "off(" + buf_ring_error + ")";
+    }
+    const auto learned = [](tri t) { return t == tri::yes ? "yes" : t == tri::no ? "no" : "untried"; };
+    s += " recv_multishot=";
+    s += learned(recv_multishot);
+    s += " zc_report_usage=";
+    s += learned(zc_report_usage);
+    return s;
+  }
+};
+
+namespace detail {
+
+/// One in-flight io_uring operation: the engine calls `complete(self, res,
+/// flags)` for each of its CQEs (a static vtable of one entry per kind of op).
+/// Counted in flight from start() until a CQE without IORING_CQE_F_MORE.
+struct uring_op {
+  using complete_fn = void (*)(uring_op* self, int res, unsigned flags);
+  complete_fn complete = nullptr;
+};
+
+}  // namespace detail
+
+/// An io_uring owned by one reactor thread. Transports get SQEs with start(op),
+/// which the next poll() or wait() submits (one io_uring_enter per tick).
+class uring_engine {
+ public:
+  struct config {
+    unsigned sq_entries = 256;
+    unsigned cq_entries = 4096;
+    bool single_issuer = true;   ///< try IORING_SETUP_SINGLE_ISSUER
+    bool defer_taskrun = true;   ///< try IORING_SETUP_DEFER_TASKRUN (needs single_issuer)
+    bool coop_taskrun = true;    ///< try IORING_SETUP_COOP_TASKRUN (and TASKRUN_FLAG)
+    bool register_ring_fd = true;  ///< try io_uring_register_ring_fd
+    bool provided_buffers = true;  ///< register a provided-buffer ring for multishot receives
+    unsigned buffer_count = 256;   ///< provided buffers (a power of two)
+    std::size_t buffer_size = 16384;
+  };
+
+  /// Creates the ring, dropping setup flags the kernel refuses (EINVAL) one by one.
+  /// Throws std::system_error if io_uring itself is unavailable.
+  uring_engine(const config& cfg, detail::engine_hooks& hooks) : hooks_(&hooks), wake_fd_(hooks.wake_fd()) {
+    setup(cfg);
+    arm_wake();
+  }
+
+  uring_engine(const uring_engine&) = delete;
+  uring_engine& operator=(const uring_engine&) = delete;
+
+  ~uring_engine() {
+    buffers_.reset();
+    io_uring_queue_exit(&ring_);
+  }
+
+  const uring_features& features() const noexcept { return features_; }
+  /// For transports to record what they learn at runtime (uring_features::tri fields).
+  uring_features& runtime_features() noexcept { return features_; }
+  io_uring& ring() noexcept { return ring_; }
+  /// The provided-buffer ring, or nullptr if the kernel has none.
+  detail::provided_buffer_ring* buffers() noexcept { return buffers_.get(); }
+
+  /// An SQE whose CQEs go to `op`; submitted at the next poll()/wait().
+  io_uring_sqe* start(detail::uring_op& op) {
+    io_uring_sqe* sqe = next_sqe();
+    io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uint64_t>(&op));
+    ++inflight_;
+    return sqe;
+  }
+
+  /// An SQE whose completion nobody waits for (e.g. a cancellation request).
+  io_uring_sqe* start_untracked() {
+    io_uring_sqe* sqe = next_sqe();
+    io_uring_sqe_set_data64(sqe, 0);
+    return sqe;
+  }
+
+  bool poll() {
+    if (buffers_) buffers_->collect_returns();
+    if (needs_enter()) {
+      ++enters_;
+      const int rc = io_uring_submit_and_get_events(&ring_);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        hooks_->report("io_uring_enter failed: " + std::system_category().message(-rc));
+      }
+    }
+    return reap();
+  }
+
+  void wait(std::optional<std::chrono::nanoseconds> timeout) {
+    io_uring_cqe* cqe = nullptr;
+    ++enters_;
+    int rc = 0;
+    if (timeout) {
+      __kernel_timespec ts;
+      ts.tv_sec = static_cast<long long>(timeout->count() / 1000000000);
+      ts.tv_nsec = static_cast<long long>(timeout->count() % 1000000000);
+      rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    } else {
+      rc = io_uring_submit_and_wait(&ring_, 1);
+    }
+    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      hooks_->report("io_uring wait failed: " + std::system_category().message(-rc));
+    }
+    reap();
+  }
+
+  bool busy() const noexcept { return inflight_ != 0; }
+
+  /// Operations whose final CQE has not arrived.
+  std::size_t inflight() const noexcept { return inflight_; }
+  /// io_uring_enter calls made (submissions + waits); one per tick at most.
+  std::uint64_t enters() const noexcept { return enters_; }
+
+  static constexpr std::string_view name() noexcept { return "io_uring"; }
+
+ private:
+  static constexpr std::uint64_t wake_tag = 1;
+
+  /// Whether this poll must call into the kernel: to submit, or to run task work
+  /// (completions of network operations). With TASKRUN_FLAG the kernel says when
+  /// task work is pending, so an idle busy-poll tick stays in user space; every
+  /// 64th tick enters anyway, as a safety net.
+  bool needs_enter() noexcept {
+    if (io_uring_sq_ready(&ring_) != 0) return true;
+    if (inflight_ == 0) return false;
+    if (!features_.taskrun_flag) return true;
+    const unsigned flags = __atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE);
+    if ((flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0) return true;
+    return (++quiet_polls_ & 63u) == 0;
+  }
+
+  void setup(const config& cfg) {
+    unsigned wanted = IORING_SETUP_SUBMIT_ALL;
+    if (cfg.coop_taskrun) wanted |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    if (cfg.single_issuer) wanted |= IORING_SETUP_SINGLE_ISSUER;
+    if (cfg.single_issuer && cfg.defer_taskrun) wanted |= IORING_SETUP_DEFER_TASKRUN;
+    // Dropped in this order when the kernel answers EINVAL.
+    static constexpr struct {
+      unsigned flag;
+      const char* name;
+    } fallback[] = {{IORING_SETUP_DEFER_TASKRUN, "DEFER_TASKRUN"},
+                    {IORING_SETUP_SINGLE_ISSUER, "SINGLE_ISSUER"},
+                    {IORING_SETUP_SUBMIT_ALL, "SUBMIT_ALL"},
+                    {IORING_SETUP_TASKRUN_FLAG, "TASKRUN_FLAG"},
+                    {IORING_SETUP_COOP_TASKRUN, "COOP_TASKRUN"}};
+    io_uring_params params;
+    for (std::size_t next = 0;; ) {
+      std::memset(&params, 0, sizeof params);
+      params.flags = wanted | IORING_SETUP_CQSIZE;
+      params.cq_entries = cfg.cq_entries;
+      const int rc = io_uring_queue_init_params(cfg.sq_entries, &ring_, &params);
+      if (rc == 0) break;
+      while (next < std::size(fallback) && (wanted & fallback[next].flag) == 0) ++next;
+      if (rc != -EINVAL || next == std::size(fallback)) {
+        throw std::system_error(-rc, std::system_category(),
+                                "uring_engine: io_uring_setup(sq_entries=" + std::to_string(cfg.sq_entries) +
+                                    ", cq_entries=" + std::to_string(cfg.cq_entries) + ") failed");
+      }
+      wanted &= ~fallback[next].flag;
+      if (fallback[next].flag == IORING_SETUP_COOP_TASKRUN) wanted &= ~IORING_SETUP_TASKRUN_FLAG;
+      if (!features_.setup_fallback.empty()) features_.setup_fallback += '|';
+      features_.setup_fallback += fallback[next].name;
+    }
+    features_.setup_flags = params.flags;
+    features_.single_issuer = (params.flags & IORING_SETUP_SINGLE_ISSUER) != 0;
+    features_.defer_taskrun = (params.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
+    features_.coop_taskrun = (params.flags & IORING_SETUP_COOP_TASKRUN) != 0;
+    features_.taskrun_flag = (params.flags & IORING_SETUP_TASKRUN_FLAG) != 0;
+    features_.submit_all = (params.flags & IORING_SETUP_SUBMIT_ALL) != 0;
+    // Per thread: only the reactor's thread enters this ring.
+    features_.registered_ring_fd = cfg.register_ring_fd && io_uring_register_ring_fd(&ring_) == 1;
+    features_.ext_arg = (params.features & IORING_FEAT_EXT_ARG) != 0;
+    features_.nodrop = (params.features & IORING_FEAT_NODROP) != 0;
+    features_.fast_poll = (params.features & IORING_FEAT_FAST_POLL) != 0;
+
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+      features_.op_recv = io_uring_opcode_supported(probe, IORING_OP_RECV) != 0;
+      features_.op_sendmsg = io_uring_opcode_supported(probe, IORING_OP_SENDMSG) != 0;
+      features_.op_send_zc = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC) != 0;
+      features_.op_sendmsg_zc = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC) != 0;
+      features_.op_accept = io_uring_opcode_supported(probe, IORING_OP_ACCEPT) != 0;
+      features_.op_connect = io_uring_opcode_supported(probe, IORING_OP_CONNECT) != 0;
+      features_.op_async_cancel = io_uring_opcode_supported(probe, IORING_OP_ASYNC_CANCEL) != 0;
+      io_uring_free_probe(probe);
+    }
+    if (!features_.op_recv || !features_.op_sendmsg || !features_.op_accept || !features_.op_connect ||
+        !features_.op_async_cancel) {
+      io_uring_queue_exit(&ring_);
+      throw_error(errc::not_supported,
+                  "uring_engine: the kernel lacks io_uring recv/sendmsg/accept/connect/cancel (needs Linux 5.6+)");
+    }
+
+    if (!cfg.provided_buffers) {
+      features_.buf_ring_error = "disabled by config";
+    } else {
+      std::error_code ec;
+      buffers_ = detail::provided_buffer_ring::create(ring_, 0, cfg.buffer_count, cfg.buffer_size, ec);
+      if (buffers_) {
+        features_.buf_ring = true;
+        features_.buf_count = cfg.buffer_count;
+        features_.buf_size = cfg.buffer_size;
+      } else {
+        features_.buf_ring_error = ec.message();
+      }
+    }
+  }
+
+  io_uring_sqe* next_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    for (int attempt = 0; sqe == nullptr; ++attempt) {
+      ++enters_;
+      const int rc = io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr && attempt == 8) {
+        throw std::system_error(rc < 0 ? -rc : EBUSY, std::system_category(),
+                                "uring_engine: submission queue full and the kernel takes no more");
+      }
+    }
+    return sqe;
+  }
+
+  void arm_wake() {
+    io_uring_sqe* sqe = next_sqe();
+    io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+    io_uring_sqe_set_data64(sqe, wake_tag);
+  }
+
+  bool reap() {
+    struct completion {
+      std::uint64_t user_data;
+      int res;
+      unsigned flags;
+    };
+    bool worked = false;
+    for (int round = 0; round < 64; ++round) {
+      io_uring_cqe* cqes[64];
+      const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+      if (n == 0) break;
+      completion batch[64];
+      for (unsigned i = 0; i < n; ++i) batch[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+      io_uring_cq_advance(&ring_, n);
+      for (unsigned i = 0; i < n; ++i) {
+        const completion& c = batch[i];
+        if (c.user_data == 0 || c.user_data == LIBURING_UDATA_TIMEOUT) continue;
+        if (c.user_data == wake_tag) {
+          arm_wake();
+          continue;
+        }
+        worked = true;
+        auto* op = reinterpret_cast<detail::uring_op*>(c.user_data);
+        if ((c.flags & IORING_CQE_F_MORE) == 0) --inflight_;
+        try {
+          op->complete(op, c.res, c.flags);
+        } catch (...) {
+          hooks_->report("exception escaped an io_uring completion: " + detail::describe_current_exception());
+        }
+      }
+      if (n < 64) break;
+    }
+    return worked;
+  }
+
+  detail::engine_hooks* hooks_;
+  int wake_fd_;
+  io_uring ring_{};
+  uring_features features_;
+  std::unique_ptr<detail::provided_buffer_ring> buffers_;
+  std::uint64_t wake_value_ = 0;
+  std::size_t inflight_ = 0;
+  std::uint64_t enters_ = 0;
+  unsigned quiet_polls_ = 0;
+};
+
+static_assert(reactor_engine<uring_engine>);
+
+/// A reactor running an io_uring.
+using uring_reactor = basic_reactor<uring_engine>;
+/// A group of io_uring reactors.
+using uring_reactor_group = basic_reactor_group<uring_engine>;
+
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,961 @@
+#pragma once
+/// rendezvous::endpoint: TensorFlow-style keyed send/recv between the tasks of
+/// a cluster, over any fusewire::transport.
+///
+/// One endpoint per process (its task_id, the cluster_spec, options). It
+/// listens on its task's fast-path endpoint and connects to a peer on the
+/// first send to it (reconnecting with backoff, for at most
+/// options.connect_timeout). Each side sends only on the connections it made
+/// and receives on the ones it accepted, so two tasks never race to connect.
+///
+/// Semantics:
+/// - send(peer, key, …) and recv(peer, key, …) may come in either order.
+/// - A recv that posted a destination of the right size gets the payload read
+///   from the socket straight into it (no intermediate copy). A tensor that
+///   arrives before its recv is read into a pool block (core buffer_pool) when
+///   it fits one, else a fresh buffer bounded by options.max_frame_bytes, and
+///   is later handed to the recv without a copy — or copied once into the
+///   destination if that recv posted one.
+/// - Ordering: per (peer, key), tensors are delivered in the order they were
+///   sent (FIFO), and recvs are matched in the order they were posted. No
+///   order holds between different keys or different peers.
+/// - Completion: send `void(std::error_code)`, recv `void(std::error_code,
+///   tensor_buffer)`, exactly once, on the endpoint's reactor thread, never
+///   inline from the initiating call (unless the endpoint was already closed:
+///   then errc::cancelled, inline). A send completes once its bytes were
+///   handed to the kernel. Handlers must not block.
+/// - Deadlines: each operation may have a timeout; it then fails with
+///   errc::timed_out. A send or recv whose bytes are already moving when its
+///   deadline passes closes that connection (the stream is mid-frame) and
+///   reports errc::timed_out once the transport let go of its buffers.
+/// - Failure: a peer whose connection breaks fails the receives waiting for it
+///   and the sends in flight to it with errc::connection_reset; until it
+///   connects again, a new receive from it fails at once with the same error
+///   unless its tensor already arrived. An unreachable
+///   peer fails queued sends with errc::connection_refused after
+///   options.connect_timeout; close() fails every pending operation with
+///   errc::cancelled. Garbage or truncated frames close that one connection
+///   (logged); the endpoint keeps serving the others.
+/// - Fusion (options.coalesce): sends of at most options.acc_size bytes to the
+///   same peer made within one reactor tick are batched (up to acc_size bytes
+///   in all) and leave as one fused frame when the tick ends; a larger send
+///   first flushes the batch, so the per-(peer, key) FIFO above still holds.
+///   The receiver reads a fused frame's payload into one buffer and hands each
+///   tensor over as an alias of its bytes. options.fuse_delay is not used:
+///   a batch never waits beyond the tick. Chunking is not implemented: a
+///   tensor travels as one frame, bounded by options.max_frame_bytes.
+/// - Payloads are raw bytes (described on the wire as uint8[n]).
+///
+/// Threads: every public member may be called from any thread (work is handed
+/// to the reactor through its inbox); the blocking helpers must not be called
+/// on the endpoint's reactor thread.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fusewire/core/buffer_pool.hpp>
+#include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/options.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/handshake.hpp>
+#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/concepts.hpp>
+#include <fusewire/wire/fused.hpp>
+#include <fusewire/wire/meta.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace rendezvous {
+
+/// The clock deadlines are measured on.
+using clock = std::chrono::steady_clock;
+/// A timeout of zero: the operation waits as long as it takes.
+inline constexpr clock::duration no_deadline = clock::duration::zero();
+
+/// Completion of a send: `void(std::error_code)`.
+template <class H>
+concept send_completion = std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code>;
+/// Completion of a recv: `void(std::error_code, tensor_buffer)`.
+template <class H>
+concept recv_completion =
+    std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code, tensor_buffer>;
+
+/// What the blocking and coroutine forms of recv return.
+struct recv_result {
+  std::error_code ec;
+  tensor_buffer buffer;
+};
+
+/// Counters of one endpoint; read from any thread (approximate while it runs).
+struct endpoint_stats {
+  std::uint64_t tensor_frames_sent = 0;  ///< frames carrying one tensor
+  std::uint64_t fused_frames_sent = 0;   ///< frames carrying several small tensors
+  std::uint64_t tensors_fused = 0;       ///< tensors that left inside fused frames
+};
+
+/// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
+using log_sink = std::function<void(std::string_view)>;
+
+namespace detail {
+
+/// Awaits one operation started by `Start(handler)`; resumes on the reactor thread.
+template <class Result, class Start>
+class op_awaitable {
+ public:
+  explicit op_awaitable(Start start) : start_(std::move(start)) {}
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    start_([this, h](auto&&... args) {
+      result_ = Result{std::forward<decltype(args)>(args)...};
+      h.resume();
+    });
+  }
+  Result await_resume() { return std::move(result_); }
+
+ private:
+  Start start_;
+  Result result_{};
+};
+
+}  // namespace detail
+
+/// One process's rendezvous endpoint over transport `Transport`; see the file comment.
+template <transport Transport>
+class endpoint {
+ public:
+  using transport_type = Transport;
+  using reactor_type = typename Transport::reactor_type;
+  using group_type = basic_reactor_group<typename reactor_type::engine_type>;
+  using connection_type = typename Transport::connection_type;
+  using channel_type = protocol::channel<connection_type>;
+  using send_handler = fusewire::detail::unique_function<void(std::error_code)>;
+  using recv_handler = fusewire::detail::unique_function<void(std::error_code, tensor_buffer)>;
+
+  /// Starts the reactor and listens on `self`'s fast-path endpoint. Throws
+  /// std::system_error: errc::invalid_argument if `spec` has no task `self`,
+  /// errc::invalid_config for bad options, errc::not_supported for a cluster
+  /// token in a build without libcrypto, or the listen error naming the address.
+  endpoint(task_id self, cluster_spec spec, options opts, Transport t = Transport{}, log_sink log = {})
+      : self_(std::move(self)), spec_(std::move(spec)), opts_(std::move(opts)), transport_(std::move(t)) {
+    opts_.validate();
+    const endpoint_type_alias here = spec_.fast_path_endpoint(self_);
+    if (!opts_.cluster_token.empty() && !protocol::detail::has_crypto) {
+      throw_error(errc::not_supported, "options.cluster_token is set but this build has no libcrypto "
+                                       "(FUSEWIRE_HAS_CRYPTO); rebuild with OpenSSL or unset the token");
+    }
+    reactor_config cfg = make_reactor_config(opts_, 1);
+    cfg.count = 1;
+    group_ = std::make_unique<group_type>(cfg);
+    core_ = std::make_unique<core>(*this, std::move(log));
+    auto started = group_->submit(0, [this, here]() -> std::error_code {
+      return core_->start(here);
+    });
+    const std::error_code ec = started.get();
+    if (ec) {
+      group_->stop();
+      core_.reset();
+      throw std::system_error(ec, "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
+    }
+  }
+
+  endpoint(const endpoint&) = delete;
+  endpoint& operator=(const endpoint&) = delete;
+
+  /// close(), then releases everything.
+  ~endpoint() {
+    close();
+    group_->join();
+    core_.reset();
+  }
+
+  const task_id& self() const noexcept { return self_; }
+  /// Frame counters (see endpoint_stats).
+  endpoint_stats stats() const noexcept {
+    return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
+            tensors_fused_.load(std::memory_order_relaxed)};
+  }
+  const cluster_spec& spec() const noexcept { return spec_; }
+  static constexpr std::string_view transport_name() noexcept { return Transport::name(); }
+
+  /// Sends `tensor` to task `peer` under `key`; the endpoint keeps `tensor`
+  /// alive until `h(error_code)` ran. Errors: errc::invalid_argument (no such
+  /// peer, key longer than the wire allows), errc::frame_too_large (above
+  /// options.max_frame_bytes), connection_refused, connection_reset, timed_out, cancelled.
+  template <send_completion H>
+  void send(const task_id& peer, std::string key, tensor_buffer tensor, H&& h, clock::duration timeout = no_deadline) {
+    auto op = std::make_shared<send_op>();
+    op->sg.push_back(tensor.bytes());
+    op->owned = std::move(tensor);
+    start_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout);
+  }
+
+  /// Sends the scatter-gather list `payload` (not gathered: each buffer goes
+  /// to the kernel as is). The bytes must stay valid until `h` ran; the span
+  /// itself may be a temporary. At most wire::limits::max_segments buffers.
+  template <send_completion H>
+  void send(const task_id& peer, std::string key, std::span<const const_buffer> payload, H&& h,
+            clock::duration timeout = no_deadline) {
+    auto op = std::make_shared<send_op>();
+    op->sg.assign(payload.begin(), payload.end());
+    start_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout);
+  }
+
+  /// Receives the tensor `peer` sends under `key`: `h(error_code, tensor_buffer)`.
+  template <recv_completion H>
+  void recv(const task_id& peer, std::string key, H&& h, clock::duration timeout = no_deadline) {
+    start_recv(peer, std::move(key), tensor_buffer(), false, recv_handler(std::forward<H>(h)), timeout);
+  }
+
+  /// As above, landing the payload in `destination` (its size must equal the
+  /// tensor's, else errc::size_mismatch). `h` gets an alias of `destination`.
+  /// A non-owning destination (tensor_buffer::view) must stay valid until `h` ran.
+  template <recv_completion H>
+  void recv(const task_id& peer, std::string key, tensor_buffer destination, H&& h,
+            clock::duration timeout = no_deadline) {
+    start_recv(peer, std::move(key), std::move(destination), true, recv_handler(std::forward<H>(h)), timeout);
+  }
+
+  /// Blocking send; errc::invalid_argument if called on the endpoint's reactor thread.
+  std::error_code send_sync(const task_id& peer, std::string key, tensor_buffer tensor,
+                            clock::duration timeout = no_deadline) {
+    if (on_reactor()) return make_error_code(errc::invalid_argument);
+    std::promise<std::error_code> done;
+    auto fut = done.get_future();
+    send(peer, std::move(key), std::move(tensor), [&done](std::error_code ec) { done.set_value(ec); }, timeout);
+    return fut.get();
+  }
+
+  /// Blocking scatter-gather send.
+  std::error_code send_sync(const task_id& peer, std::string key, std::span<const const_buffer> payload,
+                            clock::duration timeout = no_deadline) {
+    if (on_reactor()) return make_error_code(errc::invalid_argument);
+    std::promise<std::error_code> done;
+    auto fut = done.get_future();
+    send(peer, std::move(key), payload, [&done](std::error_code ec) { done.set_value(ec); }, timeout);
+    return fut.get();
+  }
+
+  /// Blocking recv; errc::invalid_argument if called on the endpoint's reactor thread.
+  recv_result recv_sync(const task_id& peer, std::string key, clock::duration timeout = no_deadline) {
+    return recv_sync_impl(peer, std::move(key), tensor_buffer(), false, timeout);
+  }
+
+  /// Blocking recv into `destination`.
+  recv_result recv_sync(const task_id& peer, std::string key, tensor_buffer destination,
+                        clock::duration timeout = no_deadline) {
+    return recv_sync_impl(peer, std::move(key), std::move(destination), true, timeout);
+  }
+
+  /// `co_await ep.async_send(...)` -> std::error_code; the coroutine resumes on the reactor thread.
+  auto async_send(task_id peer, std::string key, tensor_buffer tensor, clock::duration timeout = no_deadline) {
+    auto start = [this, peer = std::move(peer), key = std::move(key), tensor = std::move(tensor),
+                  timeout](auto handler) mutable {
+      send(peer, std::move(key), std::move(tensor), std::move(handler), timeout);
+    };
+    return detail::op_awaitable<std::error_code, decltype(start)>(std::move(start));
+  }
+
+  /// `co_await ep.async_recv(...)` -> recv_result; the coroutine resumes on the reactor thread.
+  auto async_recv(task_id peer, std::string key, clock::duration timeout = no_deadline) {
+    auto start = [this, peer = std::move(peer), key = std::move(key), timeout](auto handler) mutable {
+      recv(peer, std::move(key), std::move(handler), timeout);
+    };
+    return detail::op_awaitable<recv_result, decltype(start)>(std::move(start));
+  }
+
+  /// co_await form of recv into `destination`.
+  auto async_recv(task_id peer, std::string key, tensor_buffer destination, clock::duration timeout = no_deadline) {
+    auto start = [this, peer = std::move(peer), key = std::move(key), dst = std::move(destination),
+                  timeout](auto handler) mutable {
+      recv(peer, std::move(key), std::move(dst), std::move(handler), timeout);
+    };
+    return detail::op_awaitable<recv_result, decltype(start)>(std::move(start));
+  }
+
+  /// Closes the listener and every connection; every pending operation
+  /// completes with errc::cancelled (exactly once), later ones too. Idempotent;
+  /// any thread (on the reactor thread it does not wait for the reactor to exit).
+  void close() {
+    if (closed_.exchange(true)) return;
+    if (on_reactor()) {
+      core_->shutdown();
+      group_->stop();
+      return;
+    }
+    auto done = group_->submit(0, [this] { core_->shutdown(); });
+    try {
+      done.get();
+    } catch (const std::system_error&) {
+      // The reactor already stopped: nothing is pending.
+    }
+    group_->stop();
+  }
+
+ private:
+  using endpoint_type_alias = fusewire::endpoint;
+
+  struct send_op {
+    std::uint64_t id = 0;
+    std::string peer;
+    std::string key;
+    tensor_buffer owned;
+    std::vector<const_buffer> sg;
+    send_handler h;
+    timer_id timer;
+    bool in_flight = false;
+    bool timed_out = false;
+    bool done = false;
+  };
+
+  struct recv_op {
+    std::uint64_t id = 0;
+    std::string peer;
+    std::string key;
+    tensor_buffer dst;
+    bool has_dst = false;
+    recv_handler h;
+    timer_id timer;
+    std::shared_ptr<channel_type> bound;  ///< the channel reading into dst, if any
+    bool timed_out = false;
+    bool done = false;
+  };
+
+  struct out_peer {
+    task_id task;
+    std::shared_ptr<channel_type> ch;
+    bool ready = false;
+    bool connecting = false;
+    std::deque<std::shared_ptr<send_op>> waiting;
+    std::map<std::uint64_t, std::shared_ptr<send_op>> in_flight;
+    std::vector<std::shared_ptr<send_op>> batch;  ///< small sends waiting for the end of this tick
+    std::size_t batch_bytes = 0;
+    std::size_t batch_meta = 4;
+    bool flush_posted = false;
+    clock::time_point first_attempt{};
+    clock::duration backoff{};
+  };
+
+  struct slot {
+    std::deque<tensor_buffer> arrived;
+    std::deque<std::shared_ptr<recv_op>> waiting;
+  };
+
+  struct inbound {
+    std::shared_ptr<channel_type> ch;
+    std::string peer;  ///< empty until the handshake named it
+  };
+
+  /// Everything the reactor owns; touched only on the reactor thread.
+  class core {
+   public:
+    core(endpoint& ep, log_sink log)
+        : ep_(ep),
+          log_(std::move(log)),
+          limits_(protocol::limits_for(ep.opts_.max_frame_bytes)),
+          pool_(buffer_pool_config::from(ep.opts_, 1)) {
+      identity_.self = ep.self_;
+      identity_.token = ep.opts_.cluster_token;
+      std::random_device rd;
+      identity_.incarnation = (std::uint64_t{rd()} << 32) ^ rd();
+    }
+
+    std::error_code start(const fusewire::endpoint& here) {
+      reactor_ = reactor_type::current();
+      std::error_code ec;
+      listener_ = ep_.transport_.listen(*reactor_, here.host, here.port, ec);
+      if (ec) return ec;
+      accept();
+      return {};
+    }
+
+    void shutdown() {
+      if (closing_) return;
+      closing_ = true;
+      listener_.close();
+      for (auto& [name, p] : out_) {
+        if (p.ch) p.ch->close();
+        auto waiting = std::move(p.waiting);
+        for (auto& op : waiting) complete(*op, make_error_code(errc::cancelled));
+        auto batch = std::move(p.batch);
+        for (auto& op : batch) complete(*op, make_error_code(errc::cancelled));
+      }
+      for (auto& [raw, in] : in_) in.ch->close();
+      // Bound receives complete from their read handler (the transport still holds dst).
+      std::vector<std::shared_ptr<recv_op>> ops;
+      for (auto& [id, op] : recv_ops_) {
+        if (!op->bound) ops.push_back(op);
+      }
+      for (auto& op : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
+      slots_.clear();
+    }
+
+    void post_send(std::shared_ptr<send_op> op, clock::duration timeout) {
+      if (closing_) return complete(*op, make_error_code(errc::cancelled));
+      auto [it, fresh] = out_.try_emplace(op->peer);
+      out_peer& p = it->second;
+      if (fresh) p.task = task_id::parse(op->peer);
+      if (timeout > clock::duration::zero()) {
+        op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
+          if (!ec) on_send_deadline(op);
+        });
+      }
+      if (p.ready) return enqueue(p, std::move(op));
+      p.waiting.push_back(std::move(op));
+      if (!p.connecting) {
+        p.connecting = true;
+        p.first_attempt = clock::now();
+        p.backoff = std::chrono::milliseconds(5);
+        connect(p);
+      }
+    }
+
+    void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
+      if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
+      recv_ops_.emplace(op->id, op);
+      slot& s = slots_[{op->peer, op->key}];
+      if (!s.arrived.empty()) {
+        tensor_buffer b = std::move(s.arrived.front());
+        s.arrived.pop_front();
+        hand_over(*op, std::move(b));
+        if (s.arrived.empty() && s.waiting.empty()) slots_.erase({op->peer, op->key});
+        return;
+      }
+      if (s.waiting.empty() && s.arrived.empty()) slots_.erase({op->peer, op->key});
+      if (down_.contains(op->peer)) return complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
+      slot& w = slots_[{op->peer, op->key}];
+      if (timeout > clock::duration::zero()) {
+        op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
+          if (!ec) on_recv_deadline(op);
+        });
+      }
+      w.waiting.push_back(std::move(op));
+    }
+
+    void complete(send_op& op, std::error_code ec) {
+      if (op.done) return;
+      op.done = true;
+      if (op.timer) reactor_->cancel(op.timer);
+      op.owned.reset();
+      send_handler h = std::move(op.h);
+      reactor_->invoke(h, ec);
+    }
+
+    void complete(recv_op& op, std::error_code ec, tensor_buffer b) {
+      if (op.done) return;
+      op.done = true;
+      if (op.timer) reactor_->cancel(op.timer);
+      op.bound.reset();
+      recv_ops_.erase(op.id);
+      op.dst.reset();
+      recv_handler h = std::move(op.h);
+      reactor_->invoke(h, ec, std::move(b));
+    }
+
+   private:
+    void log(const std::string& line) {
+      const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
+      if (log_) {
+        try {
+          log_(text);
+        } catch (...) {
+        }
+      } else {
+        std::fprintf(stderr, "%s\n", text.c_str());
+      }
+    }
+
+    // ---- sending side -------------------------------------------------------
+
+    void connect(out_peer& p) {
+      fusewire::endpoint where;
+      try {
+        where = ep_.spec_.fast_path_endpoint(p.task);
+      } catch (const std::system_error& e) {
+        p.connecting = false;
+        return fail_waiting(p, e.code());
+      }
+      ep_.transport_.connect(*reactor_, where.host, where.port, [this, pp = &p](std::error_code ec, connection_type c) {
+        if (closing_) return c.close();
+        if (ec) return retry(*pp, ec);
+        auto ch = std::make_shared<channel_type>(std::move(c), limits_);
+        protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch](std::error_code e) {
+          if (closing_) return ch->close();
+          if (e) {
+            ch->close();
+            if (e == make_error_code(errc::auth_failed) || e == make_error_code(errc::handshake_failed)) {
+              log("handshake with " + pp->task.to_string() + " failed: " + e.message());
+              pp->connecting = false;
+              return fail_waiting(*pp, e);
+            }
+            return retry(*pp, e);
+          }
+          pp->ch = ch;
+          pp->ready = true;
+          pp->connecting = false;
+          watch_outbound(*pp, ch);
+          auto waiting = std::move(pp->waiting);
+          for (auto& op : waiting) {
+            if (!op->done) enqueue(*pp, op);
+          }
+        });
+      });
+    }
+
+    void retry(out_peer& p, std::error_code ec) {
+      const auto limit = ep_.opts_.connect_timeout;
+      if (limit.count() != 0 && clock::now() + p.backoff - p.first_attempt > limit) {
+        p.connecting = false;
+        (void)ec;
+        return fail_waiting(p, make_error_code(errc::connection_refused));
+      }
+      reactor_->run_after(p.backoff, [this, pp = &p](std::error_code e) {
+        if (e || closing_) return;
+        connect(*pp);
+      });
+      p.backoff = std::min<clock::duration>(p.backoff * 2, std::chrono::milliseconds(500));
+    }
+
+    void fail_waiting(out_peer& p, std::error_code ec) {
+      auto waiting = std::move(p.waiting);
+      for (auto& op : waiting) complete(*op, ec);
+    }
+
+    // The peer sends nothing on a connection we made; any frame or error means it is gone.
+    void watch_outbound(out_peer& p, std::shared_ptr<channel_type> ch) {
+      ch->read_head([this, pp = &p, ch](std::error_code ec, protocol::frame_head) {
+        if (!ec) ec = make_error_code(errc::malformed_frame);
+        drop_outbound(*pp, ch);
+      });
+    }
+
+    void drop_outbound(out_peer& p, const std::shared_ptr<channel_type>& ch) {
+      ch->close();
+      if (p.ch == ch) {
+        p.ch.reset();
+        p.ready = false;
+      }
+    }
+
+    // Small sends are batched until the end of the reactor tick (or until
+    // acc_size bytes), then go out as one fused frame; anything else first
+    // flushes the batch, so the peer sees every send in call order.
+    void enqueue(out_peer& p, std::shared_ptr<send_op> op) {
+      const std::size_t n = total_size(op->sg);
+      const bool small = ep_.opts_.coalesce && n <= ep_.opts_.acc_size;
+      if (!small) {
+        flush(p);
+        return write(p, std::move(op));
+      }
+      // 2 + key + descriptor (2 + 8) + size (8): one fused entry; the peer takes at most 64 KiB of meta.
+      const std::size_t meta = 20 + op->key.size();
+      if (p.batch_bytes + n > ep_.opts_.acc_size || p.batch_meta + meta > wire::limits{}.max_meta_bytes) flush(p);
+      p.batch_bytes += n;
+      p.batch_meta += meta;
+      p.batch.push_back(std::move(op));
+      if (!p.flush_posted) {
+        p.flush_posted = true;
+        reactor_->post([this, pp = &p] {
+          pp->flush_posted = false;
+          if (!closing_) flush(*pp);
+        });
+      }
+    }
+
+    void flush(out_peer& p) {
+      std::vector<std::shared_ptr<send_op>> batch;
+      for (auto& op : p.batch) {
+        if (!op->done) batch.push_back(std::move(op));
+      }
+      p.batch.clear();
+      p.batch_bytes = 0;
+      p.batch_meta = 4;
+      if (batch.empty()) return;
+      if (!p.ready) {
+        for (auto& op : batch) complete(*op, make_error_code(errc::connection_reset));
+        return;
+      }
+      if (batch.size() == 1) return write(p, std::move(batch.front()));
+      std::size_t meta_bytes = 4;
+      const auto desc_of = [](std::uint64_t n) {
+        return tensor_descriptor::make(dtype::uint8, {static_cast<std::int64_t>(n)});
+      };
+      for (auto& op : batch) meta_bytes += wire::fused_builder::entry_size(op->key, desc_of(total_size(op->sg)));
+      auto meta_buffer = std::make_shared<std::vector<std::byte>>(meta_bytes);
+      wire::limits lim;
+      lim.max_meta_bytes = static_cast<std::uint32_t>(std::min<std::size_t>(meta_bytes, 0xffffffffu));
+      wire::fused_builder builder(*meta_buffer, lim);
+      auto sg = std::make_shared<std::vector<const_buffer>>();
+      for (auto& op : batch) {
+        if (builder.append(op->key, desc_of(total_size(op->sg)))) {
+          for (auto& o : batch) complete(*o, make_error_code(errc::invalid_argument));
+          return;
+        }
+        for (const_buffer b : op->sg) sg->push_back(b);
+        op->in_flight = true;
+        p.in_flight.emplace(op->id, op);
+      }
+      ep_.fused_frames_.fetch_add(1, std::memory_order_relaxed);
+      ep_.tensors_fused_.fetch_add(batch.size(), std::memory_order_relaxed);
+      auto ch = p.ch;
+      ch->write(builder.meta(), *sg,
+                [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
+                  for (auto& op : batch) pp->in_flight.erase(op->id);
+                  if (ec) drop_outbound(*pp, ch);
+                  for (auto& op : batch) {
+                    if (op->timed_out) {
+                      complete(*op, make_error_code(errc::timed_out));
+                    } else if (ec) {
+                      complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
+                    } else {
+                      complete(*op, {});
+                    }
+                  }
+                });
+    }
+
+    void write(out_peer& p, std::shared_ptr<send_op> op) {
+      wire::tensor_meta meta;
+      meta.key = op->key;
+      const std::uint64_t n = total_size(op->sg);
+      meta.descriptor = tensor_descriptor::make(dtype::uint8, {static_cast<std::int64_t>(n)});
+      meta.segments = wire::segment_list(std::span<const const_buffer>(op->sg));
+      op->in_flight = true;
+      p.in_flight.emplace(op->id, op);
+      ep_.tensor_frames_.fetch_add(1, std::memory_order_relaxed);
+      auto ch = p.ch;
+      ch->write(meta, op->sg, [this, pp = &p, op, ch](std::error_code ec) {
+        pp->in_flight.erase(op->id);
+        if (op->timed_out) return complete(*op, make_error_code(errc::timed_out));
+        if (ec) {
+          drop_outbound(*pp, ch);
+          return complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
+        }
+        complete(*op, {});
+      });
+    }
+
+    void on_send_deadline(const std::shared_ptr<send_op>& op) {
+      if (op->done) return;
+      op->timer = {};
+      auto it = out_.find(op->peer);
+      if (!op->in_flight || it == out_.end()) {
+        if (it != out_.end()) {
+          std::erase(it->second.waiting, op);
+          std::erase(it->second.batch, op);
+        }
+        return complete(*op, make_error_code(errc::timed_out));
+      }
+      op->timed_out = true;
+      if (it->second.ch) drop_outbound(it->second, it->second.ch);
+    }
+
+    // ---- receiving side -----------------------------------------------------
+
+    void accept() {
+      listener_.async_accept([this](std::error_code ec, connection_type c) {
+        if (closing_) return c.close();
+        if (ec) {
+          if (ec == make_error_code(errc::cancelled)) return;
+          log("accept failed: " + ec.message());
+          return accept();
+        }
+        accept();
+        auto ch = std::make_shared<channel_type>(std::move(c), limits_);
+        in_.emplace(ch.get(), inbound{ch, {}});
+        protocol::handshake_accept(ch, identity_, ep_.spec_,
+                                   [this, ch](std::error_code e, protocol::peer_identity peer, std::string why) {
+                                     if (closing_) return;
+                                     if (e) {
+                                       log("refused connection from " + remote(*ch) + ": " + e.message() +
+                                           (why.empty() ? std::string() : " (" + why + ")"));
+                                       ch->close();
+                                       in_.erase(ch.get());
+                                       return;
+                                     }
+                                     in_[ch.get()].peer = peer.task.to_string();
+                                     down_.erase(in_[ch.get()].peer);
+                                     read_next(ch);
+                                   });
+      });
+    }
+
+    static std::string remote(channel_type& ch) {
+      try {
+        return ch.remote_endpoint();
+      } catch (...) {
+        return "?";
+      }
+    }
+
+    void read_next(const std::shared_ptr<channel_type>& ch) {
+      ch->read_head([this, ch](std::error_code ec, protocol::frame_head head) { on_frame(ch, ec, std::move(head)); });
+    }
+
+    void on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec, protocol::frame_head head) {
+      if (closing_) return;
+      if (ec) return inbound_failed(ch, ec);
+      auto it = in_.find(ch.get());
+      if (it == in_.end()) return;
+      const std::string peer = it->second.peer;
+      if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) return on_tensor(ch, peer, *t, head.header);
+      if (std::holds_alternative<wire::fused_meta>(head.body)) return on_fused(ch, peer, std::move(head));
+      switch (head.header.type) {
+        case wire::frame_type::ping: return read_next(ch);
+        case wire::frame_type::goodbye: return inbound_failed(ch, make_error_code(errc::connection_closed));
+        default:
+          return inbound_failed(ch, make_error_code(errc::not_supported),
+                                std::string("unexpected ") + std::string(wire::frame_type_name(head.header.type)) +
+                                    " frame");
+      }
+    }
+
+    void on_tensor(const std::shared_ptr<channel_type>& ch, const std::string& peer, const wire::tensor_meta& t,
+                   const wire::frame_header& h) {
+      std::string key(t.key);
+      const std::size_t n = static_cast<std::size_t>(h.payload_len);
+      auto sit = slots_.find({peer, key});
+      if (sit != slots_.end()) {
+        auto& waiting = sit->second.waiting;
+        while (!waiting.empty() && waiting.front()->done) waiting.pop_front();
+        if (!waiting.empty() && waiting.front()->has_dst && waiting.front()->dst.size() == n) {
+          // Zero copy: the payload goes from the socket into the posted destination.
+          std::shared_ptr<recv_op> op = std::move(waiting.front());
+          waiting.pop_front();
+          if (sit->second.arrived.empty() && waiting.empty()) slots_.erase(sit);
+          op->bound = ch;
+          const mutable_buffer dst = op->dst.bytes();
+          ch->read_payload(dst, [this, ch, op](std::error_code e) {
+            if (e || op->timed_out) {
+              complete(*op, make_error_code(op->timed_out ? errc::timed_out
+                                            : closing_    ? errc::cancelled
+                                                          : errc::connection_reset),
+                       tensor_buffer());
+              if (!closing_) inbound_failed(ch, e ? e : make_error_code(errc::timed_out));
+              return;
+            }
+            tensor_buffer out = op->dst.share();
+            complete(*op, {}, std::move(out));
+            if (!closing_) read_next(ch);
+          });
+          return;
+        }
+      }
+      tensor_buffer buf;
+      try {
+        buf = protocol::payload_buffer(&pool_, 0, n);
+      } catch (const std::bad_alloc&) {
+        return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
+      }
+      const mutable_buffer dst = buf.bytes();
+      ch->read_payload(dst, [this, ch, peer, key = std::move(key), buf = std::move(buf)](std::error_code e) mutable {
+        if (closing_) return;
+        if (e) return inbound_failed(ch, e);
+        deliver(peer, key, std::move(buf));
+        read_next(ch);
+      });
+    }
+
+    // A fused frame: its payload is read into one buffer, and each entry is
+    // handed over as an alias of its bytes (no copy).
+    void on_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, protocol::frame_head head) {
+      const std::size_t n = static_cast<std::size_t>(head.header.payload_len);
+      tensor_buffer buf;
+      try {
+        buf = protocol::payload_buffer(&pool_, 0, n);
+      } catch (const std::bad_alloc&) {
+        return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
+      }
+      const mutable_buffer dst = buf.bytes();
+      ch->read_payload(dst, [this, ch, peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
+        if (closing_) return;
+        if (e) return inbound_failed(ch, e);
+        const auto& fused = std::get<wire::fused_meta>(head.body);
+        for (const wire::fused_entry& entry : fused) {
+          deliver(peer, std::string(entry.key),
+                  buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)));
+        }
+        read_next(ch);
+      });
+    }
+
+    void deliver(const std::string& peer, const std::string& key, tensor_buffer b) {
+      slot& s = slots_[{peer, key}];
+      while (!s.waiting.empty()) {
+        std::shared_ptr<recv_op> op = std::move(s.waiting.front());
+        s.waiting.pop_front();
+        if (op->done) continue;
+        hand_over(*op, std::move(b));
+        if (s.waiting.empty() && s.arrived.empty()) slots_.erase({peer, key});
+        return;
+      }
+      s.arrived.push_back(std::move(b));
+    }
+
+    void hand_over(recv_op& op, tensor_buffer b) {
+      if (!op.has_dst) return complete(op, {}, std::move(b));
+      if (op.dst.size() != b.size()) return complete(op, make_error_code(errc::size_mismatch), tensor_buffer());
+      if (b.size() != 0) std::memcpy(op.dst.data(), b.data(), b.size());
+      tensor_buffer out = op.dst.share();
+      complete(op, {}, std::move(out));
+    }
+
+    void on_recv_deadline(const std::shared_ptr<recv_op>& op) {
+      if (op->done) return;
+      op->timer = {};
+      if (op->bound) {
+        op->timed_out = true;
+        op->bound->close();
+        return;
+      }
+      auto sit = slots_.find({op->peer, op->key});
+      if (sit != slots_.end()) {
+        std::erase(sit->second.waiting, op);
+        if (sit->second.waiting.empty() && sit->second.arrived.empty()) slots_.erase(sit);
+      }
+      complete(*op, make_error_code(errc::timed_out), tensor_buffer());
+    }
+
+    void inbound_failed(const std::shared_ptr<channel_type>& ch, std::error_code ec, std::string why = {}) {
+      auto it = in_.find(ch.get());
+      if (it == in_.end()) return;
+      const std::string peer = it->second.peer;
+      in_.erase(it);
+      ch->close();
+      const bool orderly = ec == make_error_code(errc::connection_closed);
+      if (!orderly) {
+        log("closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
+            "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
+      }
+      if (peer.empty()) return;
+      // Receives waiting for that peer would wait for nothing.
+      for (const auto& other : in_) {
+        if (other.second.peer == peer) return;  // another connection from it is still up
+      }
+      // Until it connects again, new receives from it (with nothing already arrived) fail at once.
+      down_.insert(peer);
+      std::vector<std::shared_ptr<recv_op>> failed;
+      for (auto& [id, op] : recv_ops_) {
+        if (op->peer == peer && !op->bound) failed.push_back(op);
+      }
+      for (auto& op : failed) {
+        auto sit = slots_.find({op->peer, op->key});
+        if (sit != slots_.end()) {
+          std::erase(sit->second.waiting, op);
+          if (sit->second.waiting.empty() && sit->second.arrived.empty()) slots_.erase(sit);
+        }
+        complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
+      }
+    }
+
+    endpoint& ep_;
+    log_sink log_;
+    wire::limits limits_;
+    buffer_pool pool_;
+    protocol::local_identity identity_;
+    reactor_type* reactor_ = nullptr;
+    typename Transport::listener_type listener_;
+    bool closing_ = false;
+    std::map<std::string, out_peer> out_;
+    std::map<channel_type*, inbound> in_;
+    std::map<std::pair<std::string, std::string>, slot> slots_;
+    std::unordered_map<std::uint64_t, std::shared_ptr<recv_op>> recv_ops_;
+    std::set<std::string> down_;  ///< peers whose connections all broke
+  };
+
+  bool on_reactor() const noexcept {
+    reactor_type* r = reactor_type::current();
+    return r != nullptr && &r->group() == group_.get();
+  }
+
+  std::error_code check_send(const task_id& peer, const std::string& key, const send_op& op) const {
+    if (!spec_.contains(peer) || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
+    if (op.sg.size() > wire::limits{}.max_segments) return make_error_code(errc::invalid_argument);
+    if (total_size(op.sg) > opts_.max_frame_bytes) return make_error_code(errc::frame_too_large);
+    return {};
+  }
+
+  void start_send(const task_id& peer, std::string key, std::shared_ptr<send_op> op, send_handler h,
+                  clock::duration timeout) {
+    op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    op->peer = peer.to_string();
+    op->h = std::move(h);
+    if (const std::error_code bad = check_send(peer, key, *op)) return fail_on_reactor(op, bad);
+    op->key = std::move(key);
+    if (closed_.load()) return (void)op->h(make_error_code(errc::cancelled));
+    const std::error_code ec = group_->submit_to(0, [this, op, timeout]() mutable { core_->post_send(op, timeout); });
+    if (ec) op->h(make_error_code(errc::cancelled));
+  }
+
+  void fail_on_reactor(std::shared_ptr<send_op> op, std::error_code ec) {
+    if (group_->submit_to(0, [this, op, ec] { core_->complete(*op, ec); })) op->h(make_error_code(errc::cancelled));
+  }
+
+  void start_recv(const task_id& peer, std::string key, tensor_buffer dst, bool has_dst, recv_handler h,
+                  clock::duration timeout) {
+    auto op = std::make_shared<recv_op>();
+    op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    op->peer = peer.to_string();
+    op->key = std::move(key);
+    op->dst = std::move(dst);
+    op->has_dst = has_dst;
+    op->h = std::move(h);
+    if (closed_.load()) return (void)op->h(make_error_code(errc::cancelled), tensor_buffer());
+    const bool bad = !spec_.contains(peer) || op->key.size() > wire::limits{}.max_key_bytes;
+    const std::error_code ec = group_->submit_to(0, [this, op, timeout, bad]() mutable {
+      if (bad) return core_->complete(*op, make_error_code(errc::invalid_argument), tensor_buffer());
+      core_->post_recv(op, timeout);
+    });
+    if (ec) op->h(make_error_code(errc::cancelled), tensor_buffer());
+  }
+
+  recv_result recv_sync_impl(const task_id& peer, std::string key, tensor_buffer dst, bool has_dst,
+                             clock::duration timeout) {
+    if (on_reactor()) return {make_error_code(errc::invalid_argument), {}};
+    std::promise<recv_result> done;
+    auto fut = done.get_future();
+    start_recv(peer, std::move(key), std::move(dst), has_dst,
+               [&done](std::error_code ec, tensor_buffer b) { done.set_value(recv_result{ec, std::move(b)}); },
+               timeout);
+    return fut.get();
+  }
+
+  task_id self_;
+  cluster_spec spec_;
+  options opts_;
+  Transport transport_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0};
+  std::unique_ptr<group_type> group_;
+  std::unique_ptr<core> core_;
+};
+
+}  // namespace rendezvous
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,642 @@
+#pragma once
+/// asio_tcp: the portable TCP transport on Boost.Asio (epoll underneath), a
+/// model of fusewire::transport. See transport/concepts.hpp for the contract.
+///
+/// Zero copy: async_write hands Asio the caller's buffers as one buffer
+/// sequence (writev, no gathering copy); async_read reads straight into the
+/// destination; async_read_some reads into a chunk (asio_tcp::config::read_chunk)
+/// and hands out aliases of it, so nothing is copied after the kernel.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/container/small_vector.hpp>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/reactor/asio_engine.hpp>
+#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/ref_counted.hpp>
+#include <fusewire/transport/detail/socket.hpp>
+#include <fusewire/transport/detail/thread_check.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+class asio_tcp_connection;
+class asio_tcp_listener;
+
+namespace detail {
+
+/// Asio's errors in the transports' terms; every error after a local close is errc::cancelled.
+inline std::error_code from_asio(const boost::system::error_code& ec, bool closed_locally) {
+  if (!ec) return {};
+  if (closed_locally || ec == boost::asio::error::operation_aborted) return make_error_code(errc::cancelled);
+  if (ec == boost::asio::error::eof) return make_error_code(errc::connection_closed);
+  if (ec.category() == boost::system::system_category()) return from_errno(ec.value());
+  return ec;  // Boost.System converts to std::error_code
+}
+
+struct asio_options {
+  std::size_t read_chunk;
+  bool keepalive;
+};
+
+/// One TCP connection's state, shared by its handle and its in-flight Asio
+/// operations (which hold a ref_ptr until their handler ran).
+class asio_connection_state final : public ref_counted, public closable {
+ public:
+  using socket_type = boost::asio::ip::tcp::socket;
+
+  asio_connection_state(asio_reactor& reactor, socket_type socket, asio_options opts)
+      : reactor_(&reactor), socket_(std::move(socket)), opts_(opts) {
+    reactor_->add_closable(*this);
+  }
+
+  ~asio_connection_state() override {
+    if (closable_linked_) reactor_->remove_closable(*this);
+  }
+
+  asio_reactor& reactor() const noexcept { return *reactor_; }
+  bool is_open() const noexcept { return open_; }
+  const std::string& peer() const noexcept { return peer_; }
+  int native_handle() noexcept { return socket_ ? socket_->native_handle() : -1; }
+
+  /// Applies TCP_NODELAY/SO_KEEPALIVE and remembers the peer's address.
+  std::error_code prepare() {
+    peer_ = peer_name(socket_->native_handle());
+    return set_stream_options(socket_->native_handle(), opts_.keepalive);
+  }
+
+  template <class H>
+  void async_write(std::span<const const_buffer> sg, H&& handler) {
+    reactor_->work_started();
+    write_op op;
+    op.handler = std::forward<H>(handler);
+    op.buffers.reserve(sg.size());
+    for (const_buffer b : sg) {
+      if (!b.empty()) op.buffers.emplace_back(b.data(), b.size());
+    }
+    if (!open_) op.preset = make_error_code(errc::connection_closed);
+    const bool direct = writes_.empty() && !writing_ && open_ && !write_error_;
+    writes_.push_back(std::move(op));
+    if (direct) {
+      start_write();  // Asio never completes inline
+    } else {
+      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
+    }
+  }
+
+  template <class H>
+  void async_read(mutable_buffer dst, H&& handler) {
+    reactor_->work_started();
+    read_op op;
+    op.dst = dst;
+    op.exact = std::forward<H>(handler);
+    enqueue_read(std::move(op));
+  }
+
+  template <class H>
+  void async_read_some(H&& handler) {
+    reactor_->work_started();
+    read_op op;
+    op.some = std::forward<H>(handler);
+    enqueue_read(std::move(op));
+  }
+
+  /// Closes the socket. The operation Asio is running completes through its own
+  /// handler (errc::cancelled); the queued ones after it, in call order.
+  void close() noexcept {
+    if (!open_) return;
+    open_ = false;
+    if (closable_linked_) reactor_->remove_closable(*this);
+    boost::system::error_code ignored;
+    if (socket_) socket_->close(ignored);
+    chunk_.reset();
+    chunk_used_ = 0;
+    try {
+      schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
+      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
+    } catch (...) {
+      reactor_->report("asio_tcp: could not post close completions (out of memory)");
+    }
+    release_socket_if_idle();
+  }
+
+  void shutdown() noexcept override { close(); }
+
+  /// Starts the connect; `on_done(error_code)` runs once, from Asio's handler.
+  template <class F>
+  void connect(const boost::asio::ip::tcp::endpoint& endpoint, F&& on_done) {
+    connecting_ = true;
+    socket_->async_connect(endpoint, [self = ref_ptr<asio_connection_state>(this),
+                                      f = std::forward<F>(on_done)](const boost::system::error_code& ec) mutable {
+      self->connecting_ = false;
+      std::error_code e = from_asio(ec, !self->open_);
+      if (!e) e = self->prepare();
+      if (e) self->close();
+      self->release_socket_if_idle();
+      f(e);
+    });
+  }
+
+ private:
+  struct write_op {
+    boost::container::small_vector<boost::asio::const_buffer, 4> buffers;
+    unique_function<void(std::error_code, std::size_t)> handler;
+    std::error_code preset;  // started on a closed connection
+  };
+  struct read_op {
+    mutable_buffer dst;
+    unique_function<void(std::error_code, std::size_t)> exact;
+    unique_function<void(std::error_code, tensor_buffer)> some;
+    std::error_code preset;
+  };
+
+  void schedule(bool& flag, void (asio_connection_state::*pump)()) {
+    if (flag) return;
+    flag = true;
+    reactor_->post([self = ref_ptr<asio_connection_state>(this), &flag, pump] {
+      flag = false;
+      (self.get()->*pump)();
+    });
+  }
+
+  /// Why queued operations fail now (or no error: they may run).
+  std::error_code write_failure() const {
+    if (!open_) return make_error_code(errc::cancelled);
+    return write_error_;
+  }
+  std::error_code read_failure() const {
+    if (!open_) return make_error_code(errc::cancelled);
+    return read_error_;
+  }
+
+  void pump_writes() {
+    ref_ptr<asio_connection_state> guard(this);
+    while (!writing_ && !writes_.empty()) {
+      const std::error_code ec = writes_.front().preset ? writes_.front().preset : write_failure();
+      if (!ec) {
+        start_write();
+        break;
+      }
+      write_op op = std::move(writes_.front());
+      writes_.pop_front();
+      complete(op.handler, ec, std::size_t{0});
+    }
+    release_socket_if_idle();
+  }
+
+  void start_write() {
+    writing_ = true;
+    const write_op& op = writes_.front();
+    boost::asio::async_write(
+        *socket_, std::span<const boost::asio::const_buffer>(op.buffers.data(), op.buffers.size()),
+        [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
+          self->on_written(ec, n);
+        });
+  }
+
+  void on_written(const boost::system::error_code& ec, std::size_t n) {
+    writing_ = false;
+    write_op op = std::move(writes_.front());
+    writes_.pop_front();
+    const std::error_code e = from_asio(ec, !open_);
+    if (e && open_ && !write_error_) write_error_ = e;
+    complete(op.handler, e, n);
+    pump_writes();
+  }
+
+  void enqueue_read(read_op op) {
+    if (!open_) op.preset = make_error_code(errc::connection_closed);
+    const bool direct = reads_.empty() && !reading_ && open_ && !read_error_;
+    reads_.push_back(std::move(op));
+    if (direct) {
+      start_read();
+    } else {
+      schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
+    }
+  }
+
+  void pump_reads() {
+    ref_ptr<asio_connection_state> guard(this);
+    while (!reading_ && !reads_.empty()) {
+      const std::error_code ec = reads_.front().preset ? reads_.front().preset : read_failure();
+      if (!ec) {
+        start_read();
+        break;
+      }
+      read_op op = std::move(reads_.front());
+      reads_.pop_front();
+      if (op.exact) {
+        complete(op.exact, ec, std::size_t{0});
+      } else {
+        complete(op.some, ec, tensor_buffer());
+      }
+    }
+    release_socket_if_idle();
+  }
+
+  void start_read() {
+    reading_ = true;
+    read_op& op = reads_.front();
+    auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
+      self->on_read(ec, n);
+    };
+    if (op.exact) {
+      boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data(), op.dst.size()), std::move(on_done));
+      return;
+    }
+    if (chunk_.size() - chunk_used_ < min_chunk_tail) {
+      chunk_ = tensor_buffer::allocate(opts_.read_chunk);
+      chunk_used_ = 0;
+    }
+    socket_->async_read_some(boost::asio::buffer(chunk_.data() + chunk_used_, chunk_.size() - chunk_used_),
+                             std::move(on_done));
+  }
+
+  void on_read(const boost::system::error_code& ec, std::size_t n) {
+    reading_ = false;
+    read_op op = std::move(reads_.front());
+    reads_.pop_front();
+    const std::error_code e = from_asio(ec, !open_);
+    if (e && open_ && !read_error_) read_error_ = e;
+    if (op.exact) {
+      complete(op.exact, e, n);
+    } else {
+      tensor_buffer got;
+      if (!e && n != 0) {
+        got = chunk_.share(chunk_used_, n);
+        chunk_used_ += n;
+        if (chunk_.size() - chunk_used_ < min_chunk_tail) {
+          chunk_.reset();
+          chunk_used_ = 0;
+        }
+      }
+      complete(op.some, e, std::move(got));
+    }
+    pump_reads();
+  }
+
+  /// Drops the Asio socket object once closed and idle, so nothing of this
+  /// state touches the io_context after the reactor stopped.
+  void release_socket_if_idle() noexcept {
+    if (!open_ && !reading_ && !writing_ && !connecting_) socket_.reset();
+  }
+
+  template <class F, class... Args>
+  void complete(F& handler, Args&&... args) {
+    reactor_->work_finished();
+    reactor_->invoke(handler, std::forward<Args>(args)...);
+  }
+
+  static constexpr std::size_t min_chunk_tail = 2048;
+
+  asio_reactor* reactor_;
+  std::optional<socket_type> socket_;
+  asio_options opts_;
+  std::string peer_;
+  bool open_ = true;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool connecting_ = false;
+  bool read_pump_scheduled_ = false;
+  bool write_pump_scheduled_ = false;
+  std::error_code read_error_;
+  std::error_code write_error_;
+  std::deque<read_op> reads_;
+  std::deque<write_op> writes_;
+  tensor_buffer chunk_;
+  std::size_t chunk_used_ = 0;
+};
+
+class asio_listener_state;
+
+}  // namespace detail
+
+/// A TCP connection on an asio_reactor; a model of fusewire::connection.
+/// Move-only; destroying it closes it. Use it on its reactor's thread only.
+class asio_tcp_connection {
+ public:
+  using connection_concept = connection_tag;
+  using reactor_type = asio_reactor;
+
+  /// An empty handle (not open); what a failed connect or accept delivers.
+  asio_tcp_connection() noexcept = default;
+  asio_tcp_connection(asio_tcp_connection&&) noexcept = default;
+  asio_tcp_connection& operator=(asio_tcp_connection&& other) noexcept {
+    if (this != &other) {
+      close();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  asio_tcp_connection(const asio_tcp_connection&) = delete;
+  asio_tcp_connection& operator=(const asio_tcp_connection&) = delete;
+  ~asio_tcp_connection() { close(); }
+
+  /// Writes every byte of `sg`, in order (see concepts.hpp).
+  template <io_handler H>
+  void async_write(std::span<const const_buffer> sg, H&& handler) {
+    state("async_write").async_write(sg, std::forward<H>(handler));
+  }
+
+  /// Fills exactly `dst`.
+  template <io_handler H>
+  void async_read(mutable_buffer dst, H&& handler) {
+    state("async_read").async_read(dst, std::forward<H>(handler));
+  }
+
+  /// Delivers bytes that arrived, up to asio_tcp::config::read_chunk at a time.
+  template <read_some_handler H>
+  void async_read_some(H&& handler) {
+    state("async_read_some").async_read_some(std::forward<H>(handler));
+  }
+
+  /// Closes; pending operations complete with errc::cancelled. Idempotent.
+  void close() noexcept {
+    if (state_) state_->close();
+  }
+
+  bool is_open() const noexcept { return state_ && state_->is_open(); }
+  /// "host:port" of the peer (empty for an empty handle).
+  std::string remote_endpoint() const { return state_ ? state_->peer() : std::string(); }
+  /// The reactor this connection lives on. Precondition: not empty.
+  asio_reactor& reactor() const {
+    if (!state_) throw_error(errc::invalid_argument, "reactor() on an empty asio_tcp_connection");
+    return state_->reactor();
+  }
+  /// The socket's file descriptor, or -1.
+  int native_handle() const noexcept { return state_ ? state_->native_handle() : -1; }
+
+ private:
+  friend class asio_tcp;
+  friend class detail::asio_listener_state;
+
+  explicit asio_tcp_connection(detail::ref_ptr<detail::asio_connection_state> s) noexcept : state_(std::move(s)) {}
+
+  detail::asio_connection_state& state(const char* what) {
+    if (!state_) throw_error(errc::invalid_argument, std::string(what) + " on an empty asio_tcp_connection");
+    detail::check_reactor_thread(state_->reactor(), "asio_tcp_connection", what);
+    return *state_;
+  }
+
+  detail::ref_ptr<detail::asio_connection_state> state_;
+};
+
+namespace detail {
+
+/// A listening socket's state, shared by its handle and its pending accept.
+class asio_listener_state final : public ref_counted, public closable {
+ public:
+  using handler_type = unique_function<void(std::error_code, asio_tcp_connection)>;
+
+  asio_listener_state(asio_reactor& reactor, boost::asio::ip::tcp::acceptor acceptor, std::uint16_t port,
+                      asio_options opts)
+      : reactor_(&reactor), acceptor_(std::move(acceptor)), port_(port), opts_(opts) {
+    reactor_->add_closable(*this);
+  }
+  ~asio_listener_state() override {
+    if (closable_linked_) reactor_->remove_closable(*this);
+  }
+
+  asio_reactor& reactor() const noexcept { return *reactor_; }
+  std::uint16_t port() const noexcept { return port_; }
+  bool is_open() const noexcept { return open_; }
+
+  void async_accept(handler_type handler) {
+    reactor_->work_started();
+    if (!open_) {
+      reactor_->post([this, self = ref_ptr<asio_listener_state>(this), h = std::move(handler)]() mutable {
+        complete(h, make_error_code(errc::connection_closed));
+      });
+      return;
+    }
+    pending_.push_back(std::move(handler));
+    start_accept();
+  }
+
+  void close() noexcept {
+    if (!open_) return;
+    open_ = false;
+    if (closable_linked_) reactor_->remove_closable(*this);
+    boost::system::error_code ignored;
+    if (acceptor_) acceptor_->close(ignored);
+    while (pending_.size() > (accepting_ ? 1u : 0u)) {
+      handler_type h = std::move(pending_.back());
+      pending_.pop_back();
+      reactor_->post([this, self = ref_ptr<asio_listener_state>(this), h = std::move(h)]() mutable {
+        complete(h, make_error_code(errc::cancelled));
+      });
+    }
+    if (!accepting_) acceptor_.reset();
+  }
+
+  void shutdown() noexcept override { close(); }
+
+ private:
+  void start_accept() {
+    if (accepting_ || pending_.empty() || !open_) return;
+    accepting_ = true;
+    acceptor_->async_accept([self = ref_ptr<asio_listener_state>(this)](const boost::system::error_code& ec,
+                                                                        boost::asio::ip::tcp::socket socket) {
+      self->on_accept(ec, std::move(socket));
+    });
+  }
+
+  void on_accept(const boost::system::error_code& ec, boost::asio::ip::tcp::socket socket) {
+    accepting_ = false;
+    handler_type h = std::move(pending_.front());
+    pending_.pop_front();
+    std::error_code e = from_asio(ec, !open_);
+    asio_tcp_connection conn;
+    if (!e) {
+      ref_ptr<asio_connection_state> state(new asio_connection_state(*reactor_, std::move(socket), opts_));
+      e = state->prepare();
+      if (!e) conn = asio_tcp_connection(std::move(state));
+    }
+    complete(h, e, std::move(conn));
+    if (!open_) {
+      acceptor_.reset();
+    } else {
+      start_accept();
+    }
+  }
+
+  void complete(handler_type& h, std::error_code ec, asio_tcp_connection conn = {}) {
+    reactor_->work_finished();
+    reactor_->invoke(h, ec, std::move(conn));
+  }
+
+  asio_reactor* reactor_;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::uint16_t port_;
+  asio_options opts_;
+  bool open_ = true;
+  bool accepting_ = false;
+  std::deque<handler_type> pending_;
+};
+
+}  // namespace detail
+
+/// A listening TCP socket on an asio_reactor; a model of fusewire::listener.
+class asio_tcp_listener {
+ public:
+  using listener_concept = listener_tag;
+  using connection_type = asio_tcp_connection;
+
+  asio_tcp_listener() noexcept = default;
+  asio_tcp_listener(asio_tcp_listener&&) noexcept = default;
+  asio_tcp_listener& operator=(asio_tcp_listener&& other) noexcept {
+    if (this != &other) {
+      close();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  asio_tcp_listener(const asio_tcp_listener&) = delete;
+  asio_tcp_listener& operator=(const asio_tcp_listener&) = delete;
+  ~asio_tcp_listener() { close(); }
+
+  /// Accepts one connection: `handler(error_code, asio_tcp_connection)`. Queued
+  /// accepts are served in call order.
+  template <connection_handler<asio_tcp_connection> H>
+  void async_accept(H&& handler) {
+    if (!state_) throw_error(errc::invalid_argument, "async_accept on an empty asio_tcp_listener");
+    detail::check_reactor_thread(state_->reactor(), "asio_tcp_listener", "async_accept");
+    state_->async_accept(std::forward<H>(handler));
+  }
+
+  /// The bound port (the one the kernel chose if 0 was asked for); 0 if empty.
+  std::uint16_t port() const noexcept { return state_ ? state_->port() : 0; }
+  bool is_open() const noexcept { return state_ && state_->is_open(); }
+  /// Stops listening; pending accepts complete with errc::cancelled.
+  void close() noexcept {
+    if (state_) state_->close();
+  }
+
+ private:
+  friend class asio_tcp;
+  explicit asio_tcp_listener(detail::ref_ptr<detail::asio_listener_state> s) noexcept : state_(std::move(s)) {}
+  detail::ref_ptr<detail::asio_listener_state> state_;
+};
+
+/// The Boost.Asio TCP transport; a model of fusewire::transport. Cheap to copy
+/// (it is only its config).
+class asio_tcp {
+ public:
+  using transport_concept = transport_tag;
+  using reactor_type = asio_reactor;
+  using connection_type = asio_tcp_connection;
+  using listener_type = asio_tcp_listener;
+
+  struct config {
+    std::size_t read_chunk = 32 * 1024;  ///< bytes async_read_some reads at most (one chunk per connection)
+    bool keepalive = true;               ///< SO_KEEPALIVE on every connection
+    bool reuse_port = false;             ///< SO_REUSEPORT on listeners (one listener per reactor)
+    int backlog = 1024;
+  };
+
+  asio_tcp() = default;
+  /// Throws std::system_error(errc::invalid_argument) for a read_chunk under 4 KiB or a backlog < 1.
+  explicit asio_tcp(config cfg) : config_(cfg) {
+    if (config_.read_chunk < 4096) {
+      throw_error(errc::invalid_argument, "asio_tcp::config.read_chunk = " + std::to_string(config_.read_chunk) +
+                                              ": must be at least 4096");
+    }
+    if (config_.backlog < 1) {
+      throw_error(errc::invalid_argument,
+                  "asio_tcp::config.backlog = " + std::to_string(config_.backlog) + ": must be at least 1");
+    }
+  }
+
+  static constexpr std::string_view name() noexcept { return "asio_tcp"; }
+  const config& settings() const noexcept { return config_; }
+
+  /// Connects to host:port from `reactor` (its thread only): `handler(error_code,
+  /// asio_tcp_connection)`, never inline. A host name is resolved with getaddrinfo
+  /// (blocking); a bad host completes with errc::invalid_argument.
+  template <connection_handler<asio_tcp_connection> H>
+  void connect(asio_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
+    detail::check_reactor_thread(reactor, "asio_tcp", "connect");
+    using handler_type = detail::unique_function<void(std::error_code, asio_tcp_connection)>;
+    reactor.work_started();
+    handler_type h(std::forward<H>(handler));
+    const auto fail = [&reactor](handler_type hh, std::error_code ec) {
+      reactor.post([&reactor, hh = std::move(hh), ec]() mutable {
+        reactor.work_finished();
+        reactor.invoke(hh, ec, asio_tcp_connection());
+      });
+    };
+    if (reactor.stopping()) return fail(std::move(h), make_error_code(errc::cancelled));
+    std::error_code ec;
+    const detail::socket_address addr = detail::resolve(host, port, ec);
+    if (ec) return fail(std::move(h), ec);
+    boost::asio::ip::tcp::endpoint endpoint;
+    std::memcpy(endpoint.data(), addr.get(), addr.size);
+    endpoint.resize(addr.size);
+    boost::asio::ip::tcp::socket socket(reactor.engine().context());
+    detail::ref_ptr<detail::asio_connection_state> state(
+        new detail::asio_connection_state(reactor, std::move(socket), options()));
+    state->connect(endpoint, [&reactor, state, h = std::move(h)](std::error_code e) mutable {
+      asio_tcp_connection conn;
+      if (!e) conn = asio_tcp_connection(std::move(state));
+      state.reset();
+      reactor.work_finished();
+      reactor.invoke(h, e, std::move(conn));
+    });
+  }
+
+  /// A listener on host:port (port 0: the kernel picks; see port()). Throws
+  /// std::system_error naming the address on failure.
+  asio_tcp_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port) const {
+    std::error_code ec;
+    asio_tcp_listener l = listen(reactor, host, port, ec);
+    if (ec) {
+      throw std::system_error(ec, "asio_tcp::listen(" + std::string(host) + ":" + std::to_string(port) + ")");
+    }
+    return l;
+  }
+
+  /// As above, reporting failure through `ec` (and returning an empty listener).
+  asio_tcp_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port,
+                           std::error_code& ec) const {
+    detail::check_reactor_thread(reactor, "asio_tcp", "listen");
+    const detail::socket_address addr = detail::resolve(host, port, ec);
+    if (ec) return {};
+    const int fd = detail::open_listener(addr, config_.backlog, config_.reuse_port, ec);
+    if (fd < 0) return {};
+    const std::uint16_t bound = detail::local_port(fd);
+    boost::system::error_code bec;
+    boost::asio::ip::tcp::acceptor acceptor(reactor.engine().context());
+    acceptor.assign(addr.family() == AF_INET6 ? boost::asio::ip::tcp::v6() : boost::asio::ip::tcp::v4(), fd, bec);
+    if (bec) {
+      ::close(fd);
+      ec = detail::from_asio(bec, false);
+      return {};
+    }
+    return asio_tcp_listener(detail::ref_ptr<detail::asio_listener_state>(
+        new detail::asio_listener_state(reactor, std::move(acceptor), bound, options())));
+  }
+
+ private:
+  detail::asio_options options() const noexcept { return {config_.read_chunk, config_.keepalive}; }
+
+  config config_;
+};
+
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,183 @@
+#pragma once
+/// The transport named requirements: `fusewire::connection`, `fusewire::listener`
+/// and `fusewire::transport`, as C++20 concepts.
+///
+/// A type opts in with a tag (`using connection_concept = connection_tag;`,
+/// likewise `listener_concept`, `transport_concept`) and must then provide every
+/// member below; each member is its own named sub-concept, so a compiler error
+/// names the piece that is missing (e.g. `detail::connection_reads_some<C>`).
+///
+/// Contract of every model (checked by tests/unit/transport/transport_suite.cpp):
+///
+/// - Threads: a connection, listener or pending connect belongs to the reactor
+///   it was made on; every call and every handler happens on that reactor's thread.
+/// - Handlers fire exactly once: on success, on failure, and on close() or
+///   reactor stop (errc::cancelled). Never inline from the initiating call.
+///   They may be move-only; an exception escaping one is caught and reported by
+///   the reactor.
+/// - async_write(sg, h): `h(error_code, bytes_written)`. Writes all bytes of the
+///   scatter-gather list, in order, without gathering them into one buffer.
+///   Several writes may be queued; they go out in call order, and their handlers
+///   run in call order. The bytes must stay valid and unchanged until `h` runs
+///   (for zero-copy sends: until the kernel released them); the span of
+///   descriptors itself is copied and may be a temporary.
+/// - async_read(dst, h): `h(error_code, bytes_read)`. Fills exactly `dst` (the
+///   zero-copy path: the payload lands in the caller's destination). On error,
+///   bytes_read says how much of `dst` was filled.
+/// - async_read_some(h): `h(error_code, tensor_buffer)`: at least one byte that
+///   arrived, as an owning buffer handed over without a further copy (it may
+///   outlive the connection and die on any thread).
+/// - Reads of both kinds are served in call order, each taking the bytes that
+///   follow the previous one.
+/// - close(): idempotent; every pending operation completes with
+///   errc::cancelled; later operations complete with errc::connection_closed.
+///   Destroying a connection closes it.
+/// - Errors: errc::connection_closed (peer closed: end of stream),
+///   errc::connection_reset (peer vanished, broken pipe), errc::connection_refused
+///   (connect), errc::cancelled (close/stop); other OS errors in std::system_category.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <fusewire/core/tensor_buffer.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+/// Opt-in tags: a model declares `using connection_concept = connection_tag;` etc.
+struct connection_tag {};
+struct listener_tag {};
+struct transport_tag {};
+
+/// A completion handler for writes and exact reads: `void(std::error_code, std::size_t)`.
+template <class H>
+concept io_handler = std::move_constructible<std::decay_t<H>> &&
+                     std::invocable<std::decay_t<H>&, std::error_code, std::size_t>;
+
+/// A completion handler for async_read_some: `void(std::error_code, tensor_buffer)`.
+template <class H>
+concept read_some_handler = std::move_constructible<std::decay_t<H>> &&
+                            std::invocable<std::decay_t<H>&, std::error_code, tensor_buffer>;
+
+/// A completion handler for connect and accept: `void(std::error_code, Connection)`.
+template <class H, class Connection>
+concept connection_handler = std::move_constructible<std::decay_t<H>> &&
+                             std::invocable<std::decay_t<H>&, std::error_code, Connection>;
+
+namespace detail {
+
+/// The least a handler can be: move-only, callable with exactly these arguments.
+template <class... Args>
+struct handler_archetype {
+  handler_archetype() = default;
+  handler_archetype(handler_archetype&&) = default;
+  handler_archetype(const handler_archetype&) = delete;
+  handler_archetype& operator=(handler_archetype&&) = default;
+  void operator()(Args...) {}
+};
+
+using io_handler_archetype = handler_archetype<std::error_code, std::size_t>;
+using read_some_handler_archetype = handler_archetype<std::error_code, tensor_buffer>;
+template <class Connection>
+using connection_handler_archetype = handler_archetype<std::error_code, Connection>;
+
+template <class C>
+concept connection_opts_in =
+    requires { typename C::connection_concept; } && std::derived_from<typename C::connection_concept, connection_tag>;
+template <class C>
+concept connection_is_movable = std::movable<C> && std::default_initializable<C>;
+template <class C>
+concept connection_writes_scatter_gather =
+    requires(C& c, std::span<const const_buffer> sg, io_handler_archetype h) { c.async_write(sg, std::move(h)); };
+template <class C>
+concept connection_reads_exact =
+    requires(C& c, mutable_buffer dst, io_handler_archetype h) { c.async_read(dst, std::move(h)); };
+template <class C>
+concept connection_reads_some =
+    requires(C& c, read_some_handler_archetype h) { c.async_read_some(std::move(h)); };
+template <class C>
+concept connection_closes = requires(C& c, const C& cc) {
+  c.close();
+  { cc.is_open() } -> std::same_as<bool>;
+};
+template <class C>
+concept connection_names_peer = requires(const C& c) {
+  { c.remote_endpoint() } -> std::convertible_to<std::string>;
+};
+
+template <class L>
+concept listener_opts_in =
+    requires { typename L::listener_concept; } && std::derived_from<typename L::listener_concept, listener_tag>;
+template <class L>
+concept listener_names_connection = requires { typename L::connection_type; };
+template <class L>
+concept listener_accepts = requires(L& l, connection_handler_archetype<typename L::connection_type> h) {
+  l.async_accept(std::move(h));
+};
+template <class L>
+concept listener_has_port = requires(const L& l) {
+  { l.port() } -> std::same_as<std::uint16_t>;
+};
+template <class L>
+concept listener_closes = requires(L& l) { l.close(); };
+
+template <class T>
+concept transport_opts_in =
+    requires { typename T::transport_concept; } && std::derived_from<typename T::transport_concept, transport_tag>;
+template <class T>
+concept transport_names_types = requires {
+  typename T::reactor_type;
+  typename T::connection_type;
+  typename T::listener_type;
+};
+template <class T>
+concept transport_connects = requires(T& t, typename T::reactor_type& r, std::string_view host, std::uint16_t port,
+                                      connection_handler_archetype<typename T::connection_type> h) {
+  t.connect(r, host, port, std::move(h));
+};
+template <class T>
+concept transport_listens =
+    requires(T& t, typename T::reactor_type& r, std::string_view host, std::uint16_t port, std::error_code& ec) {
+      { t.listen(r, host, port) } -> std::same_as<typename T::listener_type>;
+      { t.listen(r, host, port, ec) } -> std::same_as<typename T::listener_type>;
+    };
+template <class T>
+concept transport_has_name = requires {
+  { T::name() } -> std::convertible_to<std::string_view>;
+};
+
+}  // namespace detail
+
+/// A byte stream to one peer: scatter-gather writes, exact reads into the
+/// caller's buffer, and reads of whatever arrived (see the contract above).
+template <class C>
+concept connection = detail::connection_opts_in<C> && detail::connection_is_movable<C> &&
+                     detail::connection_writes_scatter_gather<C> && detail::connection_reads_exact<C> &&
+                     detail::connection_reads_some<C> && detail::connection_closes<C> &&
+                     detail::connection_names_peer<C>;
+
+/// Accepts connections on a port: `async_accept(h)` with `h(error_code, connection)`,
+/// `port()` (the bound port, also when 0 was asked for), `close()`.
+template <class L>
+concept listener = detail::listener_opts_in<L> && std::movable<L> && detail::listener_names_connection<L> &&
+                   connection<typename L::connection_type> && detail::listener_accepts<L> &&
+                   detail::listener_has_port<L> && detail::listener_closes<L>;
+
+/// Makes connections on a reactor: `connect(reactor, host, port, h)` with
+/// `h(error_code, connection)`; `listen(reactor, host, port[, ec])` (setup: the
+/// throwing form throws std::system_error naming the address); `name()`.
+template <class T>
+concept transport = detail::transport_opts_in<T> && detail::transport_names_types<T> &&
+                    connection<typename T::connection_type> && listener<typename T::listener_type> &&
+                    std::same_as<typename T::listener_type::connection_type, typename T::connection_type> &&
+                    detail::transport_connects<T> && detail::transport_listens<T> && detail::transport_has_name<T>;
+
+}  // namespace v0
+}  // namespace fusewire

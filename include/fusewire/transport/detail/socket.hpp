@@ -1,0 +1,154 @@
+#pragma once
+/// POSIX socket helpers shared by the TCP transports: address resolution,
+/// listening sockets, socket options, errno mapping. Private to the transport layer.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <fusewire/core/error.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace detail {
+
+/// An IPv4 or IPv6 socket address.
+struct socket_address {
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+
+  const sockaddr* get() const noexcept { return reinterpret_cast<const sockaddr*>(&storage); }
+  sockaddr* get() noexcept { return reinterpret_cast<sockaddr*>(&storage); }
+  int family() const noexcept { return storage.ss_family; }
+};
+
+/// "1.2.3.4:5" or "[::1]:5".
+inline std::string to_string(const socket_address& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a.family() == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a.storage);
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    return std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (a.family() == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a.storage);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "?";
+}
+
+/// The address of `host`:`port`. Numeric addresses are parsed; names go
+/// through getaddrinfo (which may block: resolve names before the hot path).
+/// An empty host means every IPv4 interface. Fails with errc::invalid_argument.
+inline socket_address resolve(std::string_view host, std::uint16_t port, std::error_code& ec) {
+  ec.clear();
+  socket_address out;
+  const std::string name(host);
+  if (name.empty()) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&out.storage);
+    in->sin_family = AF_INET;
+    in->sin_port = htons(port);
+    in->sin_addr.s_addr = htonl(INADDR_ANY);
+    out.size = sizeof(sockaddr_in);
+    return out;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  const std::string service = std::to_string(port);
+  addrinfo* result = nullptr;
+  int rc = ::getaddrinfo(name.c_str(), service.c_str(), &hints, &result);
+  if (rc == EAI_NONAME) {
+    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+    rc = ::getaddrinfo(name.c_str(), service.c_str(), &hints, &result);
+  }
+  if (rc != 0 || result == nullptr) {
+    ec = make_error_code(errc::invalid_argument);
+    return out;
+  }
+  std::memcpy(&out.storage, result->ai_addr, result->ai_addrlen);
+  out.size = static_cast<socklen_t>(result->ai_addrlen);
+  ::freeaddrinfo(result);
+  return out;
+}
+
+/// The transports' view of an errno value.
+inline std::error_code from_errno(int err) noexcept {
+  switch (err) {
+    case 0: return {};
+    case ECONNRESET:
+    case EPIPE:
+    case ECONNABORTED: return make_error_code(errc::connection_reset);
+    case ECONNREFUSED: return make_error_code(errc::connection_refused);
+    case ECANCELED: return make_error_code(errc::cancelled);
+    default: return {err, std::system_category()};
+  }
+}
+
+/// TCP_NODELAY (small frames go out at once) and SO_KEEPALIVE (dead peers are noticed).
+inline std::error_code set_stream_options(int fd, bool keepalive) noexcept {
+  const int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return {errno, std::system_category()};
+  if (keepalive && ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) {
+    return {errno, std::system_category()};
+  }
+  return {};
+}
+
+/// A non-blocking, close-on-exec TCP socket of `family`.
+inline int open_stream_socket(int family, std::error_code& ec) noexcept {
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ec = fd < 0 ? std::error_code(errno, std::system_category()) : std::error_code();
+  return fd;
+}
+
+/// A bound, listening, non-blocking socket with SO_REUSEADDR (and SO_REUSEPORT
+/// if asked, so several reactors can each accept on the same port).
+inline int open_listener(const socket_address& addr, int backlog, bool reuse_port, std::error_code& ec) noexcept {
+  const int fd = open_stream_socket(addr.family(), ec);
+  if (fd < 0) return -1;
+  const int one = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      (reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) ||
+      ::bind(fd, addr.get(), addr.size) != 0 || ::listen(fd, backlog) != 0) {
+    ec = std::error_code(errno, std::system_category());
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// The local port a socket is bound to (0 if unknown).
+inline std::uint16_t local_port(int fd) noexcept {
+  socket_address a;
+  a.size = sizeof a.storage;
+  if (::getsockname(fd, a.get(), &a.size) != 0) return 0;
+  if (a.family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_port);
+  if (a.family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_port);
+  return 0;
+}
+
+/// The peer of a connected socket as "host:port" (empty if unknown).
+inline std::string peer_name(int fd) {
+  socket_address a;
+  a.size = sizeof a.storage;
+  if (::getpeername(fd, a.get(), &a.size) != 0) return {};
+  return to_string(a);
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace fusewire

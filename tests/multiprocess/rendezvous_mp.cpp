@@ -1,0 +1,354 @@
+// Multi-process rendezvous tests on loopback: real processes (fork), real sockets.
+//
+//   rendezvous_mp exchange <asio|uring>  1 PS + 2 workers, every size class, byte for byte
+//   rendezvous_mp kill     <asio|uring>  a worker SIGKILLed mid-transfer; the PS fails the
+//                                        pending receives and keeps serving the other worker
+//   rendezvous_mp hostile  <asio|uring>  garbage and truncated frames from a raw socket close
+//                                        that connection; the PS keeps serving a worker
+//
+// Every process runs under alarm(); exit 0 = pass, 1 = fail, 77 = skipped.
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/wire/codec.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../unit/rendezvous/test_util.hpp"
+
+namespace fw = fusewire;
+namespace rv = fusewire::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+const fw::task_id ps0{"ps", 0};
+const fw::task_id w0{"worker", 0};
+const fw::task_id w1{"worker", 1};
+const std::size_t size_classes[] = {1, 1024, 64 * 1024, 1 << 20, 16 << 20, 64 << 20};
+
+#define EXPECT(cond)                                                                              \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      std::fprintf(stderr, "[pid %d] %s:%d: check failed: %s\n", ::getpid(), __FILE__, __LINE__, #cond); \
+      return 1;                                                                                   \
+    }                                                                                             \
+  } while (0)
+
+fw::options mp_options() {
+  fw::options o;
+  o.mode = fw::reactor_mode::block;
+  o.pool_size = 8u << 20;
+  o.connect_timeout = 20000ms;
+  return o;
+}
+
+std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::uint32_t>(worker * 1000003u + n); }
+
+/// Runs `fn` in a child process bounded by `seconds`; returns its pid.
+pid_t spawn(unsigned seconds, const std::function<int()>& fn) {
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("fork");
+    std::exit(1);
+  }
+  if (pid == 0) {
+    ::alarm(seconds);
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[pid %d] exception: %s\n", ::getpid(), e.what());
+    }
+    std::fflush(stderr);
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+/// Waits for `pid`; true if it exited 0. Describes anything else.
+bool succeeded(pid_t pid, const char* what) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  if (WIFSIGNALED(status)) {
+    std::fprintf(stderr, "%s died of signal %d%s\n", what, WTERMSIG(status),
+                 WTERMSIG(status) == SIGALRM ? " (its alarm: it hung)" : "");
+  } else {
+    std::fprintf(stderr, "%s exited with %d\n", what, WEXITSTATUS(status));
+  }
+  return false;
+}
+
+// ---- exchange ---------------------------------------------------------------
+
+template <class T>
+int exchange_ps(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(ps0, spec, mp_options());
+  for (unsigned w = 0; w < 2; ++w) {
+    const fw::task_id peer{"worker", w};
+    for (std::size_t n : size_classes) {
+      const std::string key = "up/" + std::to_string(n);
+      // Alternate: a posted destination (zero-copy path) or the endpoint's own buffer.
+      const bool post = (n / 1024) % 2 == 0;
+      rv::recv_result r = post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 60s)
+                               : ep.recv_sync(peer, key, 60s);
+      EXPECT(!r.ec);
+      EXPECT(rvtest::matches(r.buffer, n, seed_of(w, n)));
+      // Echo it back, transformed so the worker checks a new payload.
+      for (std::size_t i = 0; i < n; ++i) r.buffer.data()[i] = ~r.buffer.data()[i];
+      EXPECT(!ep.send_sync(peer, "down/" + std::to_string(n), std::move(r.buffer), 60s));
+    }
+  }
+  std::printf("ps: verified %zu tensors from 2 workers over %s\n", 2 * std::size(size_classes), T::name().data());
+  return 0;
+}
+
+template <class T>
+int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
+  rv::endpoint<T> ep({"worker", w}, spec, mp_options());
+  for (std::size_t n : size_classes) {
+    EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), rvtest::pattern(n, seed_of(w, n)), 60s));
+  }
+  for (std::size_t n : size_classes) {
+    rv::recv_result r = ep.recv_sync(ps0, "down/" + std::to_string(n), 60s);
+    EXPECT(!r.ec);
+    auto expect = rvtest::pattern(n, seed_of(w, n));
+    for (std::size_t i = 0; i < n; ++i) expect.data()[i] = ~expect.data()[i];
+    EXPECT(r.buffer.size() == n && std::memcmp(r.buffer.data(), expect.data(), n) == 0);
+  }
+  return 0;
+}
+
+template <class T>
+int run_exchange() {
+  const auto spec = rvtest::loopback_cluster(1, 2);
+  const pid_t ps = spawn(240, [&] { return exchange_ps<T>(spec); });
+  const pid_t a = spawn(240, [&] { return exchange_worker<T>(spec, 0); });
+  const pid_t b = spawn(240, [&] { return exchange_worker<T>(spec, 1); });
+  bool ok = succeeded(ps, "ps:0");
+  ok = succeeded(a, "worker:0") && ok;
+  ok = succeeded(b, "worker:1") && ok;
+  return ok ? 0 : 1;
+}
+
+// ---- kill ---------------------------------------------------------------------
+
+template <class T>
+int kill_ps(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(ps0, spec, mp_options());
+  rv::recv_result hello = ep.recv_sync(w0, "hello", 60s);
+  EXPECT(!hello.ec);
+  // worker:0 is killed while sending "big"; "never" is never sent.
+  std::promise<std::error_code> never;
+  auto never_f = never.get_future();
+  ep.recv(w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 30s);
+  rv::recv_result big = ep.recv_sync(w0, "big", fw::tensor_buffer::allocate(64 << 20), 30s);
+  // Either the whole tensor made it before the kill (then intact) or the receive failed.
+  EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
+         (!big.ec && rvtest::matches(big.buffer, 64 << 20, 77)));
+  EXPECT(never_f.wait_for(40s) == std::future_status::ready);
+  const std::error_code never_ec = never_f.get();
+  if (never_ec != fw::make_error_code(fw::errc::connection_reset)) {
+    std::fprintf(stderr, "pending recv completed with %s\n", never_ec.message().c_str());
+    return 1;
+  }
+  // A new recv from the dead peer fails at once; the other worker is still served.
+  EXPECT(ep.recv_sync(w0, "later", 30s).ec == fw::make_error_code(fw::errc::connection_reset));
+  rv::recv_result after = ep.recv_sync(w1, "after", 60s);
+  EXPECT(!after.ec);
+  EXPECT(rvtest::matches(after.buffer, 1 << 20, 5));
+  EXPECT(!ep.send_sync(w1, "ack", rvtest::pattern(3, 3), 60s));
+  std::printf("ps: dead worker:0 failed its receives (%s); worker:1 still served\n", never_ec.message().c_str());
+  return 0;
+}
+
+template <class T>
+int kill_victim(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(w0, spec, mp_options());
+  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
+  auto big = rvtest::pattern(64 << 20, 77);
+  ep.send(ps0, "big", big.share(), [](std::error_code) {});
+  std::this_thread::sleep_for(2ms);
+  ::raise(SIGKILL);
+  return 1;
+}
+
+template <class T>
+int kill_survivor(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(w1, spec, mp_options());
+  EXPECT(!ep.send_sync(ps0, "after", rvtest::pattern(1 << 20, 5), 60s));
+  rv::recv_result ack = ep.recv_sync(ps0, "ack", 60s);
+  EXPECT(!ack.ec && rvtest::matches(ack.buffer, 3, 3));
+  return 0;
+}
+
+template <class T>
+int run_kill() {
+  const auto spec = rvtest::loopback_cluster(1, 2);
+  const pid_t ps = spawn(240, [&] { return kill_ps<T>(spec); });
+  const pid_t victim = spawn(240, [&] { return kill_victim<T>(spec); });
+  const pid_t survivor = spawn(240, [&] { return kill_survivor<T>(spec); });
+  int status = 0;
+  ::waitpid(victim, &status, 0);
+  bool ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  if (!ok) std::fprintf(stderr, "worker:0 was supposed to die of SIGKILL\n");
+  ok = succeeded(ps, "ps:0") && ok;
+  ok = succeeded(survivor, "worker:1") && ok;
+  return ok ? 0 : 1;
+}
+
+// ---- hostile --------------------------------------------------------------------
+
+int raw_connect(std::uint16_t port) {
+  for (int attempt = 0; attempt < 400; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(25ms);
+  }
+  return -1;
+}
+
+/// True once the peer closed `fd` (bounded).
+bool closed_by_peer(int fd) {
+  char buf[4096];
+  for (int i = 0; i < 400; ++i) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    if (::recv(fd, buf, sizeof buf, 0) <= 0) return true;
+  }
+  return false;
+}
+
+template <class T>
+int hostile_ps(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(ps0, spec, mp_options());
+  for (int round = 0; round < 3; ++round) {
+    rv::recv_result r = ep.recv_sync(w1, "round" + std::to_string(round), 60s);
+    EXPECT(!r.ec && rvtest::matches(r.buffer, 100000, static_cast<std::uint32_t>(round)));
+  }
+  return 0;
+}
+
+template <class T>
+int hostile_worker(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(w1, spec, mp_options());
+  for (int round = 0; round < 3; ++round) {
+    EXPECT(!ep.send_sync(ps0, "round" + std::to_string(round),
+                         rvtest::pattern(100000, static_cast<std::uint32_t>(round)), 60s));
+    std::this_thread::sleep_for(20ms);
+  }
+  return 0;
+}
+
+int attack(std::uint16_t port) {
+  // 1. plain garbage
+  int fd = raw_connect(port);
+  EXPECT(fd >= 0);
+  const char junk[] = "\x13\x37 this is not a fusewire frame, not at all.........";
+  EXPECT(::send(fd, junk, sizeof junk, MSG_NOSIGNAL) > 0);
+  EXPECT(closed_by_peer(fd));
+  ::close(fd);
+  // 2. a good hello, then a truncated tensor frame
+  fd = raw_connect(port);
+  EXPECT(fd >= 0);
+  fw::wire::hello_meta hello;
+  hello.job = "worker";
+  hello.task_index = 0;
+  std::vector<std::byte> out(4096);
+  std::error_code ec;
+  std::size_t n = fw::wire::encode_frame(hello, fw::wire::frame_header{}, {}, out, ec);
+  EXPECT(!ec);
+  EXPECT(::send(fd, out.data(), n, MSG_NOSIGNAL) == static_cast<ssize_t>(n));
+  fw::wire::tensor_meta t;
+  t.key = "cut";
+  t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {1000});
+  const std::uint64_t sizes[] = {1000};
+  t.segments = fw::wire::segment_list(std::span<const std::uint64_t>(sizes));
+  std::vector<std::byte> payload(1000, std::byte{1});
+  n = fw::wire::encode_frame(t, fw::wire::frame_header{}, payload, out, ec);
+  EXPECT(!ec);
+  EXPECT(::send(fd, out.data(), n - 100, MSG_NOSIGNAL) == static_cast<ssize_t>(n - 100));
+  ::shutdown(fd, SHUT_WR);
+  EXPECT(closed_by_peer(fd));
+  ::close(fd);
+  // 3. a header with a huge meta length
+  fd = raw_connect(port);
+  EXPECT(fd >= 0);
+  n = fw::wire::encode_frame(hello, fw::wire::frame_header{}, {}, out, ec);
+  fw::wire::store_le<std::uint32_t>(out.data() + 16, 0x7fffffffu);
+  EXPECT(::send(fd, out.data(), fw::wire::header_size, MSG_NOSIGNAL) == static_cast<ssize_t>(fw::wire::header_size));
+  EXPECT(closed_by_peer(fd));
+  ::close(fd);
+  return 0;
+}
+
+template <class T>
+int run_hostile() {
+  const auto spec = rvtest::loopback_cluster(1, 2);
+  const pid_t ps = spawn(240, [&] { return hostile_ps<T>(spec); });
+  const pid_t attacker = spawn(240, [&] { return attack(spec.fast_path_endpoint(ps0).port); });
+  const pid_t worker = spawn(240, [&] { return hostile_worker<T>(spec); });
+  bool ok = succeeded(attacker, "attacker");
+  ok = succeeded(worker, "worker:1") && ok;
+  ok = succeeded(ps, "ps:0") && ok;
+  return ok ? 0 : 1;
+}
+
+template <class T>
+int run(const std::string& scenario) {
+  if (scenario == "exchange") return run_exchange<T>();
+  if (scenario == "kill") return run_kill<T>();
+  if (scenario == "hostile") return run_hostile<T>();
+  std::fprintf(stderr, "unknown scenario '%s' (allowed: exchange, kill, hostile)\n", scenario.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s exchange|kill|hostile asio|uring\n", argv[0]);
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  ::alarm(280);  // the driver itself never hangs
+  const std::string transport = argv[2];
+  int rc = 2;
+  if (transport == "asio") {
+    rc = run<fw::asio_tcp>(argv[1]);
+  } else if (transport == "uring") {
+#if FUSEWIRE_HAS_URING
+    rc = run<fw::uring_tcp>(argv[1]);
+#else
+    std::printf("uring transport not built: skipped\n");
+    return 77;
+#endif
+  } else {
+    std::fprintf(stderr, "unknown transport '%s' (allowed: asio, uring)\n", argv[2]);
+    return 2;
+  }
+  std::printf("%s over %s: %s\n", argv[1], argv[2], rc == 0 ? "passed" : "FAILED");
+  return rc;
+}

@@ -1,0 +1,233 @@
+// protocol::channel and the handshake over both transports, on two reactors of one group.
+#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/handshake.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fw = fusewire;
+namespace proto = fusewire::protocol;
+using namespace std::chrono_literals;
+
+#if FUSEWIRE_HAS_URING
+#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
+#else
+#define TRANSPORTS fw::asio_tcp
+#endif
+
+namespace {
+
+template <class T>
+struct pair_harness {
+  using reactor_t = typename T::reactor_type;
+  using group_t = fw::basic_reactor_group<typename reactor_t::engine_type>;
+  using conn_t = typename T::connection_type;
+  using channel_t = proto::channel<conn_t>;
+
+  static fw::reactor_config config() {
+    fw::reactor_config c;
+    c.count = 2;
+    c.mode = fw::reactor_mode::block;
+    return c;
+  }
+
+  pair_harness() : group(config()) {
+    // Server on reactor 0, client on reactor 1; both channels live on their reactor.
+    auto port = group.submit(0, [this] {
+      listener = transport.listen(*reactor_t::current(), "127.0.0.1", 0);
+      listener.async_accept([this](std::error_code ec, conn_t c) {
+        REQUIRE_FALSE(ec);
+        server = std::make_shared<channel_t>(std::move(c), proto::limits_for(1 << 20));
+        server_ready.set_value();
+      });
+      return listener.port();
+    });
+    const std::uint16_t p = get(port);
+    group.submit_to(1, [this, p] {
+      transport.connect(*reactor_t::current(), "127.0.0.1", p, [this](std::error_code ec, conn_t c) {
+        REQUIRE_FALSE(ec);
+        client = std::make_shared<channel_t>(std::move(c), proto::limits_for(1 << 20));
+        client_ready.set_value();
+      });
+    });
+    auto a = server_ready.get_future();
+    auto b = client_ready.get_future();
+    get(a);
+    get(b);
+  }
+
+  ~pair_harness() {
+    group.submit(0, [this] {
+      server.reset();
+      listener = {};
+    }).get();
+    group.submit(1, [this] { client.reset(); }).get();
+    group.stop();
+  }
+
+  template <class F>
+  static auto get(std::future<F>& f) {
+    REQUIRE(f.wait_for(60s) == std::future_status::ready);
+    return f.get();
+  }
+  template <class F>
+  static auto get(std::future<F>&& f) {
+    return get(f);
+  }
+
+  T transport;
+  group_t group;
+  typename T::listener_type listener;
+  std::shared_ptr<channel_t> server, client;
+  std::promise<void> server_ready, client_ready;
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a tensor frame: one scatter-gather write, payload read into the destination", T, TRANSPORTS) {
+  pair_harness<T> h;
+  std::vector<std::byte> a(1000), b(70000), c(5);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::byte(i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(i * 7);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = std::byte(200 + i);
+  const std::size_t total = a.size() + b.size() + c.size();
+  auto dst = fw::tensor_buffer::allocate(total);
+
+  std::promise<std::error_code> wrote;
+  h.group.submit_to(1, [&] {
+    const fw::const_buffer sg[] = {a, b, c};
+    fw::wire::tensor_meta m;
+    m.key = "weights";
+    m.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
+    m.segments = fw::wire::segment_list(std::span<const fw::const_buffer>(sg));
+    h.client->write(m, sg, [&wrote](std::error_code ec) { wrote.set_value(ec); });
+  });
+  struct got_t {
+    std::error_code ec;
+    std::string key;
+    std::uint64_t len = 0;
+  };
+  std::promise<got_t> got;
+  h.group.submit_to(0, [&] {
+    h.server->read_head([&](std::error_code ec, proto::frame_head head) {
+      if (ec) return got.set_value({ec, {}, 0});
+      auto* t = std::get_if<fw::wire::tensor_meta>(&head.body);
+      if (t == nullptr) return got.set_value({fw::make_error_code(fw::errc::malformed_frame), {}, 0});
+      std::string key(t->key);
+      const auto len = head.header.payload_len;
+      h.server->read_payload(dst.bytes().first(len), [&got, key, len](std::error_code e) { got.set_value({e, key, len}); });
+    });
+  });
+  CHECK_FALSE(pair_harness<T>::get(wrote.get_future()));
+  const got_t g = pair_harness<T>::get(got.get_future());
+  REQUIRE_FALSE(g.ec);
+  CHECK(g.key == "weights");
+  CHECK(g.len == total);
+  CHECK(std::memcmp(dst.data(), a.data(), a.size()) == 0);
+  CHECK(std::memcmp(dst.data() + a.size(), b.data(), b.size()) == 0);
+  CHECK(std::memcmp(dst.data() + a.size() + b.size(), c.data(), c.size()) == 0);
+}
+
+TEST_CASE_TEMPLATE("a meta that cannot be encoded fails the write, asynchronously", T, TRANSPORTS) {
+  pair_harness<T> h;
+  std::promise<std::error_code> wrote;
+  const std::string huge(70000, 'k');
+  h.group.submit_to(1, [&] {
+    fw::wire::recv_request_meta m;
+    m.key = huge;
+    auto inline_call = std::make_shared<bool>(true);
+    h.client->write(m, {}, [&wrote, inline_call](std::error_code ec) {
+      CHECK_FALSE(*inline_call);
+      wrote.set_value(ec);
+    });
+    *inline_call = false;
+  });
+  CHECK(pair_harness<T>::get(wrote.get_future()) == fw::make_error_code(fw::errc::invalid_argument));
+}
+
+TEST_CASE_TEMPLATE("a frame above the receiver's limit is refused before its meta is read", T, TRANSPORTS) {
+  pair_harness<T> h;
+  std::vector<std::byte> big(2u << 20);
+  std::promise<std::error_code> wrote, got;
+  h.group.submit_to(1, [&] {
+    const fw::const_buffer sg[] = {big};
+    fw::wire::tensor_meta m;
+    m.key = "big";
+    m.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(big.size())});
+    m.segments = fw::wire::segment_list(std::span<const fw::const_buffer>(sg));
+    h.client->write(m, sg, [&wrote](std::error_code ec) { wrote.set_value(ec); });
+  });
+  h.group.submit_to(0, [&] {
+    h.server->read_head([&](std::error_code ec, proto::frame_head) {
+      got.set_value(ec);
+      h.server->close();
+    });
+  });
+  CHECK(pair_harness<T>::get(got.get_future()) == fw::make_error_code(fw::errc::frame_too_large));
+  (void)pair_harness<T>::get(wrote.get_future());  // the write may succeed or break; it completes
+}
+
+TEST_CASE_TEMPLATE("handshake: identity checked, tokens proven", T, TRANSPORTS) {
+  struct run_t {
+    std::error_code connector, acceptor;
+    std::string acceptor_saw;
+  };
+  auto run = [](std::string client_token, std::string server_token, fw::task_id expected) {
+    pair_harness<T> h;
+    std::promise<std::error_code> c, a;
+    std::string seen;
+    fw::cluster_spec spec = fw::cluster_spec::from_string("ps=127.0.0.1:1;worker=127.0.0.1:2");
+    h.group.submit_to(0, [&] {
+      proto::local_identity me{{"ps", 0}, 42, server_token};
+      proto::handshake_accept(h.server, me, spec, [&](std::error_code ec, proto::peer_identity p, std::string) {
+        seen = p.task.to_string();
+        if (ec) h.server->close();
+        a.set_value(ec);
+      });
+    });
+    h.group.submit_to(1, [&] {
+      proto::local_identity me{{"worker", 0}, 7, client_token};
+      proto::handshake_connect(h.client, me, expected, [&](std::error_code ec) {
+        if (ec) h.client->close();
+        c.set_value(ec);
+      });
+    });
+    run_t r;
+    r.connector = pair_harness<T>::get(c.get_future());
+    r.acceptor = pair_harness<T>::get(a.get_future());
+    r.acceptor_saw = seen;
+    return r;
+  };
+  const auto auth = fw::make_error_code(fw::errc::auth_failed);
+  auto ok = run("", "", {"ps", 0});
+  CHECK_FALSE(ok.connector);
+  CHECK_FALSE(ok.acceptor);
+  CHECK(ok.acceptor_saw == "worker:0");
+
+  auto wrong_peer = run("", "", {"ps", 1});
+  CHECK(wrong_peer.connector == fw::make_error_code(fw::errc::handshake_failed));
+
+  if constexpr (proto::detail::has_crypto) {
+    auto tok = run("t0ken", "t0ken", {"ps", 0});
+    CHECK_FALSE(tok.connector);
+    CHECK_FALSE(tok.acceptor);
+    auto wrong = run("other", "t0ken", {"ps", 0});
+    CHECK(wrong.connector == auth);
+    CHECK(wrong.acceptor == auth);
+    auto missing = run("", "t0ken", {"ps", 0});
+    CHECK(missing.connector == auth);
+    CHECK(missing.acceptor == auth);
+    auto unasked = run("t0ken", "", {"ps", 0});
+    CHECK(unasked.connector == auth);
+  }
+}

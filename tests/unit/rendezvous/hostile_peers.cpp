@@ -1,0 +1,224 @@
+// An endpoint facing garbage, truncated frames, impostors and wrong cluster tokens:
+// it closes that one connection with a logged error and keeps serving the others.
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/wire/codec.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace fw = fusewire;
+namespace rv = fusewire::rendezvous;
+using namespace std::chrono_literals;
+
+#if FUSEWIRE_HAS_URING
+#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
+#else
+#define TRANSPORTS fw::asio_tcp
+#endif
+
+namespace {
+
+const fw::task_id ps0{"ps", 0};
+const fw::task_id w0{"worker", 0};
+const fw::task_id w1{"worker", 1};
+
+fw::options test_options(std::string token = {}) {
+  fw::options o;
+  o.mode = fw::reactor_mode::block;
+  o.pool_size = 4u << 20;
+  o.connect_timeout = 2000ms;
+  o.cluster_token = std::move(token);
+  return o;
+}
+
+struct log_capture {
+  std::mutex m;
+  std::vector<std::string> lines;
+  rv::log_sink sink() {
+    return [this](std::string_view s) {
+      std::lock_guard lock(m);
+      lines.emplace_back(s);
+    };
+  }
+  /// Waits (bounded) for a line containing `needle`.
+  bool saw(std::string_view needle) {
+    for (int i = 0; i < 2000; ++i) {
+      {
+        std::lock_guard lock(m);
+        for (auto& l : lines) {
+          if (l.find(needle) != std::string::npos) return true;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard lock(m);
+    for (auto& l : lines) MESSAGE("log: " << l);
+    return false;
+  }
+};
+
+/// A raw blocking TCP client.
+struct raw_client {
+  int fd = -1;
+  explicit raw_client(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~raw_client() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send(std::span<const std::byte> bytes) {
+    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  }
+  void send(std::string_view s) { send(std::as_bytes(std::span(s.data(), s.size()))); }
+  /// True once the peer closed (reads drain whatever it sent first), bounded by 20 s.
+  bool closed_by_peer() {
+    std::byte buf[4096];
+    for (int i = 0; i < 400; ++i) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+  void shut_write() { ::shutdown(fd, SHUT_WR); }
+};
+
+std::vector<std::byte> frame_bytes(const auto& meta, fw::const_buffer payload = {}) {
+  std::vector<std::byte> out(fw::wire::prefix_size(meta) + payload.size());
+  std::error_code ec;
+  const std::size_t n = fw::wire::encode_frame(meta, fw::wire::frame_header{}, payload, out, ec);
+  REQUIRE_FALSE(ec);
+  out.resize(n);
+  return out;
+}
+
+std::vector<std::byte> hello_from(const fw::task_id& t) {
+  fw::wire::hello_meta h;
+  h.job = t.job;
+  h.task_index = t.index;
+  return frame_bytes(h);
+}
+
+template <class T>
+void still_serves(rv::endpoint<T>& ps, rv::endpoint<T>& worker, std::string key) {
+  REQUIRE_FALSE(worker.send_sync(ps0, key, rvtest::pattern(5000, 9), 30s));
+  auto r = ps.recv_sync(w1, key, 30s);
+  REQUIRE_FALSE(r.ec);
+  CHECK(rvtest::matches(r.buffer, 5000, 9));
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 2);
+  const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
+  log_capture log;
+  rv::endpoint<T> ps(ps0, spec, test_options(), T{}, log.sink());
+  rv::endpoint<T> worker(w1, spec, test_options());
+  still_serves(ps, worker, "before");
+
+  SUBCASE("garbage instead of a hello") {
+    raw_client c(port);
+    c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n and then some more bytes to fill a header");
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("bad frame magic"));
+  }
+  SUBCASE("a header announcing a frame above the limits") {
+    raw_client c(port);
+    auto bytes = hello_from(w0);
+    fw::wire::store_le<std::uint32_t>(bytes.data() + 16, 10u << 20);  // meta_len 10 MiB
+    c.send(std::span(bytes).first(fw::wire::header_size));
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("refused connection"));
+  }
+  SUBCASE("a truncated hello") {
+    raw_client c(port);
+    auto bytes = hello_from(w0);
+    c.send(std::span(bytes).first(bytes.size() - 3));
+    c.shut_write();
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("refused connection"));
+  }
+  SUBCASE("a task that is not in the cluster") {
+    raw_client c(port);
+    c.send(hello_from({"chief", 0}));
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("task chief:0 is not in the cluster"));
+  }
+  SUBCASE("a truncated tensor after a good handshake") {
+    raw_client c(port);
+    c.send(hello_from(w0));
+    fw::wire::tensor_meta t;
+    t.key = "cut";
+    t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {1000});
+    const std::uint64_t sizes[] = {1000};
+    t.segments = fw::wire::segment_list(std::span<const std::uint64_t>(sizes));
+    auto payload = rvtest::pattern(1000, 1);
+    auto bytes = frame_bytes(t, payload.bytes());
+    c.send(std::span(bytes).first(bytes.size() - 10));
+    // The recv posted for it fails with connection_reset once the stream ends mid-payload.
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    ps.recv(w0, "cut", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    std::this_thread::sleep_for(20ms);
+    c.shut_write();
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    CHECK(f.get() == fw::make_error_code(fw::errc::connection_reset));
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("truncated frame"));
+  }
+  SUBCASE("garbage after a good handshake") {
+    raw_client c(port);
+    c.send(hello_from(w0));
+    std::vector<std::byte> junk(64, std::byte{0x5a});
+    c.send(junk);
+    CHECK(c.closed_by_peer());
+    CHECK(log.saw("closing connection from worker:0"));
+  }
+  still_serves(ps, worker, "after");
+}
+
+TEST_CASE_TEMPLATE("cluster token: matching peers talk, others are refused and logged", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 2);
+  log_capture log;
+  rv::endpoint<T> ps(ps0, spec, test_options("s3cret"), T{}, log.sink());
+  rv::endpoint<T> good(w1, spec, test_options("s3cret"));
+  still_serves(ps, good, "ok");
+
+  SUBCASE("peer without a token") {
+    rv::endpoint<T> bad(w0, spec, test_options());
+    CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+    CHECK(log.saw("refused connection"));
+  }
+  SUBCASE("peer with a wrong token") {
+    rv::endpoint<T> bad(w0, spec, test_options("wrong"));
+    CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+    CHECK(log.saw("has a wrong cluster token"));
+  }
+  SUBCASE("acceptor without a token refuses a connector that has one") {
+    rv::endpoint<T> plain(w0, spec, test_options());
+    CHECK(good.send_sync(w0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+  }
+  still_serves(ps, good, "still");
+}
