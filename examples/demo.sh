@@ -10,5 +10,5 @@ if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release -Dtests=false -Dbench=false -Dexamples=true >/dev/null
 fi
 echo "demo: building (meson/ninja in $build)"
-ninja -C "$build" rendezvous_demo >/dev/null
+ninja -C "$build" examples/rendezvous_demo/rendezvous_demo >/dev/null
 exec "$build/examples/rendezvous_demo/rendezvous_demo" "$@"
