@@ -59,6 +59,18 @@ has stdout "  star_server_lite  refused / refused"
 has stdout "   1    1.993677        22       22     264"
 has stdout "results match one process running the whole graph: yes"
 
+# The same steps with one process per task over loopback TCP: the same losses and traffic.
+for transport in asio uring; do
+  run 0 --processes $transport
+  has stdout "steps: 3 processes, one per task, over loopback TCP"
+  has stdout "   1    1.992564         6       10     224"
+  has stdout "   3    0.124535         6       10     224"
+  has stdout "results match one process running the whole graph: yes"
+done
+run 0 --processes asio --protocol grpc --loop
+has stdout "   1    1.993677        22       22     264"
+has stdout "results match one process running the whole graph: yes"
+
 run 0 --key '/job:worker/replica:0/task:0/cpu:0;BEEF;/job:ps/task:0/device:CPU:0;w/read;3:1'
 has stdout "  tensor       w/read (frame 3, iteration 1, sender incarnation 000000000000beef)"
 has stdout "  channel key  /job:worker/replica:0/task:0/cpu:0;000000000000beef;/job:ps/task:0/device:CPU:0;w/read;3:1"
@@ -71,6 +83,9 @@ has stderr "tensor_fuse='maybe': expected a boolean (true/false, 1/0, yes/no, on
 
 run 2 --key '/job:worker/task:0;1;/job:ps/task:0;t'
 has stderr "bad rendezvous key '/job:worker/task:0;1;/job:ps/task:0;t': it has 4 part(s)"
+
+run 2 --processes tcp
+has stderr "tf_rendezvous: --processes tcp: expected asio or uring (see --help)"
 
 run 2 --steps 0
 has stderr "tf_rendezvous: --steps 0: expected a whole number from 1 to 1000 (see --help)"

@@ -2,8 +2,10 @@
 // the order it makes them: read the session's protocol and tensor_fuse,
 // take the placed graph TensorFlow hands over, partition it, run steps, and
 // map the rendezvous keys TensorFlow writes onto fusewire's tasks and keys.
-// The cluster runs in this process (graph::local_cluster); a real fork puts a
-// transport behind the same channel calls.
+// By default the cluster runs in this process (graph::local_cluster); with
+// --processes asio|uring every task runs in its own process and the messages
+// cross loopback sockets through fusewire's rendezvous endpoints
+// (graph::rendezvous_channel), as they would between a fork's servers.
 
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <stdexcept>
 #include <vector>
 
 #include <fusewire/core/cluster_spec.hpp>
@@ -24,7 +27,22 @@
 #include <fusewire/graph/graph.hpp>
 #include <fusewire/graph/local_cluster.hpp>
 #include <fusewire/graph/partition.hpp>
+#include <fusewire/core/options.hpp>
+#include <fusewire/graph/rendezvous_channel.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/tf/tf.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
@@ -33,6 +51,7 @@ namespace {
 
 constexpr std::string_view usage_text =
     "usage: tf_rendezvous [--protocol NAME] [--tensor-fuse[=BOOL]] [--steps N] [--loop] [--key KEY]\n"
+    "                     [--processes asio|uring]\n"
     "\n"
     "Shows what a TensorFlow fork's rendezvous manager asks of fusewire: the session's\n"
     "protocol and tensor_fuse, the partition plan of a placed wide-and-deep graph, a few\n"
@@ -47,6 +66,8 @@ constexpr std::string_view usage_text =
     "  --loop               add a while loop whose body multiplies by a ps:1 variable each\n"
     "                       iteration (star_server_lite refuses graphs with loops)\n"
     "  --key KEY            also map this rendezvous key (src_device;incarnation;dst_device;name;frame:iter)\n"
+    "  --processes NAME     run every task in its own process, messages over loopback TCP with\n"
+    "                       fusewire's asio or uring transport (default: all tasks in this process)\n"
     "  --help               print this text\n"
     "\n"
     "exit status: 0 done, 1 the plan or a step failed, 2 bad command line\n";
@@ -62,6 +83,7 @@ struct settings {
   int steps = 3;
   bool loop = false;
   std::optional<std::string> key;
+  std::optional<std::string> processes;
   bool help = false;
 };
 
@@ -90,6 +112,12 @@ settings parse_args(int argc, char** argv) {
       s.protocol = *v;
     } else if (auto k = value_of(i, arg, "--key")) {
       s.key = *k;
+    } else if (auto t = value_of(i, arg, "--processes")) {
+      if (*t != "asio" && *t != "uring") throw usage_error{"--processes " + *t + ": expected asio or uring"};
+#if !FUSEWIRE_HAS_URING
+      if (*t == "uring") throw usage_error{"--processes uring: this build has no uring transport; use asio"};
+#endif
+      s.processes = *t;
     } else if (auto n = value_of(i, arg, "--steps")) {
       char* end = nullptr;
       const long steps = std::strtol(n->c_str(), &end, 10);
@@ -216,6 +244,133 @@ void show_key(std::string_view text, const fusewire::cluster_spec& cluster) {
             << "  channel key  " << route.channel_key << "\n";
 }
 
+/// One step's traffic and loss, as the table prints them.
+struct step_row {
+  double loss = 0;
+  std::uint64_t messages = 0, tensors = 0, bytes = 0;
+  bool same = true;
+};
+
+/// A loopback port the kernel just handed out (and took back).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    throw std::runtime_error("no free loopback port");
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+/// What one task's process does: its partition, step after step, over an
+/// endpoint; reports per step what it sent (and, on the worker, the loss and
+/// whether its fetches equal the one-process run) through `out`.
+template <class Transport>
+int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluster_spec& cluster, int steps,
+                 const std::vector<std::map<std::string, fg::tensor>>& want, int out) {
+  const auto& part = plan.partitions[index];
+  fusewire::options opts;
+  opts.mode = fusewire::reactor_mode::block;
+  opts.connect_timeout = std::chrono::seconds(20);
+  fusewire::rendezvous::endpoint<Transport> ep(part.task, cluster, opts);
+  fg::rendezvous_channel<Transport> channel(ep, {.recv_timeout = std::chrono::seconds(20), .on_send_error = {}});
+  fg::executor ex(part.graph);
+  const auto inputs = feeds();
+  const auto fetches = fg::fetches_for(ex.graph(), {"loss", "wide/update"});
+  for (int step = 1; step <= steps; ++step) {
+    auto got = fg::run_step(ex, channel, static_cast<std::uint64_t>(step), fg::feeds_for(ex.graph(), inputs), fetches,
+                            std::chrono::seconds(20));
+    step_row row;
+    for (const auto& f : fetches) row.same = row.same && got.at(f) == want[static_cast<std::size_t>(step - 1)].at(f);
+    if (got.count("loss")) row.loss = got.at("loss").values.at(0);
+    const auto sent = channel.sent(static_cast<std::uint64_t>(step));
+    row.messages = sent.messages;
+    row.tensors = sent.tensors;
+    row.bytes = sent.bytes;
+    if (::write(out, &row, sizeof row) != static_cast<ssize_t>(sizeof row)) return 1;
+  }
+  if (!channel.flush() || channel.error()) return 1;
+  // Nobody closes its endpoint before every task is done.
+  const auto& first = plan.partitions.front().task;
+  if (index == 0) {
+    for (std::size_t t = 1; t < plan.partitions.size(); ++t)
+      if (ep.recv_sync(plan.partitions[t].task, "done", std::chrono::seconds(20)).ec) return 1;
+    for (std::size_t t = 1; t < plan.partitions.size(); ++t)
+      if (ep.send_sync(plan.partitions[t].task, "release", fusewire::tensor_buffer::allocate(1), std::chrono::seconds(20)))
+        return 1;
+  } else if (ep.send_sync(first, "done", fusewire::tensor_buffer::allocate(1), std::chrono::seconds(20)) ||
+             ep.recv_sync(first, "release", std::chrono::seconds(20)).ec) {
+    return 1;
+  }
+  return 0;
+}
+
+/// Runs `steps` steps with one forked process per task; rows summed over tasks.
+template <class Transport>
+std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const fg::placed_graph& graph, int steps) {
+  // The one-process answer, computed before forking so every task can compare.
+  fg::executor whole(graph);
+  std::vector<std::map<std::string, fg::tensor>> want;
+  for (int step = 1; step <= steps; ++step) want.push_back(whole.run(feeds(), {"loss", "wide/update"}));
+  // Fresh loopback ports: the example's own cluster string names ports that may be taken.
+  std::string text = "worker=127.0.0.1:" + std::to_string(free_port()) + ";ps=127.0.0.1:" +
+                     std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(free_port());
+  const auto cluster = fusewire::cluster_spec::from_string(text);
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (std::size_t i = 0; i < plan.partitions.size(); ++i) {
+    int fds[2];
+    if (::pipe(fds) != 0) return std::nullopt;
+    std::cout.flush();
+    const pid_t pid = ::fork();
+    if (pid < 0) return std::nullopt;
+    if (pid == 0) {
+      ::close(fds[0]);
+      ::alarm(60);
+      int rc = 1;
+      try {
+        rc = task_process<Transport>(plan, i, cluster, steps, want, fds[1]);
+      } catch (const std::exception& e) {
+        std::cerr << "tf_rendezvous: " << plan.partitions[i].task.to_string() << ": " << e.what() << "\n";
+      }
+      std::cerr.flush();
+      ::_exit(rc);
+    }
+    ::close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<step_row> rows(static_cast<std::size_t>(steps));
+  bool ok = true;
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    for (auto& row : rows) {
+      step_row r;
+      if (::read(pipes[i], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
+        ok = false;
+        break;
+      }
+      row.loss += r.loss;
+      row.messages += r.messages;
+      row.tensors += r.tensors;
+      row.bytes += r.bytes;
+      row.same = row.same && r.same;
+    }
+    ::close(pipes[i]);
+    int status = 0;
+    ::waitpid(pids[i], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::cerr << "tf_rendezvous: the process of " << plan.partitions[i].task.to_string() << " failed\n";
+      ok = false;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return rows;
+}
+
+
 int run(const settings& s) {
   // 1. The session's configuration, as the fork reads it from its server def and ConfigProto.
   const tf::session_config config = tf::session_config::parse(s.protocol, s.tensor_fuse);
@@ -258,19 +413,41 @@ int run(const settings& s) {
 
   // 4. Steps: every task's partition exchanges its messages through the channel;
   //    the same steps on the whole graph in one executor must agree.
-  fg::local_cluster tasks(*plan);
-  fg::executor whole(graph);
-  const auto inputs = feeds();
   const std::vector<std::string> fetches{"loss", "wide/update"};
+  std::vector<step_row> rows;
+  if (s.processes) {
+    std::optional<std::vector<step_row>> got;
+#if FUSEWIRE_HAS_URING
+    if (*s.processes == "uring") got = run_processes<fusewire::uring_tcp>(*plan, graph, s.steps);
+#endif
+    if (*s.processes == "asio") got = run_processes<fusewire::asio_tcp>(*plan, graph, s.steps);
+    if (!got) {
+      std::cerr << "tf_rendezvous: the steps failed across processes\n";
+      return 1;
+    }
+    rows = std::move(*got);
+    std::cout << "steps: " << plan->partitions.size() << " processes, one per task, over loopback TCP ("
+              << (*s.processes == "asio" ? "asio_tcp" : "uring_tcp") << ")\n";
+  } else {
+    fg::local_cluster tasks(*plan);
+    fg::executor whole(graph);
+    const auto inputs = feeds();
+    for (int step = 1; step <= s.steps; ++step) {
+      auto got = tasks.run(inputs, fetches);
+      const auto traffic = tasks.last_step_traffic();
+      rows.push_back(step_row{got.at("loss").values.at(0), traffic.messages, traffic.tensors, traffic.bytes,
+                              got == whole.run(inputs, fetches)});
+    }
+    std::cout << "steps: every task in this process\n";
+  }
   bool same = true;
   std::cout << "step  " << pad("loss", 10) << pad("messages", 10) << pad("tensors", 9) << pad("bytes", 8) << "\n";
-  for (int step = 1; step <= s.steps; ++step) {
-    auto got = tasks.run(inputs, fetches);
-    same = same && got == whole.run(inputs, fetches);
-    const auto traffic = tasks.last_step_traffic();
-    std::cout << pad(std::to_string(step), 4) << "  " << pad(fixed(got.at("loss").values.at(0)), 10)
-              << pad(std::to_string(traffic.messages), 10) << pad(std::to_string(traffic.tensors), 9)
-              << pad(std::to_string(traffic.bytes), 8) << "\n";
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const auto& r = rows[k];
+    same = same && r.same;
+    std::cout << pad(std::to_string(k + 1), 4) << "  " << pad(fixed(static_cast<float>(r.loss)), 10)
+              << pad(std::to_string(r.messages), 10) << pad(std::to_string(r.tensors), 9)
+              << pad(std::to_string(r.bytes), 8) << "\n";
   }
   std::cout << "results match one process running the whole graph: " << (same ? "yes" : "NO") << "\n\n";
 

@@ -16,4 +16,6 @@
 #include <fusewire/graph/partition.hpp>
 #include <fusewire/graph/executor.hpp>
 #include <fusewire/graph/local_cluster.hpp>
+#include <fusewire/graph/payload_codec.hpp>
+#include <fusewire/graph/rendezvous_channel.hpp>
 #include <fusewire/tf/tf.hpp>

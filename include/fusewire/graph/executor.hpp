@@ -499,10 +499,8 @@ class executor {
         continue;
       }
       edge_values values(a.values.size());
-      bool all_dead = !a.values.empty();
       for (std::size_t p = 0; p < a.values.size() && !failed(); ++p) {
         const auto& entry = a.values[p];
-        all_dead = all_dead && entry.dead;
         values[p].dead = entry.dead;
         if (entry.dead) continue;
         if (auto ec = entry.to_tensor(values[p].value)) {
@@ -514,7 +512,12 @@ class executor {
         }
       }
       if (failed()) continue;
-      finish(a.node, a.tag, std::move(values), all_dead);
+      // Each entry carries its own deadness on its data output. The control
+      // output means "the message arrived" (the partitioner hangs call
+      // triggers and request/response ordering on it), so it is never dead:
+      // a request whose entries all come from an untaken branch still runs
+      // the server's part, as one process would.
+      finish(a.node, a.tag, std::move(values), false);
     }
     return got.size();
   }
@@ -911,6 +914,52 @@ class executor {
   std::string error_text_;
   bool running_ = false, done_ = false;
 };
+
+/// The feeds of `all` that name a Placeholder of `g` (one task's share of a step's feeds).
+inline feed_map feeds_for(const placed_graph& g, const feed_map& all) {
+  feed_map out;
+  for (const auto& [name, value] : all)
+    if (auto i = g.find(name); i && g.node(*i).op == "Placeholder") out.emplace(name, value);
+  return out;
+}
+
+/// The fetches of `all` ("node" or "node:port") whose node is in `g`.
+inline std::vector<std::string> fetches_for(const placed_graph& g, const std::vector<std::string>& all) {
+  std::vector<std::string> out;
+  for (const auto& f : all) {
+    auto in = detail::split_input(f);
+    if (in && !in->control && g.find(in->node)) out.push_back(f);
+  }
+  return out;
+}
+
+/// Runs step `step` of one task's executor over `ch` in the calling thread,
+/// waiting for messages as they arrive: the way a process runs its partition.
+/// `feeds` and `fetches` are this task's (see feeds_for / fetches_for).
+/// Throws std::system_error: the step's error, or errc::timed_out (what()
+/// lists the receives still waiting) when nothing happened for `idle_timeout`.
+template <channel C>
+std::map<std::string, tensor> run_step(executor& ex, C& ch, std::uint64_t step, const feed_map& feeds,
+                                       const std::vector<std::string>& fetches,
+                                       std::chrono::milliseconds idle_timeout = std::chrono::seconds(30)) {
+  ex.begin_step(ch, step, feeds, fetches);
+  auto idle_since = std::chrono::steady_clock::now();
+  while (!ex.finished()) {
+    if (ex.poll() > 0) {
+      idle_since = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (ex.finished()) break;
+    if (!ex.wait(std::chrono::milliseconds(50)) && std::chrono::steady_clock::now() - idle_since > idle_timeout) {
+      std::string text = "step " + std::to_string(step) + " waited longer than " +
+                         std::to_string(idle_timeout.count()) + " ms for:";
+      for (const auto& w : ex.waiting_for()) text += " " + w + ";";
+      ex.abandon();
+      throw_error(errc::timed_out, text);
+    }
+  }
+  return ex.end_step();
+}
 
 }  // namespace graph
 }  // namespace v0

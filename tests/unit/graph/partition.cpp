@@ -61,20 +61,6 @@ std::size_t planned_messages(const fg::plan& p, std::size_t iterations = 0) {
   return n;
 }
 
-// worker -> ps0 -> worker -> the same part of ps0: a chain.
-fg::graph_def chain() {
-  fg::graph_def g;
-  g.tasks = {worker_task, ps0_task};
-  placeholder(g, "x", worker, {2});
-  variable(g, "w", ps0, {2}, {1, 2});
-  g.add("a", "Mul", {"x", "w"}, ps0);
-  g.add("z", "Mul", {"a", "a"}, worker);
-  g.add("b", "Add", {"a", "z"}, ps0);
-  g.add("out", "Identity", {"b"}, worker);
-  g.add("learn", "AssignAdd", {"w", "b"}, ps0);
-  return g;
-}
-
 }  // namespace
 
 TEST_CASE("wide-and-deep: messages per step in each mode") {
@@ -196,15 +182,7 @@ TEST_CASE("a diamond across two PS tasks") {
 }
 
 TEST_CASE("control edges become zero-byte tokens") {
-  fg::graph_def def;
-  def.tasks = {worker_task, ps0_task};
-  placeholder(def, "x", worker, {2});
-  def.add("ready", "NoOp", {"^x"}, worker);
-  variable(def, "counter", ps0, {1}, {0});
-  constant(def, "one", ps0, {1}, {1});
-  def.add("bump", "AssignAdd", {"counter", "one", "^ready"}, ps0);
-  def.add("after", "Identity", {"x", "^bump"}, worker);
-  fg::placed_graph g(def);
+  fg::placed_graph g(control_tokens());
   for (auto mode : {fg::partition_mode::send_recv, fg::partition_mode::star_server,
                     fg::partition_mode::star_server_lite}) {
     CAPTURE(fg::to_string(mode));
@@ -366,4 +344,27 @@ TEST_CASE("a failing task fails the step with its own error") {
         "invalid argument");
   // The cluster recovers for the next step.
   CHECK(loose.run({{"x", fg::tensor({2, 2}, {1, 0, 0, 1})}}, {"d"})["d"] == fg::tensor({2, 2}, {1, 3, 4, 4}));
+}
+
+TEST_CASE("a conditional whose branches run on two PS: dead values cross, the other side still runs") {
+  fg::placed_graph g(branches());
+  const std::vector<std::string> fetches{"join", "join:1", "out", "learn_scale", "learn_shift"};
+  for (auto [mode, fuse] : {std::pair{fg::partition_mode::send_recv, false}, std::pair{fg::partition_mode::send_recv, true},
+                            std::pair{fg::partition_mode::star_server, false},
+                            std::pair{fg::partition_mode::star_server_lite, false}}) {
+    CAPTURE(fg::to_string(mode));
+    CAPTURE(fuse);
+    const auto p = fg::partition(g, options(mode, fuse));
+    fg::executor single(g);
+    fg::local_cluster cluster(p);
+    for (int step = 1; step <= 4; ++step) {
+      const fg::feed_map feeds{{"x", fg::tensor({2}, {1, static_cast<float>(step)})},
+                               {"p", fg::tensor::scalar(static_cast<float>(step % 2))}};
+      auto want = single.run(feeds, fetches);
+      CHECK(want["join:1"] == fg::tensor::scalar(static_cast<float>(step % 2)));
+      CHECK(cluster.run(feeds, fetches) == want);
+      CHECK(*cluster.variable("scale") == *single.variable("scale"));
+      CHECK(*cluster.variable("shift") == *single.variable("shift"));
+    }
+  }
 }

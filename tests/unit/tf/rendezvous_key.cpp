@@ -4,6 +4,7 @@
 
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/graph/partition.hpp>
+#include <fusewire/graph/rendezvous_channel.hpp>
 
 #include <ostream>  // doctest prints std::error_code through it
 #include <string>
@@ -134,4 +135,58 @@ TEST_CASE("bad keys name the bad part") {
   CHECK(ec == errc::invalid_argument);
   CHECK(tf::parse_rendezvous_key("/job:a/task:0;1;/job:b/task:0;t;0:0", ec));
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("keys exactly as TensorFlow's Rendezvous::CreateKey writes them") {
+  // A worker GPU sending to a PS CPU, outside any loop.
+  const std::string gpu_to_ps =
+      "/job:worker/replica:0/task:0/device:GPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;"
+      "edge_5_foo;0:0";
+  auto k = tf::parse_rendezvous_key(gpu_to_ps);
+  CHECK(k.src_device == "/job:worker/replica:0/task:0/device:GPU:0");
+  CHECK(k.src().type == "GPU");
+  CHECK(k.src().id == 0);
+  CHECK(k.src_incarnation == 1u);
+  CHECK(k.dst_device == "/job:ps/replica:0/task:0/device:CPU:0");
+  CHECK(k.tensor_name == "edge_5_foo");
+  CHECK(k.frame_id == 0u);
+  CHECK(k.iter_id == 0);
+  CHECK(k.to_string() == gpu_to_ps);
+  const auto r = tf::route(k);
+  CHECK(r.src == fusewire::task_id{"worker", 0});
+  CHECK(r.dst == fusewire::task_id{"ps", 0});
+  CHECK(r.channel_key == gpu_to_ps);
+  // The graph layer's channel routes the same key to the same tasks.
+  std::error_code ec;
+  auto g = fg::key_route(gpu_to_ps, ec);
+  REQUIRE(g);
+  CHECK(g->first == r.src);
+  CHECK(g->second == r.dst);
+
+  // A client-terminated fetch in a single-process session: the tensor name is
+  // "node:port" (':' and '/' inside the name part), the incarnation a random fingerprint.
+  const std::string fetch =
+      "/job:localhost/replica:0/task:0/device:CPU:0;a1b2c3d4e5f60718;/job:localhost/replica:0/task:0/device:CPU:0;"
+      "dense/MatMul:0;0:0";
+  auto f = tf::parse_rendezvous_key(fetch);
+  CHECK(f.tensor_name == "dense/MatMul:0");
+  CHECK(f.src_incarnation == 0xa1b2c3d4e5f60718ull);
+  CHECK(f.to_string() == fetch);
+  CHECK(tf::route(f).src == fusewire::task_id{"localhost", 0});
+
+  // TensorFlow's own test keys use the legacy "/CPU:0" device form and other replicas:
+  // they parse; only routing refuses replicas other than 0 (a fusewire task is job + index).
+  const std::string legacy =
+      "/job:mnist/replica:1/task:2/CPU:0;0000000000001ed2;/job:mnist/replica:1/task:2/device:GPU:0;var0;0:0";
+  auto l = tf::parse_rendezvous_key(legacy);
+  CHECK(l.src_incarnation == 7890u);
+  CHECK(l.src().type == "CPU");
+  CHECK(l.src().replica == 1);
+  CHECK(l.to_string() == legacy);
+  CHECK(test_graphs::error_of([&] { tf::route(l); }, errc::invalid_argument) ==
+        "device '/job:mnist/replica:1/task:2/device:CPU:0': replica 1 is not supported (only replica 0): invalid argument");
+
+  // make_rendezvous_key writes what CreateKey writes for the same parts.
+  CHECK(tf::make_rendezvous_key("/job:worker/replica:0/task:0/device:GPU:0", 1, "/job:ps/replica:0/task:0/device:CPU:0",
+                                "edge_5_foo", 0, 0) == gpu_to_ps);
 }
