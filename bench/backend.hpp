@@ -5,6 +5,8 @@
 /// Adding one is a file that fills a `backend_info` and a line in
 /// backends.cpp and bench/meson.build.
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -25,6 +27,11 @@ struct server_config {
   reply_kind reply = reply_kind::echo;
   wire_mode mode = wire_mode::raw;
   transport_settings transport;
+  /// The whole cluster and this PS's index in it. Only backends with
+  /// `backend_info::fixed_ports` use it (their PS connects back to each
+  /// worker, so it must know every worker's address); the others ignore it.
+  cluster_spec cluster;
+  unsigned task = 0;
 };
 
 /// What a worker is built with.
@@ -33,7 +40,28 @@ struct client_config {
   reply_kind reply = reply_kind::echo;
   wire_mode mode = wire_mode::raw;
   transport_settings transport;
+  /// Every worker's address and this worker's index (see server_config::cluster).
+  std::vector<endpoint> workers;
+  unsigned task = 0;
 };
+
+using bench_clock = std::chrono::steady_clock;
+
+/// One phase of a worker's run (warmup or measurement): exchanges back to back
+/// until `until`.
+struct exchange_run {
+  std::span<const const_buffer> payload;
+  std::size_t expected_reply = 0;  ///< what every exchange must return (else errc::size_mismatch)
+  bench_clock::time_point until;
+  std::vector<std::int64_t>* samples = nullptr;  ///< when set: each round trip in ns
+  /// Called on the caller's thread about once a second with the exchanges so far.
+  std::function<void(std::uint64_t exchanges)> tick;
+};
+
+/// Throws `system_error(errc::size_mismatch)` when the PSs did not answer for `expected` bytes.
+void check_replied(std::size_t replied, std::size_t expected);
+/// check_replied's message, or "" when `replied == expected`.
+std::string replied_problem(std::size_t replied, std::size_t expected);
 
 /// PS side. Constructed listening (throws `system_error` when it cannot bind);
 /// `run()` serves any number of workers until `stop()`.
@@ -60,6 +88,13 @@ class client {
   /// for byte (throws `system_error(errc::malformed_frame)` on a mismatch).
   /// Serialized mode encodes and decodes inside this call. Throws on errors.
   virtual std::size_t exchange(std::span<const const_buffer> payload, bool verify) = 0;
+
+  /// Runs `r`: exchanges without verification until `r.until`, each checked
+  /// with check_replied; returns how many. The default calls `exchange` in a
+  /// loop on the calling thread; a backend may drive the loop on its own
+  /// thread (fusewire runs it in completion handlers on its reactor) as long
+  /// as it times each exchange the same way and calls `tick` on the caller's thread.
+  virtual std::uint64_t run(const exchange_run& r);
 };
 
 /// A backend as the registry knows it.
@@ -71,6 +106,10 @@ struct backend_info {
   bool fusewire = false;           ///< a fusewire transport (the subject of `compare`)
   bool honours_wait_mode = false;  ///< uses transport_settings::mode
   bool serialized = true;          ///< supports wire_mode::serialized
+  /// Needs every task's port before any process starts (the PS connects back
+  /// to the workers): the launcher reserves ports for all of them, and a
+  /// cluster given by hand must name the workers' ports.
+  bool fixed_ports = false;
   std::function<std::unique_ptr<server>(const server_config&)> make_server;
   std::function<std::unique_ptr<client>(const client_config&)> make_client;
 };

@@ -16,6 +16,34 @@ namespace {
 
 }  // namespace
 
+std::string replied_problem(std::size_t replied, std::size_t expected) {
+  if (replied == expected) return {};
+  return "the PSs answered for " + std::to_string(replied) + " bytes, expected " + std::to_string(expected) +
+         "; do they run the same --benchmark and --mode?";
+}
+
+void check_replied(std::size_t replied, std::size_t expected) {
+  if (replied != expected) throw_error(errc::size_mismatch, replied_problem(replied, expected));
+}
+
+std::uint64_t client::run(const exchange_run& r) {
+  std::uint64_t done = 0;
+  auto next_tick = bench_clock::now() + std::chrono::seconds(1);
+  auto now = bench_clock::now();
+  while (now < r.until) {
+    const auto t0 = now;
+    check_replied(exchange(r.payload, false), r.expected_reply);
+    now = bench_clock::now();
+    ++done;
+    if (r.samples) r.samples->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(now - t0).count());
+    if (now >= next_tick) {
+      next_tick += std::chrono::seconds(1);
+      if (r.tick) r.tick(done);
+    }
+  }
+  return done;
+}
+
 const std::vector<backend_info>& backends() {
   static const std::vector<backend_info> all = [] {
     std::vector<backend_info> out = fusewire_backends();

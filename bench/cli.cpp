@@ -73,6 +73,7 @@ struct raw_options {
   bool fusion = false;
   bool pin = false;
   std::string grpc_threads = "1";
+  std::string zc_threshold;
   std::string connect_timeout = "30";
   std::string json;
   std::string csv;
@@ -111,6 +112,9 @@ transport_settings transport_from(const raw_options& o) {
   t.pin = o.pin;
   t.grpc_threads =
       static_cast<unsigned>(parse_bounded(o.grpc_threads, "--grpc-threads", 1, 64, "gRPC takes 1 to 64 threads"));
+  if (!o.zc_threshold.empty()) {
+    t.zc_threshold = o.zc_threshold == "0" ? std::size_t{0} : parse_size(o.zc_threshold, "--zc-threshold");
+  }
   t.connect_timeout_s = parse_seconds(o.connect_timeout, "--connect-timeout");
   if (!(t.connect_timeout_s > 0 && t.connect_timeout_s <= 3600)) {
     bad("--connect-timeout " + o.connect_timeout +
@@ -264,6 +268,10 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--grpc-threads", o.grpc_threads, "gRPC PS completion-queue threads")
       ->type_name("N")
       ->capture_default_str()
+      ->group(tr);
+  app.add_option("--zc-threshold", o.zc_threshold,
+                 "fusewire-uring: writes of at least this size use SEND_ZC; 0 = never (default: the transport's, 64K)")
+      ->type_name("SIZE")
       ->group(tr);
   app.add_option("--connect-timeout", o.connect_timeout, "Seconds a worker keeps trying to reach a PS")
       ->type_name("SEC")
@@ -477,6 +485,7 @@ std::vector<std::string> role_arguments(const role_config& c) {
             std::to_string(c.transport.grpc_threads), "--connect-timeout", number_text(c.transport.connect_timeout_s)});
   a.push_back(c.transport.fusion ? "--fusion" : "--no-fusion");
   if (c.transport.pin) a.push_back("--pin");
+  if (c.transport.zc_threshold) a.insert(a.end(), {"--zc-threshold", std::to_string(*c.transport.zc_threshold)});
   if (c.managed) a.push_back("--managed");
   return a;
 }

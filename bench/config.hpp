@@ -126,6 +126,9 @@ struct transport_settings {
   bool fusion = false;                       ///< fusewire backends: tensor fusion on
   bool pin = false;                          ///< pin each process to one CPU of its cpuset
   unsigned grpc_threads = 1;                 ///< gRPC PS: completion-queue threads
+  /// fusewire-uring: writes of at least this many bytes use SEND_ZC (0: never);
+  /// unset: the transport's default (uring_tcp::config::zc_threshold).
+  std::optional<std::size_t> zc_threshold;
   double connect_timeout_s = 30;             ///< worker: give up connecting after this
   friend bool operator==(const transport_settings&, const transport_settings&) = default;
 };

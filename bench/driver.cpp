@@ -1,7 +1,10 @@
 #include "driver.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <fusewire/core/error.hpp>
@@ -245,6 +249,60 @@ class process_group {
   std::vector<std::unique_ptr<child_process>> children_;
 };
 
+/// TCP ports held for children that must know every task's port before any
+/// of them starts (backend_info::fixed_ports): each is bound with SO_REUSEADDR
+/// and not listening, so the child can bind it too, and nobody else gets it
+/// meanwhile (an outgoing connection is never given a bound port).
+class port_reservation {
+ public:
+  port_reservation() = default;
+  port_reservation(const port_reservation&) = delete;
+  port_reservation& operator=(const port_reservation&) = delete;
+  ~port_reservation() { release(); }
+
+  std::uint16_t reserve(const std::string& host) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &list); rc != 0) {
+      throw_error(errc::invalid_argument, "--host '" + host + "': " + ::gai_strerror(rc));
+    }
+    int last_error = 0;
+    for (addrinfo* a = list; a; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) {
+        last_error = errno;
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        last_error = errno;
+        ::close(fd);
+        continue;
+      }
+      ::freeaddrinfo(list);
+      fds_.push_back(fd);
+      return ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    }
+    ::freeaddrinfo(list);
+    throw_error(errc::invalid_argument, "cannot reserve a port on " + host + ": " + std::strerror(last_error));
+  }
+
+  void release() {
+    for (int fd : fds_) ::close(fd);
+    fds_.clear();
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
 /// One status line on stderr: rewritten in place on a terminal, start and
 /// end lines otherwise; nothing with --quiet.
 class progress_line {
@@ -322,14 +380,23 @@ repetition run_repetition(const cell& c, const run_config& rc, const std::string
   base.time = rc.time;
   base.time.repetitions = 1;
   base.managed = true;
-  for (unsigned i = 0; i < c.ps; ++i) {
-    base.cluster.ps.push_back({rc.host, static_cast<std::uint16_t>(rc.port ? rc.port + i : 0)});
-  }
-  for (unsigned j = 0; j < c.workers; ++j) base.cluster.workers.push_back({rc.host, 0});
-
   repetition rep;
   process_group group(exe);
+  port_reservation reserved;
   try {
+    // Backends whose PS connects back to the workers get every port up front:
+    // consecutive from --port, or reserved here.
+    const backend_info* info = find_backend(c.backend.name);
+    const bool fixed = info && info->fixed_ports;
+    auto port_for = [&](unsigned slot) -> std::uint16_t {
+      if (rc.port) return static_cast<std::uint16_t>(rc.port + slot);
+      return fixed ? reserved.reserve(rc.host) : 0;
+    };
+    for (unsigned i = 0; i < c.ps; ++i) base.cluster.ps.push_back({rc.host, port_for(i)});
+    for (unsigned j = 0; j < c.workers; ++j) {
+      base.cluster.workers.push_back({rc.host, fixed ? port_for(c.ps + j) : std::uint16_t{0}});
+    }
+
     std::vector<child_process*> ps;
     std::vector<child_process*> workers;
     std::vector<bool> listening(c.ps, false);
@@ -387,6 +454,7 @@ repetition run_repetition(const cell& c, const run_config& rc, const std::string
                clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
                                        std::chrono::duration<double>(rc.transport.connect_timeout_s + 30)),
                "the workers to connect", on_event);
+    reserved.release();
 
     for (child_process* w : workers) group.send(*w, "go");
     const auto go = clock_type::now();
@@ -499,6 +567,7 @@ json config_json(const run_config& rc) {
           {"fusion", rc.transport.fusion},
           {"pin", rc.transport.pin},
           {"grpc_threads", rc.transport.grpc_threads},
+          {"zc_threshold", rc.transport.zc_threshold ? json(*rc.transport.zc_threshold) : json(nullptr)},
           {"host", rc.host},
           {"count", rc.payload.count},
           {"sizes",
@@ -581,8 +650,16 @@ std::vector<cell> plan_compare(const compare_config& config) {
   std::vector<backend_choice> subjects;
   std::vector<backend_choice> others;
   if (config.subject == "fusewire") {
+    // fusewire's best TCP transport: the first built one in registry order
+    // (io_uring, then Asio).
+    // Two modes of it, as the floor has two: --reactor-mode (default
+    // adaptive) and block; each row takes the better.
     for (const backend_info& b : backends()) {
-      if (b.fusewire && b.available) subjects.push_back({b.name, std::nullopt});
+      if (b.fusewire && b.available) {
+        subjects.push_back({b.name, std::nullopt});
+        if (rc.transport.mode != wait_mode::block) subjects.push_back({b.name, wait_mode::block});
+        break;
+      }
     }
     if (subjects.empty()) subjects.push_back({"fusewire", std::nullopt});
   } else {
@@ -643,6 +720,95 @@ int run_benchmarks(const run_config& config) {
   return ok && written ? 0 : 1;
 }
 
+namespace {
+
+/// The subject's ratio to each other library per benchmark: the geometric mean
+/// over the payload schemes (uniform, random, skew) of the per-row ratios,
+/// and the single-buffer latency rows on their own. Columns are backends by
+/// name; where a name has several modes (floor:poll, floor:block) the best
+/// of them counts (the smallest ratio). Prints it and returns it as JSON.
+json print_summary(const json& ratios, const std::vector<std::string>& other_labels) {
+  std::vector<std::string> names;
+  for (const std::string& label : other_labels) {
+    const std::string name = label.substr(0, label.find(':'));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string subject;
+  for (const json& row : ratios) {
+    if (row["subject"].is_string()) subject = row["subject"].get<std::string>();
+  }
+  // One ratio per row and name: the best of that name's modes.
+  auto row_ratio = [&](const json& row, const std::string& name) -> std::optional<double> {
+    std::optional<double> best;
+    for (const auto& [label, value] : row["ratios"].items()) {
+      if (label.substr(0, label.find(':')) != name || !value.is_number()) continue;
+      const double v = value.get<double>();
+      if (!best || v < *best) best = v;
+    }
+    return best;
+  };
+  std::vector<std::string> schemes;
+  for (scheme s : {scheme::uniform, scheme::random, scheme::skew}) schemes.emplace_back(option_name(s));
+  struct line {
+    std::string title;
+    std::vector<const json*> rows;
+  };
+  std::vector<line> lines;
+  for (benchmark_kind b : {benchmark_kind::p2p_latency, benchmark_kind::p2p_bandwidth, benchmark_kind::ps_throughput}) {
+    line l{std::string(option_name(b)), {}};
+    std::vector<line> singles;
+    for (const json& row : ratios) {
+      if (row["benchmark"] != option_name(b)) continue;
+      const std::string payload = row["payload"];
+      if (std::find(schemes.begin(), schemes.end(), payload) != schemes.end()) {
+        l.rows.push_back(&row);
+      } else {
+        singles.push_back({std::string(option_name(b)) + " " + payload, {&row}});
+      }
+    }
+    lines.push_back(l);
+    lines.insert(lines.end(), singles.begin(), singles.end());
+  }
+  std::printf("\n%s vs each library (x > 1: %s is better); per benchmark the geometric mean over the uniform, "
+              "random and skew payloads; latency compares p50; a library with several modes counts its best\n",
+              subject.c_str(), subject.c_str());
+  std::printf("%-24s", "benchmark");
+  for (const std::string& n : names) std::printf(" %12s", ("vs " + n).c_str());
+  std::printf("\n");
+  json out = json::object();
+  for (const line& l : lines) {
+    std::printf("%-24s", l.title.c_str());
+    json entry = json::object();
+    for (const std::string& n : names) {
+      double log_sum = 0;
+      std::size_t count = 0;
+      bool complete = !l.rows.empty();
+      for (const json* row : l.rows) {
+        const std::optional<double> r = row_ratio(*row, n);
+        if (!r || *r <= 0) {
+          complete = false;
+          break;
+        }
+        log_sum += std::log(*r);
+        ++count;
+      }
+      if (!complete || count == 0) {
+        std::printf(" %12s", "n/a");
+        entry[n] = nullptr;
+        continue;
+      }
+      const double mean = std::exp(log_sum / static_cast<double>(count));
+      std::printf(" %11.2fx", mean);
+      entry[n] = mean;
+    }
+    std::printf("\n");
+    out[l.title] = entry;
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_compare(const compare_config& config) {
   std::vector<cell> cells = plan_compare(config);
   std::size_t runs = 0;
@@ -673,6 +839,7 @@ int run_compare(const compare_config& config) {
     }
   }
   json ratios = json::array();
+  json summary = nullptr;
   std::printf("\n");
   if (!subject_built) {
     std::printf("%s: not built yet; no ratios. (The layout: `fwbench compare --quick --subject zmq`.)\n",
@@ -722,11 +889,13 @@ int run_compare(const compare_config& config) {
       row["ratios"] = against;
       ratios.push_back(row);
     }
+    summary = print_summary(ratios, other_labels);
   }
   std::fflush(stdout);
   json extra = {{"config", config_json(config.base)},
                 {"compare", {{"subject", config.subject}, {"quick", config.quick}, {"subject_built", subject_built}}},
-                {"ratios", subject_built ? ratios : json(nullptr)}};
+                {"ratios", subject_built ? ratios : json(nullptr)},
+                {"summary", summary}};
   if (!subject_built) extra["compare"]["subject_status"] = config.subject + ": not built yet";
   const bool written = write_outputs(config.base, cells, extra);
   return ok && written ? 0 : 1;

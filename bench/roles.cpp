@@ -90,6 +90,8 @@ int run_ps(const role_config& config) {
   sc.reply = reply_for(config.benchmark);
   sc.mode = config.mode;
   sc.transport = effective_transport(config);
+  sc.cluster = config.cluster;
+  sc.task = config.task;
   // Shared with the detached control threads, which may outlive this call.
   struct control_state {
     std::shared_ptr<server> srv;
@@ -155,6 +157,8 @@ int run_worker(const role_config& config) {
   cc.reply = reply_for(config.benchmark);
   cc.mode = config.mode;
   cc.transport = effective_transport(config);
+  cc.workers = config.cluster.workers;
+  cc.task = config.task;
   std::unique_ptr<client> cli = info.make_client(cc);
 
   const bool tty = !config.managed && ::isatty(STDERR_FILENO);
@@ -167,13 +171,7 @@ int run_worker(const role_config& config) {
   }
 
   const std::size_t expected = data.total_size() * config.cluster.ps.size();
-  auto check = [&](std::size_t replied) {
-    if (replied != expected) {
-      throw_error(errc::size_mismatch, "the PSs answered for " + std::to_string(replied) + " bytes, expected " +
-                                           std::to_string(expected) + "; do they run the same --benchmark and --mode?");
-    }
-  };
-  check(cli->exchange(data.buffers(), true));
+  check_replied(cli->exchange(data.buffers(), true), expected);
 
   auto progress = [&](const char* phase, double elapsed, double total, std::uint64_t calls) {
     if (config.managed) {
@@ -184,38 +182,34 @@ int run_worker(const role_config& config) {
     }
   };
 
-  const auto warmup_end = clock_type::now() + std::chrono::duration<double>(config.time.warmup_s);
-  auto next_tick = clock_type::now() + std::chrono::seconds(1);
-  std::uint64_t warm_calls = 0;
+  exchange_run warm;
+  warm.payload = data.buffers();
+  warm.expected_reply = expected;
   const auto warm_start = clock_type::now();
-  while (clock_type::now() < warmup_end) {
-    check(cli->exchange(data.buffers(), false));
-    ++warm_calls;
-    if (clock_type::now() >= next_tick) {
-      next_tick += std::chrono::seconds(1);
-      progress("warmup", std::chrono::duration<double>(clock_type::now() - warm_start).count(), config.time.warmup_s,
-               warm_calls);
-    }
-  }
+  warm.until = warm_start + std::chrono::duration_cast<clock_type::duration>(
+                                std::chrono::duration<double>(config.time.warmup_s));
+  warm.tick = [&](std::uint64_t n) {
+    progress("warmup", std::chrono::duration<double>(clock_type::now() - warm_start).count(), config.time.warmup_s,
+             n);
+  };
+  cli->run(warm);
 
   std::vector<std::int64_t> samples;
   samples.reserve(1 << 16);
   const usage_snapshot before = take_usage();
   const auto start = clock_type::now();
-  const auto end = start + std::chrono::duration<double>(config.time.run_s);
-  next_tick = start + std::chrono::seconds(1);
-  auto now = start;
-  while (now < end) {
-    const auto t0 = now;
-    check(cli->exchange(data.buffers(), false));
-    now = clock_type::now();
-    samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(now - t0).count());
-    if (now >= next_tick) {
-      next_tick += std::chrono::seconds(1);
-      progress("run", std::chrono::duration<double>(now - start).count(), config.time.run_s,
-               samples.size() * config.cluster.ps.size());
-    }
-  }
+  exchange_run measured;
+  measured.payload = data.buffers();
+  measured.expected_reply = expected;
+  measured.until =
+      start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(config.time.run_s));
+  measured.samples = &samples;
+  measured.tick = [&](std::uint64_t n) {
+    progress("run", std::chrono::duration<double>(clock_type::now() - start).count(), config.time.run_s,
+             n * config.cluster.ps.size());
+  };
+  cli->run(measured);
+  const auto now = clock_type::now();
   const usage_snapshot after = take_usage();
   cli.reset();
 
@@ -223,7 +217,12 @@ int run_worker(const role_config& config) {
   result.task = config.task;
   result.exchanges = samples.size();
   result.calls = samples.size() * config.cluster.ps.size();
-  result.seconds = std::chrono::duration<double>(now - start).count();
+  // The round trips follow each other without gaps, so their sum is the
+  // measured time (and not what a late wake-up of this thread adds to it).
+  std::int64_t measured_ns = 0;
+  for (std::int64_t s : samples) measured_ns += s;
+  result.seconds = samples.empty() ? std::chrono::duration<double>(now - start).count()
+                                   : static_cast<double>(measured_ns) / 1e9;
   result.payload_bytes = data.total_size();
   result.buffers = data.count();
   result.latency = summarize(samples);

@@ -11,8 +11,12 @@
 #if __has_include(<liburing.h>)
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
+#if __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
+#include <fusewire/transport/verbs.hpp>
+#endif
 #include <fusewire/protocol/channel.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/ps/ps.hpp>
 #include <fusewire/graph/partition.hpp>
 #include <fusewire/graph/executor.hpp>
 #include <fusewire/graph/local_cluster.hpp>

@@ -17,8 +17,12 @@
 ///   is later handed to the recv without a copy — or copied once into the
 ///   destination if that recv posted one.
 /// - Ordering: per (peer, key), tensors are delivered in the order they were
-///   sent (FIFO), and recvs are matched in the order they were posted. No
-///   order holds between different keys or different peers.
+///   sent (FIFO), and recvs are matched in the order they were posted — also
+///   across plain, fused and chunked frames and across striping lanes. No
+///   order holds between different keys or different peers. A chunked tensor
+///   is matched to its recv when its first chunk arrives (that chunk travels on
+///   the peer's ordered connection), so a later small tensor on the same key
+///   may COMPLETE before it, but always goes to the later recv.
 /// - Completion: send `void(std::error_code)`, recv `void(std::error_code,
 ///   tensor_buffer)`, exactly once, on the endpoint's reactor thread, never
 ///   inline from the initiating call (unless the endpoint was already closed:
@@ -26,24 +30,44 @@
 ///   handed to the kernel. Handlers must not block.
 /// - Deadlines: each operation may have a timeout; it then fails with
 ///   errc::timed_out. A send or recv whose bytes are already moving when its
-///   deadline passes closes that connection (the stream is mid-frame) and
-///   reports errc::timed_out once the transport let go of its buffers.
+///   deadline passes closes that connection (the stream is mid-frame; for a
+///   chunked transfer: all of that peer's connections) and reports
+///   errc::timed_out once the transport let go of its buffers.
 /// - Failure: a peer whose connection breaks fails the receives waiting for it
-///   and the sends in flight to it with errc::connection_reset; until it
-///   connects again, a new receive from it fails at once with the same error
-///   unless its tensor already arrived. An unreachable
+///   and the sends in flight to it with errc::connection_reset; the
+///   connections of one peer process (its striping lanes) live and die
+///   together. Until it connects again, a new receive from it fails at once
+///   with the same error unless its tensor already arrived. An unreachable
 ///   peer fails queued sends with errc::connection_refused after
-///   options.connect_timeout; close() fails every pending operation with
-///   errc::cancelled. Garbage or truncated frames close that one connection
-///   (logged); the endpoint keeps serving the others.
+///   options.connect_timeout; a peer that restarts is reconnected to on the
+///   next send (with backoff, 5 ms doubling to 500 ms); close() fails every
+///   pending operation with errc::cancelled. Garbage or truncated frames close
+///   that peer's connections (logged); the endpoint keeps serving the others.
+/// - Keepalive (options.keepalive = k, 0 = off): every k an idle outbound
+///   connection sends a ping, which the peer answers with a pong on the same
+///   connection; no pong within 2k drops that peer's connections (sends in
+///   flight fail with connection_reset); an inbound connection with no frame
+///   for 3k is closed (receives waiting for that peer fail). Sockets also get
+///   SO_KEEPALIVE from the transport.
 /// - Fusion (options.coalesce): sends of at most options.acc_size bytes to the
-///   same peer made within one reactor tick are batched (up to acc_size bytes
-///   in all) and leave as one fused frame when the tick ends; a larger send
-///   first flushes the batch, so the per-(peer, key) FIFO above still holds.
-///   The receiver reads a fused frame's payload into one buffer and hands each
-///   tensor over as an alias of its bytes. options.fuse_delay is not used:
-///   a batch never waits beyond the tick. Chunking is not implemented: a
-///   tensor travels as one frame, bounded by options.max_frame_bytes.
+///   same peer are batched (up to acc_size bytes in all) and leave as one fused
+///   frame at the end of the reactor tick (options.fuse_delay = 0) or at most
+///   options.fuse_delay after the batch's first send; a full batch leaves at
+///   once, and a larger send first flushes the batch, so the per-(peer, key)
+///   FIFO above still holds. The receiver reads a fused frame's payload into
+///   one buffer and hands each tensor over as an alias of its bytes.
+/// - Chunking (options.chunking, options.chunk_size): a tensor above
+///   chunk_size leaves as ceil(n / chunk_size) chunk frames; chunk 0 on the
+///   peer's ordered connection, the rest round-robin over
+///   endpoint_tuning::stripes - 1 extra connections to that peer (made on the
+///   first chunked send; until they are up, chunks share the first). Chunks are
+///   read straight into the posted destination when chunk 0 found a recv of
+///   the right size waiting, else into one buffer for the whole tensor (handed
+///   over without a copy, or copied once into a destination posted later).
+///   A chunked tensor may be up to wire::limits::max_transfer_bytes; an
+///   unchunked one up to options.max_frame_bytes. All lanes run on the
+///   endpoint's one reactor thread (the kernel copies in parallel; the
+///   endpoint does not spread a peer over several reactors).
 /// - Payloads are raw bytes (described on the wire as uint8[n]).
 ///
 /// Threads: every public member may be called from any thread (work is handed
@@ -70,6 +94,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -117,6 +142,16 @@ struct endpoint_stats {
   std::uint64_t tensor_frames_sent = 0;  ///< frames carrying one tensor
   std::uint64_t fused_frames_sent = 0;   ///< frames carrying several small tensors
   std::uint64_t tensors_fused = 0;       ///< tensors that left inside fused frames
+  std::uint64_t chunk_frames_sent = 0;   ///< chunk frames of large tensors
+  std::uint64_t keepalive_pings = 0;     ///< pings sent on idle connections
+};
+
+/// Endpoint settings that `options` does not carry.
+struct endpoint_tuning {
+  /// Connections per peer that the chunks of one large tensor are striped over
+  /// (1 to 16; 1 = chunks share the peer's one connection). Extra connections
+  /// are made on the first chunked send to that peer.
+  unsigned stripes = 2;
 };
 
 /// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
@@ -161,9 +196,18 @@ class endpoint {
   /// std::system_error: errc::invalid_argument if `spec` has no task `self`,
   /// errc::invalid_config for bad options, errc::not_supported for a cluster
   /// token in a build without libcrypto, or the listen error naming the address.
-  endpoint(task_id self, cluster_spec spec, options opts, Transport t = Transport{}, log_sink log = {})
-      : self_(std::move(self)), spec_(std::move(spec)), opts_(std::move(opts)), transport_(std::move(t)) {
+  endpoint(task_id self, cluster_spec spec, options opts, Transport t = Transport{}, log_sink log = {},
+           endpoint_tuning tuning = {})
+      : self_(std::move(self)),
+        spec_(std::move(spec)),
+        opts_(std::move(opts)),
+        tuning_(tuning),
+        transport_(std::move(t)) {
     opts_.validate();
+    if (tuning_.stripes < 1 || tuning_.stripes > 16) {
+      throw_error(errc::invalid_config, "endpoint_tuning.stripes = " + std::to_string(tuning_.stripes) +
+                                            ": must be 1 to 16 connections per peer");
+    }
     const endpoint_type_alias here = spec_.fast_path_endpoint(self_);
     if (!opts_.cluster_token.empty() && !protocol::detail::has_crypto) {
       throw_error(errc::not_supported, "options.cluster_token is set but this build has no libcrypto "
@@ -198,7 +242,8 @@ class endpoint {
   /// Frame counters (see endpoint_stats).
   endpoint_stats stats() const noexcept {
     return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
-            tensors_fused_.load(std::memory_order_relaxed)};
+            tensors_fused_.load(std::memory_order_relaxed), chunk_frames_.load(std::memory_order_relaxed),
+            pings_.load(std::memory_order_relaxed)};
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   static constexpr std::string_view transport_name() noexcept { return Transport::name(); }
@@ -328,10 +373,14 @@ class endpoint {
     std::vector<const_buffer> sg;
     send_handler h;
     timer_id timer;
+    std::uint32_t pending_chunks = 0;  ///< chunk writes not completed yet
+    std::error_code chunk_error;       ///< first failed chunk write
     bool in_flight = false;
     bool timed_out = false;
     bool done = false;
   };
+
+  struct incoming;
 
   struct recv_op {
     std::uint64_t id = 0;
@@ -342,6 +391,7 @@ class endpoint {
     recv_handler h;
     timer_id timer;
     std::shared_ptr<channel_type> bound;  ///< the channel reading into dst, if any
+    std::shared_ptr<incoming> xfer;       ///< the chunked transfer it waits for, if any
     bool timed_out = false;
     bool done = false;
   };
@@ -357,18 +407,50 @@ class endpoint {
     std::size_t batch_bytes = 0;
     std::size_t batch_meta = 4;
     bool flush_posted = false;
+    timer_id flush_timer;  ///< options.fuse_delay > 0: when the batch leaves at the latest
     clock::time_point first_attempt{};
     clock::duration backoff{};
+    std::vector<std::shared_ptr<channel_type>> extra;  ///< striping lanes (chunks 1.. only)
+    bool extra_started = false;
+    std::size_t next_extra = 0;
+    std::uint64_t generation = 0;  ///< bumped whenever the lanes are dropped
+    clock::time_point last_write{};
+  };
+
+  /// (peer, its incarnation, transfer id): one chunked transfer being received.
+  using transfer_key = std::tuple<std::string, std::uint64_t, std::uint64_t>;
+
+  /// A chunked tensor being received: its chunks may arrive on any lane of the peer.
+  struct incoming {
+    transfer_key id;
+    std::string key;
+    std::uint64_t total = 0;
+    std::uint32_t count = 0;
+    std::uint32_t chunks_left = 0;
+    unsigned reads = 0;    ///< chunk payload reads in progress into buf
+    bool ordered = false;  ///< chunk 0 (sent on the peer's ordered lane) seen: matched to a recv
+    bool failed = false;
+    std::error_code error;
+    tensor_buffer buf;
+    std::shared_ptr<recv_op> op;
+  };
+
+  /// A tensor that arrived before its recv, or a chunked one still arriving (`pending`).
+  struct arrival {
+    tensor_buffer buf;
+    std::shared_ptr<incoming> pending;
   };
 
   struct slot {
-    std::deque<tensor_buffer> arrived;
+    std::deque<arrival> arrived;
     std::deque<std::shared_ptr<recv_op>> waiting;
   };
 
   struct inbound {
     std::shared_ptr<channel_type> ch;
     std::string peer;  ///< empty until the handshake named it
+    std::uint64_t incarnation = 0;
+    clock::time_point last_frame{};
   };
 
   /// Everything the reactor owns; touched only on the reactor thread.
@@ -391,6 +473,7 @@ class endpoint {
       listener_ = ep_.transport_.listen(*reactor_, here.host, here.port, ec);
       if (ec) return ec;
       accept();
+      if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
       return {};
     }
 
@@ -398,18 +481,31 @@ class endpoint {
       if (closing_) return;
       closing_ = true;
       listener_.close();
+      if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
       for (auto& [name, p] : out_) {
         if (p.ch) p.ch->close();
+        for (auto& lane : p.extra) lane->close();
+        if (p.flush_timer) reactor_->cancel(p.flush_timer);
         auto waiting = std::move(p.waiting);
         for (auto& op : waiting) complete(*op, make_error_code(errc::cancelled));
         auto batch = std::move(p.batch);
         for (auto& op : batch) complete(*op, make_error_code(errc::cancelled));
       }
       for (auto& [raw, in] : in_) in.ch->close();
+      // Chunked transfers complete once no chunk read still writes into their buffer.
+      std::vector<std::shared_ptr<incoming>> xs;
+      for (auto& [k, x] : transfers_) xs.push_back(x);
+      for (auto& x : xs) {
+        if (!x->failed) {
+          x->failed = true;
+          x->error = make_error_code(errc::cancelled);
+        }
+        finish_transfer(x);
+      }
       // Bound receives complete from their read handler (the transport still holds dst).
       std::vector<std::shared_ptr<recv_op>> ops;
       for (auto& [id, op] : recv_ops_) {
-        if (!op->bound) ops.push_back(op);
+        if (!op->bound && !op->xfer) ops.push_back(op);
       }
       for (auto& op : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       slots_.clear();
@@ -440,21 +536,32 @@ class endpoint {
       recv_ops_.emplace(op->id, op);
       slot& s = slots_[{op->peer, op->key}];
       if (!s.arrived.empty()) {
-        tensor_buffer b = std::move(s.arrived.front());
+        arrival a = std::move(s.arrived.front());
         s.arrived.pop_front();
-        hand_over(*op, std::move(b));
         if (s.arrived.empty() && s.waiting.empty()) slots_.erase({op->peer, op->key});
+        if (a.pending) {
+          // A chunked tensor still arriving: this recv gets it when its last chunk is in.
+          arm_recv_deadline(op, timeout);
+          a.pending->op = op;
+          op->xfer = std::move(a.pending);
+          return;
+        }
+        hand_over(*op, std::move(a.buf));
         return;
       }
       if (s.waiting.empty() && s.arrived.empty()) slots_.erase({op->peer, op->key});
       if (down_.contains(op->peer)) return complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
       slot& w = slots_[{op->peer, op->key}];
+      arm_recv_deadline(op, timeout);
+      w.waiting.push_back(std::move(op));
+    }
+
+    void arm_recv_deadline(const std::shared_ptr<recv_op>& op, clock::duration timeout) {
       if (timeout > clock::duration::zero()) {
         op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
           if (!ec) on_recv_deadline(op);
         });
       }
-      w.waiting.push_back(std::move(op));
     }
 
     void complete(send_op& op, std::error_code ec) {
@@ -471,6 +578,7 @@ class endpoint {
       op.done = true;
       if (op.timer) reactor_->cancel(op.timer);
       op.bound.reset();
+      op.xfer.reset();
       recv_ops_.erase(op.id);
       op.dst.reset();
       recv_handler h = std::move(op.h);
@@ -518,7 +626,8 @@ class endpoint {
           pp->ch = ch;
           pp->ready = true;
           pp->connecting = false;
-          watch_outbound(*pp, ch);
+          pp->last_write = clock::now();
+          watch_lane(*pp, ch);
           auto waiting = std::move(pp->waiting);
           for (auto& op : waiting) {
             if (!op->done) enqueue(*pp, op);
@@ -546,19 +655,65 @@ class endpoint {
       for (auto& op : waiting) complete(*op, ec);
     }
 
-    // The peer sends nothing on a connection we made; any frame or error means it is gone.
-    void watch_outbound(out_peer& p, std::shared_ptr<channel_type> ch) {
-      ch->read_head([this, pp = &p, ch](std::error_code ec, protocol::frame_head) {
-        if (!ec) ec = make_error_code(errc::malformed_frame);
+    // The peer answers our pings with pongs; any other frame or an error means it is gone.
+    void watch_lane(out_peer& p, std::shared_ptr<channel_type> ch) {
+      ch->read_head([this, pp = &p, ch](std::error_code ec, protocol::frame_head head) {
+        if (closing_) return;
+        if (!ec && head.header.type == wire::frame_type::pong) {
+          if (ch->is_open()) {
+            unanswered_.erase(ch.get());
+            return watch_lane(*pp, ch);
+          }
+          return;
+        }
         drop_outbound(*pp, ch);
       });
     }
 
+    // The lanes of one peer live and die together: a chunked transfer may use any of them.
     void drop_outbound(out_peer& p, const std::shared_ptr<channel_type>& ch) {
       ch->close();
-      if (p.ch == ch) {
-        p.ch.reset();
-        p.ready = false;
+      unanswered_.erase(ch.get());
+      const bool ours = p.ch == ch || std::find(p.extra.begin(), p.extra.end(), ch) != p.extra.end();
+      if (!ours) return;
+      if (p.ch) {
+        p.ch->close();
+        unanswered_.erase(p.ch.get());
+      }
+      for (auto& lane : p.extra) {
+        lane->close();
+        unanswered_.erase(lane.get());
+      }
+      p.ch.reset();
+      p.extra.clear();
+      p.extra_started = false;
+      p.ready = false;
+      ++p.generation;
+    }
+
+    // Striping lanes: extra connections to the peer that carry chunks 1.. of large
+    // tensors. Best effort: a lane that cannot be made is not retried (chunks then
+    // use the lanes there are) until the peer's lanes are dropped and remade.
+    void connect_lanes(out_peer& p) {
+      p.extra_started = true;
+      fusewire::endpoint where;
+      try {
+        where = ep_.spec_.fast_path_endpoint(p.task);
+      } catch (const std::system_error&) {
+        return;
+      }
+      const std::uint64_t gen = p.generation;
+      for (unsigned i = 1; i < ep_.tuning_.stripes; ++i) {
+        ep_.transport_.connect(*reactor_, where.host, where.port,
+                               [this, pp = &p, gen](std::error_code ec, connection_type c) {
+                                 if (closing_ || ec || pp->generation != gen || !pp->ready) return c.close();
+                                 auto ch = std::make_shared<channel_type>(std::move(c), limits_);
+                                 protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch, gen](std::error_code e) {
+                                   if (closing_ || e || pp->generation != gen || !pp->ready) return ch->close();
+                                   pp->extra.push_back(ch);
+                                   watch_lane(*pp, ch);
+                                 });
+                               });
       }
     }
 
@@ -570,6 +725,7 @@ class endpoint {
       const bool small = ep_.opts_.coalesce && n <= ep_.opts_.acc_size;
       if (!small) {
         flush(p);
+        if (ep_.opts_.chunking && n > ep_.opts_.chunk_size) return write_chunked(p, std::move(op));
         return write(p, std::move(op));
       }
       // 2 + key + descriptor (2 + 8) + size (8): one fused entry; the peer takes at most 64 KiB of meta.
@@ -580,14 +736,29 @@ class endpoint {
       p.batch.push_back(std::move(op));
       if (!p.flush_posted) {
         p.flush_posted = true;
-        reactor_->post([this, pp = &p] {
-          pp->flush_posted = false;
-          if (!closing_) flush(*pp);
-        });
+        if (ep_.opts_.fuse_delay.count() == 0) {
+          reactor_->post([this, pp = &p] {
+            pp->flush_posted = false;
+            if (!closing_) flush(*pp);
+          });
+        } else {
+          p.flush_timer = reactor_->run_after(ep_.opts_.fuse_delay, [this, pp = &p](std::error_code ec) {
+            if (ec) return;  // cancelled: the batch already left
+            pp->flush_timer = {};
+            pp->flush_posted = false;
+            if (!closing_) flush(*pp);
+          });
+        }
       }
     }
 
     void flush(out_peer& p) {
+      if (p.flush_timer) {
+        const timer_id t = p.flush_timer;
+        p.flush_timer = {};
+        p.flush_posted = false;
+        reactor_->cancel(t);
+      }
       std::vector<std::shared_ptr<send_op>> batch;
       for (auto& op : p.batch) {
         if (!op->done) batch.push_back(std::move(op));
@@ -622,6 +793,7 @@ class endpoint {
       }
       ep_.fused_frames_.fetch_add(1, std::memory_order_relaxed);
       ep_.tensors_fused_.fetch_add(batch.size(), std::memory_order_relaxed);
+      p.last_write = clock::now();
       auto ch = p.ch;
       ch->write(builder.meta(), *sg,
                 [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
@@ -648,6 +820,7 @@ class endpoint {
       op->in_flight = true;
       p.in_flight.emplace(op->id, op);
       ep_.tensor_frames_.fetch_add(1, std::memory_order_relaxed);
+      p.last_write = clock::now();
       auto ch = p.ch;
       ch->write(meta, op->sg, [this, pp = &p, op, ch](std::error_code ec) {
         pp->in_flight.erase(op->id);
@@ -658,6 +831,60 @@ class endpoint {
         }
         complete(*op, {});
       });
+    }
+
+    // A tensor above options.chunk_size leaves as chunk frames: chunk 0 on the
+    // peer's ordered lane (so the receiver matches it to a recv in send order),
+    // the others round-robin over the striping lanes. The send completes when
+    // every chunk write did; any failed one drops the peer's lanes.
+    void write_chunked(out_peer& p, std::shared_ptr<send_op> op) {
+      const std::uint64_t n = total_size(op->sg);
+      const std::uint64_t cs = ep_.opts_.chunk_size;
+      const auto count = static_cast<std::uint32_t>((n + cs - 1) / cs);
+      if (ep_.tuning_.stripes > 1 && !p.extra_started) connect_lanes(p);
+      op->in_flight = true;
+      op->pending_chunks = count;
+      p.in_flight.emplace(op->id, op);
+      p.last_write = clock::now();
+      wire::chunk_meta meta;
+      meta.transfer_id = ep_.next_id_.fetch_add(1, std::memory_order_relaxed);
+      meta.total_len = n;
+      meta.count = count;
+      meta.key = op->key;
+      meta.descriptor = tensor_descriptor::make(dtype::uint8, {static_cast<std::int64_t>(n)});
+      std::size_t seg = 0, seg_off = 0;
+      std::vector<const_buffer> part;
+      for (std::uint32_t i = 0; i < count; ++i) {
+        meta.offset = std::uint64_t{i} * cs;
+        std::uint64_t need = std::min(cs, n - meta.offset);
+        meta.index = i;
+        part.clear();
+        while (need != 0 && seg < op->sg.size()) {
+          const const_buffer b = op->sg[seg];
+          const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(need, b.size() - seg_off));
+          if (take != 0) part.push_back(b.subspan(seg_off, take));
+          seg_off += take;
+          need -= take;
+          if (seg_off == b.size()) {
+            ++seg;
+            seg_off = 0;
+          }
+        }
+        std::shared_ptr<channel_type> lane = p.ch;
+        if (i != 0 && !p.extra.empty()) lane = p.extra[p.next_extra++ % p.extra.size()];
+        ep_.chunk_frames_.fetch_add(1, std::memory_order_relaxed);
+        lane->write(meta, part, [this, pp = &p, op, lane](std::error_code ec) {
+          if (ec) {
+            if (!op->chunk_error) op->chunk_error = ec;
+            drop_outbound(*pp, lane);
+          }
+          if (--op->pending_chunks != 0) return;
+          pp->in_flight.erase(op->id);
+          if (op->timed_out) return complete(*op, make_error_code(errc::timed_out));
+          if (op->chunk_error) return complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
+          complete(*op, {});
+        });
+      }
     }
 
     void on_send_deadline(const std::shared_ptr<send_op>& op) {
@@ -698,8 +925,11 @@ class endpoint {
                                        in_.erase(ch.get());
                                        return;
                                      }
-                                     in_[ch.get()].peer = peer.task.to_string();
-                                     down_.erase(in_[ch.get()].peer);
+                                     inbound& in = in_[ch.get()];
+                                     in.peer = peer.task.to_string();
+                                     in.incarnation = peer.incarnation;
+                                     in.last_frame = clock::now();
+                                     down_.erase(in.peer);
                                      read_next(ch);
                                    });
       });
@@ -722,11 +952,18 @@ class endpoint {
       if (ec) return inbound_failed(ch, ec);
       auto it = in_.find(ch.get());
       if (it == in_.end()) return;
+      it->second.last_frame = clock::now();
       const std::string peer = it->second.peer;
       if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) return on_tensor(ch, peer, *t, head.header);
       if (std::holds_alternative<wire::fused_meta>(head.body)) return on_fused(ch, peer, std::move(head));
+      if (const auto* c = std::get_if<wire::chunk_meta>(&head.body)) return on_chunk(ch, it->second, *c, head.header);
       switch (head.header.type) {
-        case wire::frame_type::ping: return read_next(ch);
+        case wire::frame_type::ping: {
+          wire::pong_meta pong;
+          if (const auto* ping = std::get_if<wire::ping_meta>(&head.body)) pong.timestamp = ping->timestamp;
+          ch->write(pong, std::span<const const_buffer>{}, [](std::error_code) {});
+          return read_next(ch);
+        }
         case wire::frame_type::goodbye: return inbound_failed(ch, make_error_code(errc::connection_closed));
         default:
           return inbound_failed(ch, make_error_code(errc::not_supported),
@@ -804,6 +1041,128 @@ class endpoint {
       });
     }
 
+    // A chunk of a large tensor: its payload is read straight into the
+    // transfer's buffer (the posted destination when chunk 0 found a recv of the
+    // right size waiting, else one buffer for the whole tensor).
+    void on_chunk(const std::shared_ptr<channel_type>& ch, const inbound& in, const wire::chunk_meta& c,
+                  const wire::frame_header& h) {
+      transfer_key k{in.peer, in.incarnation, c.transfer_id};
+      auto it = transfers_.find(k);
+      std::shared_ptr<incoming> x;
+      if (it == transfers_.end()) {
+        x = std::make_shared<incoming>();
+        x->id = k;
+        x->key = std::string(c.key);
+        x->total = c.total_len;
+        x->count = c.count;
+        x->chunks_left = c.count;
+        transfers_.emplace(std::move(k), x);
+      } else {
+        x = it->second;
+        if (x->key != c.key || x->total != c.total_len || x->count != c.count || x->failed) {
+          return inbound_failed(ch, make_error_code(errc::malformed_frame), "chunk does not match its transfer");
+        }
+      }
+      if (c.index == 0 && !x->ordered) bind_transfer(x);
+      if (x->buf.empty() && x->total != 0) {
+        try {
+          x->buf = tensor_buffer::allocate(static_cast<std::size_t>(x->total));
+        } catch (const std::bad_alloc&) {
+          return inbound_failed(ch, make_error_code(errc::out_of_memory),
+                                "no memory for " + std::to_string(x->total) + " bytes");
+        }
+      }
+      const mutable_buffer dst =
+          x->buf.bytes().subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(h.payload_len));
+      ++x->reads;
+      ch->read_payload(dst, [this, ch, x](std::error_code e) {
+        --x->reads;
+        if (e && !x->failed) {
+          x->failed = true;
+          x->error = make_error_code(closing_ ? errc::cancelled : errc::connection_reset);
+        }
+        if (!e) --x->chunks_left;
+        finish_transfer(x);
+        if (closing_) return;
+        if (e) return inbound_failed(ch, e);
+        read_next(ch);
+      });
+    }
+
+    // Chunk 0 travels on the sender's ordered lane: matching it to a recv here
+    // keeps per-(peer, key) FIFO with the peer's other frames.
+    void bind_transfer(const std::shared_ptr<incoming>& x) {
+      x->ordered = true;
+      const std::pair<std::string, std::string> sk{std::get<0>(x->id), x->key};
+      slot& s = slots_[sk];
+      while (!s.waiting.empty() && s.waiting.front()->done) s.waiting.pop_front();
+      if (!s.waiting.empty()) {
+        std::shared_ptr<recv_op> op = std::move(s.waiting.front());
+        s.waiting.pop_front();
+        if (x->buf.empty() && op->has_dst && op->dst.size() == x->total) x->buf = op->dst.share();
+        op->xfer = x;
+        x->op = std::move(op);
+      } else {
+        s.arrived.push_back(arrival{tensor_buffer(), x});
+      }
+      if (s.waiting.empty() && s.arrived.empty()) slots_.erase(sk);
+    }
+
+    // Completes a transfer once its last chunk is in (or it failed) and no chunk
+    // read still writes into its buffer.
+    void finish_transfer(const std::shared_ptr<incoming>& x) {
+      if (x->reads != 0) return;
+      if (!x->failed && (x->chunks_left != 0 || !x->ordered)) return;
+      auto it = transfers_.find(x->id);
+      if (it == transfers_.end() || it->second != x) return;  // already finished
+      transfers_.erase(it);
+      std::shared_ptr<recv_op> op = std::move(x->op);
+      if (op) op->xfer.reset();
+      if (x->failed) {
+        if (op) return complete(*op, op->timed_out ? make_error_code(errc::timed_out) : x->error, tensor_buffer());
+        drop_arrival(x);
+        return;
+      }
+      tensor_buffer buf = std::move(x->buf);
+      if (op) {
+        if (op->has_dst && op->dst.size() == buf.size() && op->dst.data() == buf.data()) {
+          tensor_buffer out = op->dst.share();
+          return complete(*op, {}, std::move(out));
+        }
+        return hand_over(*op, std::move(buf));
+      }
+      auto sit = slots_.find({std::get<0>(x->id), x->key});
+      if (sit == slots_.end()) return;
+      for (arrival& a : sit->second.arrived) {
+        if (a.pending == x) {
+          a.pending.reset();
+          a.buf = std::move(buf);
+          return;
+        }
+      }
+    }
+
+    void drop_arrival(const std::shared_ptr<incoming>& x) {
+      auto sit = slots_.find({std::get<0>(x->id), x->key});
+      if (sit == slots_.end()) return;
+      std::erase_if(sit->second.arrived, [&](const arrival& a) { return a.pending == x; });
+      if (sit->second.arrived.empty() && sit->second.waiting.empty()) slots_.erase(sit);
+    }
+
+    void fail_transfers(const std::string& peer, std::uint64_t incarnation, std::error_code ec) {
+      std::vector<std::shared_ptr<incoming>> xs;
+      for (auto& [k, x] : transfers_) {
+        if (std::get<0>(k) == peer && std::get<1>(k) == incarnation) xs.push_back(x);
+      }
+      for (auto& x : xs) {
+        if (!x->failed) {
+          x->failed = true;
+          x->error = ec;
+        }
+        finish_transfer(x);
+      }
+    }
+
     void deliver(const std::string& peer, const std::string& key, tensor_buffer b) {
       slot& s = slots_[{peer, key}];
       while (!s.waiting.empty()) {
@@ -814,7 +1173,7 @@ class endpoint {
         if (s.waiting.empty() && s.arrived.empty()) slots_.erase({peer, key});
         return;
       }
-      s.arrived.push_back(std::move(b));
+      s.arrived.push_back(arrival{std::move(b), nullptr});
     }
 
     void hand_over(recv_op& op, tensor_buffer b) {
@@ -833,6 +1192,25 @@ class endpoint {
         op->bound->close();
         return;
       }
+      if (op->xfer) {
+        // Chunks may still be arriving on any lane: close the peer's lanes, then
+        // complete once no read writes into the destination any more.
+        op->timed_out = true;
+        std::shared_ptr<incoming> x = op->xfer;
+        if (!x->failed) {
+          x->failed = true;
+          x->error = make_error_code(errc::timed_out);
+        }
+        for (auto& [raw, in] : in_) {
+          if (in.peer == std::get<0>(x->id) && in.incarnation == std::get<1>(x->id)) {
+            std::shared_ptr<channel_type> lane = in.ch;
+            inbound_failed(lane, make_error_code(errc::timed_out), "a receive deadline passed mid-transfer");
+            break;
+          }
+        }
+        finish_transfer(x);
+        return;
+      }
       auto sit = slots_.find({op->peer, op->key});
       if (sit != slots_.end()) {
         std::erase(sit->second.waiting, op);
@@ -845,6 +1223,7 @@ class endpoint {
       auto it = in_.find(ch.get());
       if (it == in_.end()) return;
       const std::string peer = it->second.peer;
+      const std::uint64_t incarnation = it->second.incarnation;
       in_.erase(it);
       ch->close();
       const bool orderly = ec == make_error_code(errc::connection_closed);
@@ -853,6 +1232,16 @@ class endpoint {
             "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
       }
       if (peer.empty()) return;
+      // The lanes of one peer process live and die together: a chunked transfer may use any of them.
+      for (auto i = in_.begin(); i != in_.end();) {
+        if (i->second.peer == peer && i->second.incarnation == incarnation) {
+          i->second.ch->close();
+          i = in_.erase(i);
+        } else {
+          ++i;
+        }
+      }
+      fail_transfers(peer, incarnation, make_error_code(errc::connection_reset));
       // Receives waiting for that peer would wait for nothing.
       for (const auto& other : in_) {
         if (other.second.peer == peer) return;  // another connection from it is still up
@@ -861,7 +1250,7 @@ class endpoint {
       down_.insert(peer);
       std::vector<std::shared_ptr<recv_op>> failed;
       for (auto& [id, op] : recv_ops_) {
-        if (op->peer == peer && !op->bound) failed.push_back(op);
+        if (op->peer == peer && !op->bound && !op->xfer) failed.push_back(op);
       }
       for (auto& op : failed) {
         auto sit = slots_.find({op->peer, op->key});
@@ -870,6 +1259,55 @@ class endpoint {
           if (sit->second.waiting.empty() && sit->second.arrived.empty()) slots_.erase(sit);
         }
         complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
+      }
+    }
+
+    // Keepalive (options.keepalive = k): every k, an idle outbound lane gets a
+    // ping; a lane whose ping is unanswered after 2k is dropped (its sends fail),
+    // and an inbound connection with no frame for 3k is closed (its receives fail).
+    void arm_keepalive() {
+      keepalive_timer_ = reactor_->run_after(ep_.opts_.keepalive, [this](std::error_code ec) {
+        keepalive_timer_ = {};
+        if (ec || closing_) return;
+        keepalive_tick();
+        arm_keepalive();
+      });
+    }
+
+    void keepalive_tick() {
+      const auto k = ep_.opts_.keepalive;
+      const auto now = clock::now();
+      for (auto& [name, p] : out_) {
+        if (!p.ready || !p.ch) continue;
+        std::vector<std::shared_ptr<channel_type>> lanes{p.ch};
+        lanes.insert(lanes.end(), p.extra.begin(), p.extra.end());
+        for (auto& lane : lanes) {
+          auto u = unanswered_.find(lane.get());
+          if (u != unanswered_.end()) {
+            if (now - u->second >= 2 * k) {
+              log("peer " + name + " did not answer keepalive pings for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - u->second).count()) +
+                  " ms; dropping its connections");
+              drop_outbound(p, lane);
+              break;
+            }
+            continue;
+          }
+          if (now - p.last_write < k) continue;
+          wire::ping_meta ping;
+          ping.timestamp = static_cast<std::uint64_t>(now.time_since_epoch().count());
+          unanswered_.emplace(lane.get(), now);
+          ep_.pings_.fetch_add(1, std::memory_order_relaxed);
+          lane->write(ping, std::span<const const_buffer>{}, [](std::error_code) {});
+        }
+      }
+      std::vector<std::shared_ptr<channel_type>> silent;
+      for (auto& [raw, in] : in_) {
+        if (!in.peer.empty() && now - in.last_frame >= 3 * k) silent.push_back(in.ch);
+      }
+      for (auto& ch : silent) {
+        inbound_failed(ch, make_error_code(errc::timed_out),
+                       "no frame for " + std::to_string(3 * k.count()) + " ms (keepalive)");
       }
     }
 
@@ -886,6 +1324,9 @@ class endpoint {
     std::map<std::pair<std::string, std::string>, slot> slots_;
     std::unordered_map<std::uint64_t, std::shared_ptr<recv_op>> recv_ops_;
     std::set<std::string> down_;  ///< peers whose connections all broke
+    std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
+    std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
+    timer_id keepalive_timer_;
   };
 
   bool on_reactor() const noexcept {
@@ -896,7 +1337,11 @@ class endpoint {
   std::error_code check_send(const task_id& peer, const std::string& key, const send_op& op) const {
     if (!spec_.contains(peer) || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
     if (op.sg.size() > wire::limits{}.max_segments) return make_error_code(errc::invalid_argument);
-    if (total_size(op.sg) > opts_.max_frame_bytes) return make_error_code(errc::frame_too_large);
+    const std::uint64_t n = total_size(op.sg);
+    const bool chunked = opts_.chunking && n > opts_.chunk_size;
+    if (n > (chunked ? wire::limits{}.max_transfer_bytes : opts_.max_frame_bytes)) {
+      return make_error_code(errc::frame_too_large);
+    }
     return {};
   }
 
@@ -948,10 +1393,11 @@ class endpoint {
   task_id self_;
   cluster_spec spec_;
   options opts_;
+  endpoint_tuning tuning_;
   Transport transport_;
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> next_id_{1};
-  std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0};
+  std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::unique_ptr<group_type> group_;
   std::unique_ptr<core> core_;
 };

@@ -29,6 +29,7 @@
 #include <fusewire/reactor/asio_engine.hpp>
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/handle.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
@@ -49,6 +50,15 @@ inline std::error_code from_asio(const boost::system::error_code& ec, bool close
   if (ec.category() == boost::system::system_category()) return from_errno(ec.value());
   return ec;  // Boost.System converts to std::error_code
 }
+
+/// Asio's composed read/write completion condition without its 64 KiB cap per
+/// system call (transfer_all hands the kernel at most 65536 bytes per
+/// readv/writev, so a 6 MB payload costs ~100 calls and as many reactor turns).
+struct transfer_everything {
+  std::size_t operator()(const boost::system::error_code& ec, std::size_t) const noexcept {
+    return ec ? 0 : std::size_t{1} << 30;
+  }
+};
 
 struct asio_options {
   std::size_t read_chunk;
@@ -205,7 +215,7 @@ class asio_connection_state final : public ref_counted, public closable {
     const write_op& op = writes_.front();
     boost::asio::async_write(
         *socket_, std::span<const boost::asio::const_buffer>(op.buffers.data(), op.buffers.size()),
-        [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
+        transfer_everything{}, [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
           self->on_written(ec, n);
         });
   }
@@ -257,7 +267,8 @@ class asio_connection_state final : public ref_counted, public closable {
       self->on_read(ec, n);
     };
     if (op.exact) {
-      boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data(), op.dst.size()), std::move(on_done));
+      boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data(), op.dst.size()), transfer_everything{},
+                              std::move(on_done));
       return;
     }
     if (chunk_.size() - chunk_used_ < min_chunk_tail) {
@@ -327,74 +338,30 @@ class asio_listener_state;
 
 }  // namespace detail
 
+namespace detail {
+/// Names for error messages.
+struct asio_tcp_connection_name {
+  static constexpr const char* value = "asio_tcp_connection";
+};
+struct asio_tcp_listener_name {
+  static constexpr const char* value = "asio_tcp_listener";
+};
+
+}  // namespace detail
+
 /// A TCP connection on an asio_reactor; a model of fusewire::connection.
 /// Move-only; destroying it closes it. Use it on its reactor's thread only.
-class asio_tcp_connection {
+class asio_tcp_connection
+    : public detail::basic_connection_handle<detail::asio_connection_state, asio_reactor, detail::asio_tcp_connection_name> {
  public:
-  using connection_concept = connection_tag;
-  using reactor_type = asio_reactor;
-
-  /// An empty handle (not open); what a failed connect or accept delivers.
   asio_tcp_connection() noexcept = default;
-  asio_tcp_connection(asio_tcp_connection&&) noexcept = default;
-  asio_tcp_connection& operator=(asio_tcp_connection&& other) noexcept {
-    if (this != &other) {
-      close();
-      state_ = std::move(other.state_);
-    }
-    return *this;
-  }
-  asio_tcp_connection(const asio_tcp_connection&) = delete;
-  asio_tcp_connection& operator=(const asio_tcp_connection&) = delete;
-  ~asio_tcp_connection() { close(); }
-
-  /// Writes every byte of `sg`, in order (see concepts.hpp).
-  template <io_handler H>
-  void async_write(std::span<const const_buffer> sg, H&& handler) {
-    state("async_write").async_write(sg, std::forward<H>(handler));
-  }
-
-  /// Fills exactly `dst`.
-  template <io_handler H>
-  void async_read(mutable_buffer dst, H&& handler) {
-    state("async_read").async_read(dst, std::forward<H>(handler));
-  }
-
-  /// Delivers bytes that arrived, up to asio_tcp::config::read_chunk at a time.
-  template <read_some_handler H>
-  void async_read_some(H&& handler) {
-    state("async_read_some").async_read_some(std::forward<H>(handler));
-  }
-
-  /// Closes; pending operations complete with errc::cancelled. Idempotent.
-  void close() noexcept {
-    if (state_) state_->close();
-  }
-
-  bool is_open() const noexcept { return state_ && state_->is_open(); }
-  /// "host:port" of the peer (empty for an empty handle).
-  std::string remote_endpoint() const { return state_ ? state_->peer() : std::string(); }
-  /// The reactor this connection lives on. Precondition: not empty.
-  asio_reactor& reactor() const {
-    if (!state_) throw_error(errc::invalid_argument, "reactor() on an empty asio_tcp_connection");
-    return state_->reactor();
-  }
-  /// The socket's file descriptor, or -1.
-  int native_handle() const noexcept { return state_ ? state_->native_handle() : -1; }
 
  private:
   friend class asio_tcp;
   friend class detail::asio_listener_state;
 
-  explicit asio_tcp_connection(detail::ref_ptr<detail::asio_connection_state> s) noexcept : state_(std::move(s)) {}
-
-  detail::asio_connection_state& state(const char* what) {
-    if (!state_) throw_error(errc::invalid_argument, std::string(what) + " on an empty asio_tcp_connection");
-    detail::check_reactor_thread(state_->reactor(), "asio_tcp_connection", what);
-    return *state_;
-  }
-
-  detail::ref_ptr<detail::asio_connection_state> state_;
+  explicit asio_tcp_connection(detail::ref_ptr<detail::asio_connection_state> s) noexcept
+      : basic_connection_handle(std::move(s)) {}
 };
 
 namespace detail {
@@ -493,45 +460,15 @@ class asio_listener_state final : public ref_counted, public closable {
 }  // namespace detail
 
 /// A listening TCP socket on an asio_reactor; a model of fusewire::listener.
-class asio_tcp_listener {
+class asio_tcp_listener
+    : public detail::basic_listener_handle<detail::asio_listener_state, asio_tcp_connection, detail::asio_tcp_listener_name> {
  public:
-  using listener_concept = listener_tag;
-  using connection_type = asio_tcp_connection;
-
   asio_tcp_listener() noexcept = default;
-  asio_tcp_listener(asio_tcp_listener&&) noexcept = default;
-  asio_tcp_listener& operator=(asio_tcp_listener&& other) noexcept {
-    if (this != &other) {
-      close();
-      state_ = std::move(other.state_);
-    }
-    return *this;
-  }
-  asio_tcp_listener(const asio_tcp_listener&) = delete;
-  asio_tcp_listener& operator=(const asio_tcp_listener&) = delete;
-  ~asio_tcp_listener() { close(); }
-
-  /// Accepts one connection: `handler(error_code, asio_tcp_connection)`. Queued
-  /// accepts are served in call order.
-  template <connection_handler<asio_tcp_connection> H>
-  void async_accept(H&& handler) {
-    if (!state_) throw_error(errc::invalid_argument, "async_accept on an empty asio_tcp_listener");
-    detail::check_reactor_thread(state_->reactor(), "asio_tcp_listener", "async_accept");
-    state_->async_accept(std::forward<H>(handler));
-  }
-
-  /// The bound port (the one the kernel chose if 0 was asked for); 0 if empty.
-  std::uint16_t port() const noexcept { return state_ ? state_->port() : 0; }
-  bool is_open() const noexcept { return state_ && state_->is_open(); }
-  /// Stops listening; pending accepts complete with errc::cancelled.
-  void close() noexcept {
-    if (state_) state_->close();
-  }
 
  private:
   friend class asio_tcp;
-  explicit asio_tcp_listener(detail::ref_ptr<detail::asio_listener_state> s) noexcept : state_(std::move(s)) {}
-  detail::ref_ptr<detail::asio_listener_state> state_;
+  explicit asio_tcp_listener(detail::ref_ptr<detail::asio_listener_state> s) noexcept
+      : basic_listener_handle(std::move(s)) {}
 };
 
 /// The Boost.Asio TCP transport; a model of fusewire::transport. Cheap to copy

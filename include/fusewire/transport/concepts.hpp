@@ -1,6 +1,6 @@
 #pragma once
 /// The transport named requirements: `fusewire::connection`, `fusewire::listener`
-/// and `fusewire::transport`, as C++20 concepts.
+/// and `fusewire::transport` (and `rdma_transport` for one-sided writes), as C++20 concepts.
 ///
 /// A type opts in with a tag (`using connection_concept = connection_tag;`,
 /// likewise `listener_concept`, `transport_concept`) and must then provide every
@@ -46,6 +46,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 
 namespace fusewire {
@@ -178,6 +179,45 @@ concept transport = detail::transport_opts_in<T> && detail::transport_names_type
                     connection<typename T::connection_type> && listener<typename T::listener_type> &&
                     std::same_as<typename T::listener_type::connection_type, typename T::connection_type> &&
                     detail::transport_connects<T> && detail::transport_listens<T> && detail::transport_has_name<T>;
+
+/// Registered memory of a peer that the peer allowed us to write into (an
+/// address and a remote key, as the peer's `describe()` produced them).
+struct remote_region {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t size = 0;
+  friend bool operator==(const remote_region&, const remote_region&) = default;
+};
+
+namespace detail {
+template <class T>
+concept rdma_makes_registered_pools =
+    requires(const T& t, typename T::reactor_type& r, buffer_pool_config cfg) {
+      { t.make_registered_pool(r, cfg) } -> std::same_as<buffer_pool>;
+    };
+template <class T>
+concept rdma_describes_memory = requires(const tensor_buffer& b) {
+  { T::describe(b) } -> std::same_as<remote_region>;
+};
+template <class C>
+concept connection_writes_remote =
+    requires(C& c, const tensor_buffer& src, remote_region dst, io_handler_archetype h) {
+      c.async_write_remote(src, dst, std::move(h));
+    };
+}  // namespace detail
+
+/// A transport with one-sided writes (RDMA): memory is registered per pool
+/// slab (`make_registered_pool(reactor, cfg)`), a registered buffer is
+/// described to the peer (`describe(buffer)`, sent over the stream once, e.g.
+/// per rendezvous key, and cached by the peer), and the peer then writes into
+/// it without a round trip: `conn.async_write_remote(src, region, h)`, with
+/// `src` registered memory; `h(error_code, bytes)` once the writer's adapter
+/// has it acknowledged. The owner of the region learns nothing by itself: the
+/// writer sends a stream message after the write, which (same connection, in
+/// order) arrives only after the written bytes are in place.
+template <class T>
+concept rdma_transport = transport<T> && detail::rdma_makes_registered_pools<T> && detail::rdma_describes_memory<T> &&
+                         detail::connection_writes_remote<typename T::connection_type>;
 
 }  // namespace v0
 }  // namespace fusewire

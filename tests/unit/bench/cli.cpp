@@ -192,6 +192,7 @@ TEST_CASE("the launcher's arguments parse back to the same role") {
   c.transport.pin = true;
   c.transport.grpc_threads = 3;
   c.transport.connect_timeout_s = 2.5;
+  c.transport.zc_threshold = 0;
   c.time.warmup_s = 0.3;
   c.time.run_s = 1.7;
   c.managed = true;
@@ -210,6 +211,15 @@ TEST_CASE("the launcher's arguments parse back to the same role") {
   r = parse(role_arguments(d));
   REQUIRE(r.cmd.kind == command_kind::role);
   CHECK(r.cmd.role == d);
+  CHECK_FALSE(r.cmd.role.transport.zc_threshold.has_value());
+}
+
+TEST_CASE("--zc-threshold: unset by default, a size, or 0 for never") {
+  CHECK_FALSE(parse({"--backend", "floor"}).cmd.run.transport.zc_threshold.has_value());
+  CHECK(parse({"--zc-threshold", "0"}).cmd.run.transport.zc_threshold == std::size_t{0});
+  CHECK(parse({"--zc-threshold", "64K"}).cmd.run.transport.zc_threshold == std::size_t{65536});
+  CHECK(parse_error({"--zc-threshold", "lots"}) ==
+        "--zc-threshold 'lots' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
 }
 
 TEST_CASE("compare: the quick defaults and its matrix") {
@@ -233,10 +243,20 @@ TEST_CASE("compare: the quick defaults and its matrix") {
   const std::vector<cell> cells = plan_compare(c);
   bool any_fusewire_built = false;
   for (const backend_info& b : backends()) any_fusewire_built = any_fusewire_built || (b.fusewire && b.available);
+  std::size_t per_row = 5;
   if (!any_fusewire_built) {
     CHECK(cells.size() == 55);
     CHECK(cells[0].backend.label() == "fusewire");
     CHECK(cells[0].skipped == "fusewire: not built yet");
+  } else {
+    // fusewire's best TCP transport (io_uring when built), in the default mode and in block mode.
+    per_row = 6;
+    CHECK(cells.size() == 66);
+    const std::string best = find_backend("fusewire-uring")->available ? "fusewire-uring" : "fusewire-asio";
+    CHECK(cells[0].backend.label() == best);
+    CHECK(cells[1].backend.label() == best + ":block");
+    CHECK(cells[2].backend.label() == "grpc");
+    CHECK(cells[0].skipped.empty());
   }
   std::vector<std::string> rows;
   for (const cell& x : cells) {
@@ -250,8 +270,8 @@ TEST_CASE("compare: the quick defaults and its matrix") {
                                          "p2p-latency/10 B", "p2p-latency/64 KiB", "p2p-bandwidth/uniform",
                                          "p2p-bandwidth/random", "p2p-bandwidth/skew", "ps-throughput/uniform",
                                          "ps-throughput/random", "ps-throughput/skew"});
-  CHECK(cells[4 * 5].payload_bytes == 65536);
-  CHECK(cells[3 * 5].payload_bytes == 10);
+  CHECK(cells[4 * per_row].payload_bytes == 65536);
+  CHECK(cells[3 * per_row].payload_bytes == 10);
 
   compare_config zmq = c;
   zmq.subject = "zmq:block";
@@ -270,8 +290,13 @@ TEST_CASE("backend names are checked against what is built") {
   rc.backends = {{"fusewire-uring", std::nullopt}};
   if (!find_backend("fusewire-uring")->available) {
     CHECK(error_of([&] { plan_cells(rc); }, fusewire::errc::not_supported) ==
-          "--backend fusewire-uring: fusewire: not built yet (the TCP transports are not in this tree)");
+          "--backend fusewire-uring: fusewire-uring: not built (liburing >= 2.2 was not found; Debian: liburing-dev)");
+  } else {
+    rc.backends = {{"fusewire-uring", wait_mode::poll}};
+    CHECK(plan_cells(rc).size() == 1);
   }
+  rc.backends = {{"fusewire-asio", wait_mode::block}};
+  CHECK(plan_cells(rc).size() == 1);
   rc.backends = {{"floor", wait_mode::poll}};
   CHECK(plan_cells(rc).size() == 1);
   if (find_backend("grpc")->available) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "raw_peer.hpp"
 #include "test_util.hpp"
 
 namespace fw = fusewire;
@@ -33,6 +34,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using rvtest::frame_bytes;
+using rvtest::hello_from;
+using rvtest::log_capture;
+using rvtest::raw_client;
+
 const fw::task_id ps0{"ps", 0};
 const fw::task_id w0{"worker", 0};
 const fw::task_id w1{"worker", 1};
@@ -44,80 +50,6 @@ fw::options test_options(std::string token = {}) {
   o.connect_timeout = 2000ms;
   o.cluster_token = std::move(token);
   return o;
-}
-
-struct log_capture {
-  std::mutex m;
-  std::vector<std::string> lines;
-  rv::log_sink sink() {
-    return [this](std::string_view s) {
-      std::lock_guard lock(m);
-      lines.emplace_back(s);
-    };
-  }
-  /// Waits (bounded) for a line containing `needle`.
-  bool saw(std::string_view needle) {
-    for (int i = 0; i < 2000; ++i) {
-      {
-        std::lock_guard lock(m);
-        for (auto& l : lines) {
-          if (l.find(needle) != std::string::npos) return true;
-        }
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    std::lock_guard lock(m);
-    for (auto& l : lines) MESSAGE("log: " << l);
-    return false;
-  }
-};
-
-/// A raw blocking TCP client.
-struct raw_client {
-  int fd = -1;
-  explicit raw_client(std::uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  }
-  ~raw_client() {
-    if (fd >= 0) ::close(fd);
-  }
-  void send(std::span<const std::byte> bytes) {
-    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-  }
-  void send(std::string_view s) { send(std::as_bytes(std::span(s.data(), s.size()))); }
-  /// True once the peer closed (reads drain whatever it sent first), bounded by 20 s.
-  bool closed_by_peer() {
-    std::byte buf[4096];
-    for (int i = 0; i < 400; ++i) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
-  void shut_write() { ::shutdown(fd, SHUT_WR); }
-};
-
-std::vector<std::byte> frame_bytes(const auto& meta, fw::const_buffer payload = {}) {
-  std::vector<std::byte> out(fw::wire::prefix_size(meta) + payload.size());
-  std::error_code ec;
-  const std::size_t n = fw::wire::encode_frame(meta, fw::wire::frame_header{}, payload, out, ec);
-  REQUIRE_FALSE(ec);
-  out.resize(n);
-  return out;
-}
-
-std::vector<std::byte> hello_from(const fw::task_id& t) {
-  fw::wire::hello_meta h;
-  h.job = t.job;
-  h.task_index = t.index;
-  return frame_bytes(h);
 }
 
 template <class T>

@@ -1,0 +1,455 @@
+#pragma once
+/// ps messages: the binary encoding of one fused PS request (every pull and
+/// push a worker sends one PS in a step) and of its reply.
+///
+/// Little-endian, no padding, no alignment assumed. A request:
+///
+///     header (64 bytes)
+///       u32 magic 'FWPS' (0x53505746)   u16 version (1)   u16 type (1 = request)
+///       u64 client incarnation          u64 seq           u64 model fingerprint
+///       u64 push_step                   u64 min_step      u32 flags   u32 entry count
+///     entries, each:
+///       u8 op (1 pull_dense, 2 push_dense, 3 pull_rows, 4 push_rows)  u8[3] zero
+///       u32 variable index              u32 slice index (dense; 0 for rows)  u32 zero
+///       u64 id count (rows ops)         u64 value count (push ops)
+///       i64 ids[id count]               f32 values[value count]
+///
+/// A reply:
+///
+///     header (48 bytes)
+///       u32 magic   u16 version   u16 type (2 = reply)
+///       u64 seq (the request's)   u64 step (the PS's global step)   u64 PS incarnation
+///       u32 status (fusewire::errc value; 0 = ok)   u32 flags   u32 message bytes   u32 entry count
+///     message bytes (why the request failed)
+///     entries (one per pull of the request, in request order), each:
+///       u8 op  u8[3] zero  u32 variable  u32 slice  u32 zero  u64 value count  f32 values[value count]
+///
+/// Decoding checks every count against the bytes that remain (no overflow)
+/// before touching them, and names what was wrong.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+inline constexpr std::uint32_t message_magic = 0x53505746u;
+inline constexpr std::uint16_t message_version = 1;
+inline constexpr std::size_t request_header_bytes = 64;
+inline constexpr std::size_t reply_header_bytes = 48;
+inline constexpr std::size_t entry_header_bytes = 32;
+inline constexpr std::size_t reply_entry_header_bytes = 24;
+
+/// What one entry of a request asks.
+enum class op : std::uint8_t { pull_dense = 1, push_dense = 2, pull_rows = 3, push_rows = 4 };
+
+constexpr bool is_push(op o) noexcept { return o == op::push_dense || o == op::push_rows; }
+constexpr bool is_rows(op o) noexcept { return o == op::pull_rows || o == op::push_rows; }
+constexpr std::string_view to_string(op o) noexcept {
+  switch (o) {
+    case op::pull_dense: return "pull";
+    case op::push_dense: return "push";
+    case op::pull_rows: return "pull_rows";
+    case op::push_rows: return "push_rows";
+  }
+  return "?";
+}
+
+/// Request flags.
+namespace request_flags {
+inline constexpr std::uint32_t sync = 1u << 0;         ///< the client trains synchronously
+inline constexpr std::uint32_t contributes = 1u << 1;  ///< counts as this worker's push for step push_step (sync)
+inline constexpr std::uint32_t save = 1u << 2;         ///< write a checkpoint after applying
+inline constexpr std::uint32_t shutdown = 1u << 3;     ///< stop serving after replying
+inline constexpr std::uint32_t all = 0xf;
+}  // namespace request_flags
+
+/// Reply flags.
+namespace reply_flags {
+inline constexpr std::uint32_t stale = 1u << 0;  ///< sync: the pushes were for a finished step and were dropped
+}
+
+namespace detail {
+
+template <class T>
+void put(std::byte*& p, T v) noexcept {
+  using U = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                               std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                                  std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+  U u = std::bit_cast<U>(v);
+  for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((u >> (8 * i)) & 0xff);
+  p += sizeof(U);
+}
+
+template <class T>
+T get(const std::byte* p) noexcept {
+  using U = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                               std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                                  std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+  U u = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i) u |= static_cast<U>(static_cast<U>(p[i]) << (8 * i));
+  return std::bit_cast<T>(u);
+}
+
+/// Copies `n` little-endian 4/8-byte values from `src` into `dst`.
+template <class T>
+void get_array(const std::byte* src, T* dst, std::size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n != 0) std::memcpy(dst, src, n * sizeof(T));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = get<T>(src + i * sizeof(T));
+  }
+}
+
+template <class T>
+void put_array(std::byte*& p, const T* src, std::size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n != 0) std::memcpy(p, src, n * sizeof(T));
+    p += n * sizeof(T);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) put(p, src[i]);
+  }
+}
+
+}  // namespace detail
+
+/// One decoded request entry; ids and values alias the request bytes.
+struct entry_view {
+  ps::op kind = op::pull_dense;
+  std::uint32_t var = 0;
+  std::uint32_t slice = 0;
+  std::uint64_t id_count = 0;
+  std::uint64_t value_count = 0;
+  const std::byte* ids = nullptr;
+  const std::byte* values = nullptr;
+
+  std::int64_t id(std::size_t i) const noexcept { return detail::get<std::int64_t>(ids + 8 * i); }
+  float value(std::size_t i) const noexcept { return detail::get<float>(values + 4 * i); }
+  /// Copies values [first, first + n) into dst.
+  void copy_values(float* dst, std::size_t first, std::size_t n) const noexcept {
+    detail::get_array(values + 4 * first, dst, n);
+  }
+};
+
+/// A decoded request; views into the bytes it was decoded from.
+struct request_view {
+  std::uint64_t incarnation = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t fingerprint = 0;
+  std::uint64_t push_step = 0;
+  std::uint64_t min_step = 0;
+  std::uint32_t flags = 0;
+  std::vector<entry_view> entries;
+};
+
+/// Decodes `bytes`; on failure sets `ec` (errc::malformed_frame, truncated_frame,
+/// bad_magic, unsupported_version) and `why`, and leaves whatever header fields
+/// were readable in `out` (seq, so an error reply can name the request).
+inline void decode_request(const_buffer bytes, request_view& out, std::error_code& ec, std::string& why) {
+  ec.clear();
+  why.clear();
+  out = {};
+  auto fail = [&](errc e, std::string w) {
+    ec = make_error_code(e);
+    why = std::move(w);
+  };
+  if (bytes.size() < request_header_bytes) {
+    return fail(errc::truncated_frame, "request of " + std::to_string(bytes.size()) + " bytes is shorter than its " +
+                                           std::to_string(request_header_bytes) + "-byte header");
+  }
+  const std::byte* p = bytes.data();
+  if (detail::get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, "request does not start with 'FWPS'");
+  if (detail::get<std::uint16_t>(p + 4) != message_version) {
+    return fail(errc::unsupported_version,
+                "request version " + std::to_string(detail::get<std::uint16_t>(p + 4)) + " (this PS speaks 1)");
+  }
+  if (detail::get<std::uint16_t>(p + 6) != 1) return fail(errc::malformed_frame, "message type is not a request");
+  out.incarnation = detail::get<std::uint64_t>(p + 8);
+  out.seq = detail::get<std::uint64_t>(p + 16);
+  out.fingerprint = detail::get<std::uint64_t>(p + 24);
+  out.push_step = detail::get<std::uint64_t>(p + 32);
+  out.min_step = detail::get<std::uint64_t>(p + 40);
+  out.flags = detail::get<std::uint32_t>(p + 48);
+  const std::uint32_t count = detail::get<std::uint32_t>(p + 52);
+  if (detail::get<std::uint64_t>(p + 56) != 0) return fail(errc::malformed_frame, "reserved header bytes are not zero");
+  if ((out.flags & ~request_flags::all) != 0) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%x", out.flags);
+    return fail(errc::malformed_frame, std::string("unknown request flags ") + hex);
+  }
+  std::size_t pos = request_header_bytes;
+  const std::size_t end = bytes.size();
+  if (count > (end - pos) / entry_header_bytes) {
+    return fail(errc::malformed_frame, "entry count " + std::to_string(count) + " does not fit in " +
+                                           std::to_string(end - pos) + " bytes");
+  }
+  out.entries.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::string where = "entry " + std::to_string(i);
+    if (end - pos < entry_header_bytes) return fail(errc::truncated_frame, where + ": header truncated");
+    const std::byte* e = p + pos;
+    entry_view v;
+    const auto raw_op = detail::get<std::uint8_t>(e);
+    if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, where + ": unknown op " + std::to_string(raw_op));
+    v.kind = static_cast<op>(raw_op);
+    if (e[1] != std::byte{0} || e[2] != std::byte{0} || e[3] != std::byte{0} || detail::get<std::uint32_t>(e + 12) != 0) {
+      return fail(errc::malformed_frame, where + ": reserved bytes are not zero");
+    }
+    v.var = detail::get<std::uint32_t>(e + 4);
+    v.slice = detail::get<std::uint32_t>(e + 8);
+    v.id_count = detail::get<std::uint64_t>(e + 16);
+    v.value_count = detail::get<std::uint64_t>(e + 24);
+    pos += entry_header_bytes;
+    if (!is_rows(v.kind) && v.id_count != 0) return fail(errc::malformed_frame, where + ": a dense op carries ids");
+    if (!is_push(v.kind) && v.value_count != 0) return fail(errc::malformed_frame, where + ": a pull carries values");
+    if (v.id_count > (end - pos) / 8) {
+      return fail(errc::truncated_frame, where + ": " + std::to_string(v.id_count) + " ids do not fit in the " +
+                                             std::to_string(end - pos) + " bytes left");
+    }
+    v.ids = p + pos;
+    pos += static_cast<std::size_t>(v.id_count) * 8;
+    if (v.value_count > (end - pos) / 4) {
+      return fail(errc::truncated_frame, where + ": " + std::to_string(v.value_count) + " values do not fit in the " +
+                                             std::to_string(end - pos) + " bytes left");
+    }
+    v.values = p + pos;
+    pos += static_cast<std::size_t>(v.value_count) * 4;
+    out.entries.push_back(v);
+  }
+  if (pos != end) return fail(errc::malformed_frame, std::to_string(end - pos) + " bytes after the last entry");
+}
+
+/// Builds one request. Value and id spans are referenced until finish() copies them.
+class request_builder {
+ public:
+  request_builder() = default;
+
+  void set_header(std::uint64_t incarnation, std::uint64_t seq, std::uint64_t fingerprint, std::uint64_t push_step,
+                  std::uint64_t min_step, std::uint32_t flags) noexcept {
+    incarnation_ = incarnation;
+    seq_ = seq;
+    fingerprint_ = fingerprint;
+    push_step_ = push_step;
+    min_step_ = min_step;
+    flags_ = flags;
+  }
+  std::uint32_t flags() const noexcept { return flags_; }
+  void add_flags(std::uint32_t f) noexcept { flags_ |= f; }
+
+  void pull_dense(std::uint32_t var, std::uint32_t slice) { entries_.push_back({op::pull_dense, var, slice, {}, {}}); }
+  void push_dense(std::uint32_t var, std::uint32_t slice, std::span<const float> grad) {
+    entries_.push_back({op::push_dense, var, slice, {}, grad});
+  }
+  void pull_rows(std::uint32_t var, std::span<const std::int64_t> ids) { entries_.push_back({op::pull_rows, var, 0, ids, {}}); }
+  void push_rows(std::uint32_t var, std::span<const std::int64_t> ids, std::span<const float> grads) {
+    entries_.push_back({op::push_rows, var, 0, ids, grads});
+  }
+  std::size_t size() const noexcept { return entries_.size(); }
+  bool empty() const noexcept { return entries_.empty(); }
+
+  /// Encoded length in bytes.
+  std::size_t bytes() const noexcept {
+    std::size_t n = request_header_bytes;
+    for (const auto& e : entries_) n += entry_header_bytes + e.ids.size() * 8 + e.values.size() * 4;
+    return n;
+  }
+
+  /// Encodes everything into a new buffer.
+  tensor_buffer finish() const {
+    tensor_buffer out = tensor_buffer::allocate(bytes());
+    std::byte* p = out.data();
+    detail::put(p, message_magic);
+    detail::put(p, message_version);
+    detail::put(p, std::uint16_t{1});
+    detail::put(p, incarnation_);
+    detail::put(p, seq_);
+    detail::put(p, fingerprint_);
+    detail::put(p, push_step_);
+    detail::put(p, min_step_);
+    detail::put(p, flags_);
+    detail::put(p, static_cast<std::uint32_t>(entries_.size()));
+    detail::put(p, std::uint64_t{0});
+    for (const auto& e : entries_) {
+      detail::put(p, static_cast<std::uint8_t>(e.kind));
+      detail::put(p, std::uint8_t{0});
+      detail::put(p, std::uint16_t{0});
+      detail::put(p, e.var);
+      detail::put(p, e.slice);
+      detail::put(p, std::uint32_t{0});
+      detail::put(p, static_cast<std::uint64_t>(e.ids.size()));
+      detail::put(p, static_cast<std::uint64_t>(e.values.size()));
+      detail::put_array(p, e.ids.data(), e.ids.size());
+      detail::put_array(p, e.values.data(), e.values.size());
+    }
+    return out;
+  }
+
+ private:
+  struct entry {
+    op kind;
+    std::uint32_t var;
+    std::uint32_t slice;
+    std::span<const std::int64_t> ids;
+    std::span<const float> values;
+  };
+  std::uint64_t incarnation_ = 0, seq_ = 0, fingerprint_ = 0, push_step_ = 0, min_step_ = 0;
+  std::uint32_t flags_ = 0;
+  std::vector<entry> entries_;
+};
+
+/// One decoded reply entry; values alias the reply bytes.
+struct reply_entry_view {
+  ps::op kind = op::pull_dense;
+  std::uint32_t var = 0;
+  std::uint32_t slice = 0;
+  std::uint64_t value_count = 0;
+  const std::byte* values = nullptr;
+
+  void copy_values(float* dst, std::size_t first, std::size_t n) const noexcept {
+    detail::get_array(values + 4 * first, dst, n);
+  }
+};
+
+/// A decoded reply.
+struct reply_view {
+  std::uint64_t seq = 0;
+  std::uint64_t step = 0;
+  std::uint64_t incarnation = 0;
+  std::uint32_t status = 0;
+  std::uint32_t flags = 0;
+  std::string message;
+  std::vector<reply_entry_view> entries;
+};
+
+/// Decodes a reply; on failure sets `ec` and `why` like decode_request().
+inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& ec, std::string& why) {
+  ec.clear();
+  why.clear();
+  out = {};
+  auto fail = [&](errc e, std::string w) {
+    ec = make_error_code(e);
+    why = std::move(w);
+  };
+  if (bytes.size() < reply_header_bytes) {
+    return fail(errc::truncated_frame, "reply of " + std::to_string(bytes.size()) + " bytes is shorter than its header");
+  }
+  const std::byte* p = bytes.data();
+  if (detail::get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, "reply does not start with 'FWPS'");
+  if (detail::get<std::uint16_t>(p + 4) != message_version) return fail(errc::unsupported_version, "reply version is not 1");
+  if (detail::get<std::uint16_t>(p + 6) != 2) return fail(errc::malformed_frame, "message type is not a reply");
+  out.seq = detail::get<std::uint64_t>(p + 8);
+  out.step = detail::get<std::uint64_t>(p + 16);
+  out.incarnation = detail::get<std::uint64_t>(p + 24);
+  out.status = detail::get<std::uint32_t>(p + 32);
+  out.flags = detail::get<std::uint32_t>(p + 36);
+  const std::uint32_t message_len = detail::get<std::uint32_t>(p + 40);
+  const std::uint32_t count = detail::get<std::uint32_t>(p + 44);
+  std::size_t pos = reply_header_bytes;
+  const std::size_t end = bytes.size();
+  if (message_len > end - pos) return fail(errc::truncated_frame, "reply message truncated");
+  out.message.assign(reinterpret_cast<const char*>(p + pos), message_len);
+  pos += message_len;
+  if (count > (end - pos) / reply_entry_header_bytes) return fail(errc::malformed_frame, "reply entry count too large");
+  out.entries.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (end - pos < reply_entry_header_bytes) return fail(errc::truncated_frame, "reply entry header truncated");
+    const std::byte* e = p + pos;
+    reply_entry_view v;
+    const auto raw_op = detail::get<std::uint8_t>(e);
+    if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, "reply entry with unknown op");
+    v.kind = static_cast<op>(raw_op);
+    v.var = detail::get<std::uint32_t>(e + 4);
+    v.slice = detail::get<std::uint32_t>(e + 8);
+    v.value_count = detail::get<std::uint64_t>(e + 16);
+    pos += reply_entry_header_bytes;
+    if (v.value_count > (end - pos) / 4) return fail(errc::truncated_frame, "reply values truncated");
+    v.values = p + pos;
+    pos += static_cast<std::size_t>(v.value_count) * 4;
+    out.entries.push_back(v);
+  }
+  if (pos != end) return fail(errc::malformed_frame, "bytes after the last reply entry");
+}
+
+/// Builds a reply: reserve the values of each entry, then fill them in place.
+class reply_builder {
+ public:
+  reply_builder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation) : seq_(seq), step_(step), incarnation_(incarnation) {}
+
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+  void set_flags(std::uint32_t f) noexcept { flags_ = f; }
+  /// Marks the reply as failed (drops any entries).
+  void set_error(errc status, std::string message) {
+    status_ = static_cast<std::uint32_t>(status);
+    message_ = std::move(message);
+    entries_.clear();
+    values_.clear();
+  }
+  bool failed() const noexcept { return status_ != 0; }
+
+  /// Adds an entry of `n` values; returns where to write them (valid until the next add()).
+  std::span<float> add(op kind, std::uint32_t var, std::uint32_t slice, std::size_t n) {
+    entries_.push_back({kind, var, slice, values_.size(), n});
+    values_.resize(values_.size() + n);
+    return {values_.data() + values_.size() - n, n};
+  }
+
+  tensor_buffer finish() const {
+    std::size_t n = reply_header_bytes + message_.size();
+    for (const auto& e : entries_) n += reply_entry_header_bytes + e.count * 4;
+    tensor_buffer out = tensor_buffer::allocate(n);
+    std::byte* p = out.data();
+    detail::put(p, message_magic);
+    detail::put(p, message_version);
+    detail::put(p, std::uint16_t{2});
+    detail::put(p, seq_);
+    detail::put(p, step_);
+    detail::put(p, incarnation_);
+    detail::put(p, status_);
+    detail::put(p, flags_);
+    detail::put(p, static_cast<std::uint32_t>(message_.size()));
+    detail::put(p, static_cast<std::uint32_t>(entries_.size()));
+    if (!message_.empty()) std::memcpy(p, message_.data(), message_.size());
+    p += message_.size();
+    for (const auto& e : entries_) {
+      detail::put(p, static_cast<std::uint8_t>(e.kind));
+      detail::put(p, std::uint8_t{0});
+      detail::put(p, std::uint16_t{0});
+      detail::put(p, e.var);
+      detail::put(p, e.slice);
+      detail::put(p, std::uint32_t{0});
+      detail::put(p, static_cast<std::uint64_t>(e.count));
+      detail::put_array(p, values_.data() + e.first, e.count);
+    }
+    return out;
+  }
+
+ private:
+  struct entry {
+    op kind;
+    std::uint32_t var;
+    std::uint32_t slice;
+    std::size_t first;
+    std::size_t count;
+  };
+  std::uint64_t seq_, step_, incarnation_;
+  std::uint32_t status_ = 0, flags_ = 0;
+  std::string message_;
+  std::vector<entry> entries_;
+  std::vector<float> values_;
+};
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

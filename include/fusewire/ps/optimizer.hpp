@@ -1,0 +1,82 @@
+#pragma once
+/// ps optimizers: the update rules a PS applies to pushed gradients, element
+/// by element, in float32 (TensorFlow's formulas):
+///
+///   sgd       w -= lr * g
+///   momentum  a = m * a + g;  w -= lr * a            (nesterov: w -= lr * (g + m * a))
+///   adagrad   acc += g * g;   w -= lr * g / (sqrt(acc) + eps)        (acc starts at initial_accumulator)
+///   adam      t += 1;  lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)
+///             m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g;  w -= lr_t * m / (sqrt(v) + eps)
+///
+/// `t` counts the updates of that dense slice or that embedding row (so a row
+/// untouched for a while keeps its own bias correction).
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include <fusewire/ps/model.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+/// Initial value of slot `k` (of opt.slots()) of every element.
+inline float initial_slot_value(const optimizer_config& opt, std::size_t k) noexcept {
+  (void)k;
+  return opt.kind == optimizer_kind::adagrad ? opt.initial_accumulator : 0.0f;
+}
+
+/// Applies `grad * scale` to `w`; `slots` holds opt.slots() arrays of w.size()
+/// floats back to back; `updates` is the element group's update count (adam's t),
+/// incremented here. Sizes must agree (the caller checked them).
+inline void apply_update(const optimizer_config& opt, std::span<float> w, std::span<float> slots,
+                         std::span<const float> grad, std::uint64_t& updates, float scale = 1.0f) noexcept {
+  const std::size_t n = w.size();
+  const float lr = opt.learning_rate;
+  ++updates;
+  switch (opt.kind) {
+    case optimizer_kind::sgd:
+      for (std::size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] * scale);
+      return;
+    case optimizer_kind::momentum: {
+      float* a = slots.data();
+      const float m = opt.momentum;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float g = grad[i] * scale;
+        a[i] = m * a[i] + g;
+        w[i] -= opt.nesterov ? lr * (g + m * a[i]) : lr * a[i];
+      }
+      return;
+    }
+    case optimizer_kind::adagrad: {
+      float* acc = slots.data();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float g = grad[i] * scale;
+        acc[i] += g * g;
+        w[i] -= lr * g / (std::sqrt(acc[i]) + opt.epsilon);
+      }
+      return;
+    }
+    case optimizer_kind::adam: {
+      float* m = slots.data();
+      float* v = slots.data() + n;
+      const double t = static_cast<double>(updates);
+      const float lr_t = static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(opt.beta2), t)) /
+                                            (1.0 - std::pow(static_cast<double>(opt.beta1), t)));
+      const float b1 = opt.beta1, b2 = opt.beta2;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float g = grad[i] * scale;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        w[i] -= lr_t * m[i] / (std::sqrt(v[i]) + opt.epsilon);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,180 @@
+#pragma once
+/// ps::server: one parameter-server task. It owns a rendezvous endpoint and a
+/// ps::shard; requests arrive on key request_key from each worker (one
+/// receive posted per worker at a time, re-posted as each request arrives, so
+/// a worker's requests are handled in the order it sent them) and replies
+/// leave on key reply_key.
+///
+/// Threads: the shard (values, optimizer slots, sync step) is touched only on
+/// the endpoint's reactor thread, inside its completion handlers — no lock on
+/// the request path. A small housekeeping thread re-posts the receive of a
+/// worker whose connection broke (the endpoint fails receives from a
+/// disconnected peer at once until it connects again), every 20 ms; it never
+/// touches the shard. Checkpoints are written on the reactor thread (between
+/// requests), so the file is a consistent cut.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/options.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/model.hpp>
+#include <fusewire/ps/shard.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/transport/concepts.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+/// Rendezvous key of requests (worker -> PS).
+inline constexpr std::string_view request_key = "fusewire.ps/req";
+/// Rendezvous key of replies (PS -> worker).
+inline constexpr std::string_view reply_key = "fusewire.ps/rep";
+
+/// Counters of a running server; any thread (approximate while it runs).
+struct server_stats {
+  std::uint64_t requests = 0;       ///< requests received
+  std::uint64_t replies_failed = 0; ///< replies whose send failed (worker gone)
+  std::uint64_t global_step = 0;    ///< steps applied
+};
+
+/// One PS task serving `model`'s slices and rows that placement gives it; see the file comment.
+template <transport Transport>
+class server {
+ public:
+  using endpoint_type = rendezvous::endpoint<Transport>;
+
+  /// Builds the shard (restoring its checkpoint if sopts say so), then listens
+  /// as task `self` ("ps:<i>", its job's task count = num_ps). Throws
+  /// std::system_error: errc::invalid_argument for a bad model, a self that is
+  /// not in `spec`, an unusable checkpoint; the endpoint's errors (listen).
+  server(task_id self, cluster_spec spec, model_spec model, options opts = {}, server_options sopts = {},
+         Transport t = Transport{}, rendezvous::log_sink log = {}) {
+    if (!spec.contains(self)) throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
+    const std::size_t num_ps = spec.job(self.job).size();
+    for (std::uint32_t i = 0; i < spec.job(sopts.worker_job).size(); ++i) workers_.push_back({sopts.worker_job, i});
+    if (workers_.empty()) {
+      throw_error(errc::invalid_argument, "ps server: the cluster spec has no tasks in worker job '" + sopts.worker_job + "'");
+    }
+    std::random_device rd;
+    const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
+    down_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
+    shard_ = std::make_unique<shard>(std::move(model), self.index, num_ps, std::move(sopts), workers_.size(),
+                                     [this](std::uint32_t w, tensor_buffer reply) { send_reply(w, std::move(reply)); },
+                                     incarnation);
+    step_.store(shard_->global_step());
+    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec), std::move(opts), std::move(t), std::move(log));
+    for (std::uint32_t w = 0; w < workers_.size(); ++w) post_recv(w);
+    housekeeping_ = std::thread([this] { housekeep(); });
+  }
+
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  /// stop(), then releases the endpoint and the shard.
+  ~server() {
+    stop();
+    if (housekeeping_.joinable()) housekeeping_.join();
+    ep_.reset();
+  }
+
+  /// Blocks until a worker asked for shutdown (client::shutdown_servers) or stop() ran.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return stopping_; });
+  }
+
+  /// wait() bounded by `d`; true if the server was asked to stop.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> d) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, d, [this] { return stopping_; });
+  }
+
+  /// Stops serving: closes the endpoint (pending receives end). Idempotent; any thread but the reactor's.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (ep_) ep_->close();
+  }
+
+  /// The shard, for inspection and save() once the server stopped (stop() first:
+  /// while it runs, only the reactor thread may touch it).
+  shard& state() noexcept { return *shard_; }
+  /// Steps the shard applied (any thread).
+  std::uint64_t global_step() const noexcept { return step_.load(std::memory_order_relaxed); }
+  server_stats stats() const noexcept {
+    return {requests_.load(std::memory_order_relaxed), replies_failed_.load(std::memory_order_relaxed), global_step()};
+  }
+  endpoint_type& endpoint() noexcept { return *ep_; }
+
+ private:
+  void post_recv(std::uint32_t w) {
+    ep_->recv(workers_[w], std::string(request_key), [this, w](std::error_code ec, tensor_buffer request) {
+      if (ec) {
+        // cancelled: shutting down. Anything else: the worker's connection broke; housekeeping re-posts.
+        if (ec != make_error_code(errc::cancelled)) down_[w].store(true, std::memory_order_release);
+        return;
+      }
+      requests_.fetch_add(1, std::memory_order_relaxed);
+      post_recv(w);
+      shard_->handle(w, std::move(request));
+      step_.store(shard_->global_step(), std::memory_order_relaxed);
+    });
+  }
+
+  void send_reply(std::uint32_t w, tensor_buffer reply) {
+    const bool last = shard_->shutdown_requested();
+    ep_->send(workers_[w], std::string(reply_key), std::move(reply), [this, last](std::error_code ec) {
+      if (ec) replies_failed_.fetch_add(1, std::memory_order_relaxed);
+      if (last) {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+        cv_.notify_all();
+      }
+    });
+  }
+
+  void housekeep() {
+    using namespace std::chrono_literals;
+    std::unique_lock lock(mutex_);
+    while (!cv_.wait_for(lock, 20ms, [this] { return stopping_; })) {
+      lock.unlock();
+      for (std::uint32_t w = 0; w < workers_.size(); ++w) {
+        if (down_[w].exchange(false, std::memory_order_acq_rel)) post_recv(w);
+      }
+      lock.lock();
+    }
+  }
+
+  std::vector<task_id> workers_;
+  std::unique_ptr<std::atomic<bool>[]> down_;
+  std::unique_ptr<shard> shard_;
+  std::atomic<std::uint64_t> requests_{0}, replies_failed_{0}, step_{0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unique_ptr<endpoint_type> ep_;
+  std::thread housekeeping_;
+};
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,229 @@
+#pragma once
+/// Device-level helpers of the verbs transport: choosing the RDMA device,
+/// the protection domain shared by everything registered on it, memory
+/// registration with a memlock diagnosis, and the transport's tiny message
+/// header. Private to the transport layer.
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/wire/endian.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace detail {
+
+/// A protection domain; shared (shared_ptr) by every registration made in it,
+/// so a pool whose buffers outlive the transport still deregisters before the
+/// domain goes away.
+class verbs_pd {
+ public:
+  explicit verbs_pd(ibv_context* ctx) : ctx_(ctx), pd_(ibv_alloc_pd(ctx)) {
+    if (pd_ == nullptr) {
+      throw std::system_error(errno != 0 ? errno : ENOMEM, std::system_category(),
+                              std::string("verbs: ibv_alloc_pd on ") + ibv_get_device_name(ctx->device) + " failed");
+    }
+  }
+  verbs_pd(const verbs_pd&) = delete;
+  verbs_pd& operator=(const verbs_pd&) = delete;
+  ~verbs_pd() { ibv_dealloc_pd(pd_); }
+
+  ibv_pd* get() const noexcept { return pd_; }
+  ibv_context* context() const noexcept { return ctx_; }
+
+ private:
+  ibv_context* ctx_;
+  ibv_pd* pd_;
+};
+
+/// The process's RLIMIT_MEMLOCK soft limit as text ("unlimited" or "N bytes").
+inline std::string memlock_limit_text() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return "unknown";
+  if (rl.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return std::to_string(static_cast<unsigned long long>(rl.rlim_cur)) + " bytes";
+}
+
+/// ibv_reg_mr for local writes and remote writes. Throws
+/// system_error(errc::out_of_memory) that names the size, the memlock limit
+/// and how to raise it.
+inline registration register_memory(verbs_pd& pd, void* base, std::size_t len, std::size_t locked_total) {
+  ibv_mr* mr = ibv_reg_mr(pd.get(), base, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (mr == nullptr) {
+    const int err = errno;
+    throw_error(errc::out_of_memory,
+                "verbs: ibv_reg_mr of " + std::to_string(len) + " bytes on " +
+                    ibv_get_device_name(pd.context()->device) + " failed (" +
+                    std::generic_category().message(err) + "); RLIMIT_MEMLOCK is " + memlock_limit_text() +
+                    " and this process needs at least " + std::to_string(locked_total) +
+                    " bytes locked: raise it (ulimit -l unlimited, memlock in /etc/security/limits.conf, "
+                    "LimitMEMLOCK=infinity for systemd, --ulimit memlock=-1 for docker) or lower "
+                    "TF_RDMA_BUF_SIZE");
+  }
+  registration r;
+  r.lkey = mr->lkey;
+  r.rkey = mr->rkey;
+  r.handle = mr;
+  return r;
+}
+
+inline void deregister_memory(const registration& r) noexcept {
+  if (r.handle != nullptr) ibv_dereg_mr(static_cast<ibv_mr*>(r.handle));
+}
+
+/// True if `ctx` has a port in state ACTIVE.
+inline bool has_active_port(ibv_context* ctx) noexcept {
+  ibv_device_attr attr{};
+  if (ibv_query_device(ctx, &attr) != 0) return false;
+  for (std::uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
+    ibv_port_attr pa{};
+    if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) return true;
+  }
+  return false;
+}
+
+/// The names of the RDMA devices rdmacm sees (empty if none).
+inline std::vector<std::string> rdma_device_names() {
+  std::vector<std::string> names;
+  int n = 0;
+  ibv_context** list = rdma_get_devices(&n);
+  if (list == nullptr) return names;
+  for (int i = 0; i < n; ++i) names.emplace_back(ibv_get_device_name(list[i]->device));
+  rdma_free_devices(list);
+  return names;
+}
+
+/// Picks the device named `wanted`; if there is none, the first device with
+/// an active port, and `warning` says so. The context stays open (rdmacm owns
+/// it for the life of the process). Throws system_error(errc::not_supported)
+/// when there is no usable device.
+inline ibv_context* choose_device(const std::string& wanted, std::string& warning) {
+  int n = 0;
+  ibv_context** list = rdma_get_devices(&n);
+  if (list == nullptr || n == 0) {
+    if (list != nullptr) rdma_free_devices(list);
+    throw_error(errc::not_supported,
+                "verbs: no RDMA device found (ibv_devices lists none; load a NIC driver, or rdma_rxe for "
+                "soft-RoCE: rdma link add rxe0 type rxe netdev <if>)");
+  }
+  ibv_context* chosen = nullptr;
+  std::string names;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = ibv_get_device_name(list[i]->device);
+    names += (names.empty() ? "" : ", ") + name;
+    if (name == wanted) chosen = list[i];
+  }
+  if (chosen == nullptr) {
+    for (int i = 0; i < n && chosen == nullptr; ++i) {
+      if (has_active_port(list[i])) chosen = list[i];
+    }
+    if (chosen == nullptr) {
+      rdma_free_devices(list);
+      throw_error(errc::not_supported, "verbs: TF_RDMA_DEV_NAME=" + wanted + " not found and no device among [" +
+                                           names + "] has an active port");
+    }
+    warning = "verbs: RDMA device " + wanted + " (TF_RDMA_DEV_NAME) not found among [" + names + "]; using " +
+              ibv_get_device_name(chosen->device) + ", the first with an active port";
+  }
+  rdma_free_devices(list);
+  return chosen;
+}
+
+/// rdmacm's errno (or a cm event status) in the transports' terms.
+inline std::error_code cm_error(int err) noexcept {
+  switch (err) {
+    case 0: return {};
+    case ECONNREFUSED:
+    case ETIMEDOUT:
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case EADDRNOTAVAIL:
+    case ENODEV: return make_error_code(errc::connection_refused);
+    case ECONNRESET:
+    case ECONNABORTED: return make_error_code(errc::connection_reset);
+    default: return {err, std::system_category()};
+  }
+}
+
+/// The first bytes of every message the transport SENDs: returned credits,
+/// the number of stream bytes that follow, and optionally a bulk announcement
+/// (RTS: `bulk_len` stream bytes follow by RDMA write) or a grant (the sender
+/// may RDMA-write the next `grant_len` bulk bytes at grant_addr/grant_rkey).
+/// Little-endian.
+struct verbs_header {
+  static constexpr std::size_t size = 40;
+  static constexpr std::uint32_t magic = 0x46575652;  // "RVWF"
+  static constexpr std::uint32_t flag_rts = 1;
+  static constexpr std::uint32_t flag_grant = 2;
+
+  std::uint32_t credits = 0;
+  std::uint32_t data_len = 0;
+  std::uint32_t flags = 0;
+  std::uint64_t bulk_len = 0;
+  std::uint64_t grant_addr = 0;
+  std::uint32_t grant_rkey = 0;
+  std::uint32_t grant_len = 0;
+
+  void store(std::byte* out) const noexcept {
+    wire::store_le<std::uint32_t>(out, magic);
+    wire::store_le<std::uint32_t>(out + 4, credits);
+    wire::store_le<std::uint32_t>(out + 8, data_len);
+    wire::store_le<std::uint32_t>(out + 12, flags);
+    wire::store_le<std::uint64_t>(out + 16, bulk_len);
+    wire::store_le<std::uint64_t>(out + 24, grant_addr);
+    wire::store_le<std::uint32_t>(out + 32, grant_rkey);
+    wire::store_le<std::uint32_t>(out + 36, grant_len);
+  }
+  /// False for a message too short or without the magic.
+  bool load(const std::byte* in, std::size_t len) noexcept {
+    if (len < size || wire::load_le<std::uint32_t>(in) != magic) return false;
+    credits = wire::load_le<std::uint32_t>(in + 4);
+    data_len = wire::load_le<std::uint32_t>(in + 8);
+    flags = wire::load_le<std::uint32_t>(in + 12);
+    bulk_len = wire::load_le<std::uint64_t>(in + 16);
+    grant_addr = wire::load_le<std::uint64_t>(in + 24);
+    grant_rkey = wire::load_le<std::uint32_t>(in + 32);
+    grant_len = wire::load_le<std::uint32_t>(in + 36);
+    return data_len <= len - size;
+  }
+};
+
+/// What each side puts in rdmacm's private data: its protocol version, the
+/// receive credits it grants and the message size it accepts.
+struct verbs_hello {
+  static constexpr std::size_t size = 12;
+  static constexpr std::uint32_t version = 1;
+  std::uint32_t credits = 0;
+  std::uint32_t message_size = 0;
+
+  void store(std::byte* out) const noexcept {
+    wire::store_le<std::uint32_t>(out, version);
+    wire::store_le<std::uint32_t>(out + 4, credits);
+    wire::store_le<std::uint32_t>(out + 8, message_size);
+  }
+  bool load(const void* in, std::size_t len) noexcept {
+    if (in == nullptr || len < size) return false;
+    const auto* p = static_cast<const std::byte*>(in);
+    if (wire::load_le<std::uint32_t>(p) != version) return false;
+    credits = wire::load_le<std::uint32_t>(p + 4);
+    message_size = wire::load_le<std::uint32_t>(p + 8);
+    return credits >= 2 && message_size > verbs_header::size;
+  }
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace fusewire

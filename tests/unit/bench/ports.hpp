@@ -1,0 +1,48 @@
+#pragma once
+// Loopback ports held for a test's tasks: bound with SO_REUSEADDR and not
+// listening, so the backend under test can bind them too while nobody else
+// gets them (as the launcher does for backends with fixed ports).
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace fusewire::bench::test {
+
+class reserved_ports {
+ public:
+  reserved_ports() = default;
+  reserved_ports(const reserved_ports&) = delete;
+  reserved_ports& operator=(const reserved_ports&) = delete;
+  ~reserved_ports() {
+    for (int fd : fds_) ::close(fd);
+  }
+
+  /// A fresh loopback port, held until this object dies.
+  std::uint16_t take() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("reserved_ports: socket failed");
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ::close(fd);
+      throw std::runtime_error("reserved_ports: bind failed");
+    }
+    fds_.push_back(fd);
+    return ntohs(a.sin_port);
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+}  // namespace fusewire::bench::test

@@ -1,0 +1,314 @@
+// rendezvous::endpoint: chunked and striped large tensors, per-key FIFO across
+// chunked and plain frames, failures mid-transfer, fuse_delay and keepalive.
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/wire/codec.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "raw_peer.hpp"
+#include "test_util.hpp"
+
+namespace fw = fusewire;
+namespace rv = fusewire::rendezvous;
+using namespace std::chrono_literals;
+
+#if FUSEWIRE_HAS_URING
+#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
+#else
+#define TRANSPORTS fw::asio_tcp
+#endif
+
+namespace {
+
+const fw::task_id ps0{"ps", 0};
+const fw::task_id w0{"worker", 0};
+const fw::task_id w1{"worker", 1};
+
+fw::options test_options() {
+  fw::options o;
+  o.mode = fw::reactor_mode::block;
+  o.pool_size = 4u << 20;
+  o.connect_timeout = 2000ms;
+  return o;
+}
+
+template <class F>
+auto wait(std::future<F>& f) {
+  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "operation did not complete");
+  return f.get();
+}
+
+/// The first chunk frame of a `total`-byte transfer of two chunks, with its whole payload.
+std::vector<std::byte> first_chunk(std::string_view key, std::uint64_t total) {
+  fw::wire::chunk_meta c;
+  c.transfer_id = 77;
+  c.total_len = total;
+  c.offset = 0;
+  c.index = 0;
+  c.count = 2;
+  c.key = key;
+  c.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
+  auto payload = rvtest::pattern(static_cast<std::size_t>(total / 2), 3);
+  return rvtest::frame_bytes(c, payload.bytes());
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte for byte", T, TRANSPORTS) {
+  constexpr std::size_t n = std::size_t{64} << 20;
+  // Three scatter-gather pieces whose seams do not fall on chunk boundaries.
+  const fw::tensor_buffer whole = rvtest::pattern(n, 11);
+  const std::size_t cut1 = (40u << 20) + 1, cut2 = cut1 + 3;
+  const fw::const_buffer sg[] = {whole.bytes().subspan(0, cut1), whole.bytes().subspan(cut1, cut2 - cut1),
+                                 whole.bytes().subspan(cut2)};
+  struct config {
+    bool chunking;
+    unsigned stripes;
+  };
+  for (const config c : {config{true, 1}, config{true, 2}, config{true, 3}, config{false, 1}}) {
+    CAPTURE(c.chunking);
+    CAPTURE(c.stripes);
+    auto spec = rvtest::loopback_cluster(1, 1);
+    fw::options o = test_options();
+    o.chunking = c.chunking;
+    rv::endpoint<T> ps(ps0, spec, o, T{}, {}, rv::endpoint_tuning{c.stripes});
+    rv::endpoint<T> worker(w0, spec, o, T{}, {}, rv::endpoint_tuning{c.stripes});
+
+    // recv first, into a destination: the chunks are read straight into it.
+    auto dst = fw::tensor_buffer::allocate(n);
+    std::promise<rv::recv_result> got;
+    auto fut = got.get_future();
+    ps.recv(w0, "big", dst.share(), [&](std::error_code ec, fw::tensor_buffer b) { got.set_value({ec, std::move(b)}); },
+            60s);
+    REQUIRE_FALSE(worker.send_sync(ps0, "big", std::span<const fw::const_buffer>(sg), 60s));
+    auto r = wait(fut);
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.buffer.data() == dst.data());
+    CHECK(std::memcmp(dst.data(), whole.data(), n) == 0);
+
+    // send first: the tensor arrives before its recv and is handed over whole.
+    REQUIRE_FALSE(worker.send_sync(ps0, "early", whole.share(), 60s));
+    auto e = ps.recv_sync(w0, "early", 60s);
+    REQUIRE_FALSE(e.ec);
+    REQUIRE(e.buffer.size() == n);
+    CHECK(std::memcmp(e.buffer.data(), whole.data(), n) == 0);
+
+    CHECK(worker.stats().chunk_frames_sent == (c.chunking ? 32u : 0u));
+    CHECK(worker.stats().tensor_frames_sent == (c.chunking ? 0u : 2u));
+  }
+}
+
+TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain frames", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  fw::options o = test_options();
+  o.chunk_size = 64 * 1024;
+  rv::endpoint<T> ps(ps0, spec, o, T{}, {}, rv::endpoint_tuning{3});
+  rv::endpoint<T> worker(w0, spec, o, T{}, {}, rv::endpoint_tuning{3});
+  const std::vector<std::size_t> sizes = {200000, 10, 300001, 70000, 5, 1000000, 65536, 65537, 0, 131072};
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    // The first few recvs wait before their tensors arrive (half with a destination); the rest come after.
+    std::vector<std::future<rv::recv_result>> early;
+    std::vector<std::shared_ptr<std::promise<rv::recv_result>>> promises;
+    for (std::size_t i = 0; i < 4; ++i) {
+      auto p = std::make_shared<std::promise<rv::recv_result>>();
+      early.push_back(p->get_future());
+      auto h = [p](std::error_code ec, fw::tensor_buffer b) { p->set_value({ec, std::move(b)}); };
+      if (i % 2 == 0) {
+        ps.recv(w0, "k", fw::tensor_buffer::allocate(sizes[i]), h, 60s);
+      } else {
+        ps.recv(w0, "k", h, 60s);
+      }
+      promises.push_back(std::move(p));
+    }
+    std::vector<std::future<std::error_code>> sent;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      auto p = std::make_shared<std::promise<std::error_code>>();
+      sent.push_back(p->get_future());
+      worker.send(ps0, "k", rvtest::pattern(sizes[i], static_cast<std::uint32_t>(i + 100 * round)),
+                  [p](std::error_code ec) { p->set_value(ec); }, 60s);
+    }
+    for (auto& f : sent) CHECK_FALSE(wait(f));
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      CAPTURE(i);
+      rv::recv_result r = i < early.size() ? wait(early[i]) : ps.recv_sync(w0, "k", 60s);
+      REQUIRE_FALSE(r.ec);
+      CHECK(rvtest::matches(r.buffer, sizes[i], static_cast<std::uint32_t>(i + 100 * round)));
+    }
+  }
+  CHECK(worker.stats().chunk_frames_sent > 0);
+  CHECK(worker.stats().fused_frames_sent + worker.stats().tensor_frames_sent > 0);
+}
+
+TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, never hangs", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 2);
+  const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
+  rvtest::log_capture log;
+  rv::endpoint<T> ps(ps0, spec, test_options(), T{}, log.sink());
+  constexpr std::uint64_t total = 4u << 20;
+  const auto frame = first_chunk("big", total);
+
+  SUBCASE("stream ends inside a chunk; the recv posted a destination") {
+    rvtest::raw_client c(port);
+    c.send(rvtest::hello_from(w0));
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    ps.recv(w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) {
+      p.set_value(ec);
+    }, 30s);
+    c.send(std::span(frame).first(frame.size() / 2));
+    c.shut_write();
+    CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
+    CHECK(log.saw("truncated frame"));
+  }
+  SUBCASE("one chunk arrived, the other never will; the recv comes later") {
+    rvtest::raw_client c(port);
+    c.send(rvtest::hello_from(w0));
+    c.send(frame);
+    std::this_thread::sleep_for(50ms);
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    ps.recv(w0, "big", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    c.shut_write();
+    CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
+  }
+  SUBCASE("the deadline passes mid-transfer: timed_out, and that peer's connection is closed") {
+    rvtest::raw_client c(port);
+    c.send(rvtest::hello_from(w0));
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    ps.recv(w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) {
+      p.set_value(ec);
+    }, 300ms);
+    c.send(std::span(frame).first(frame.size() / 2));
+    CHECK(wait(f) == fw::make_error_code(fw::errc::timed_out));
+    CHECK(c.closed_by_peer());
+  }
+  SUBCASE("the receiver goes away while 64 MiB sends are on the wire") {
+    fw::options o = test_options();
+    rv::endpoint<T> worker(w1, spec, o);
+    REQUIRE_FALSE(worker.send_sync(ps0, "hello", rvtest::pattern(10, 1), 30s));
+    const auto big = rvtest::pattern(64u << 20, 5);
+    std::vector<std::future<std::error_code>> sent;
+    for (int i = 0; i < 3; ++i) {
+      auto p = std::make_shared<std::promise<std::error_code>>();
+      sent.push_back(p->get_future());
+      worker.send(ps0, "big", big.share(), [p](std::error_code ec) { p->set_value(ec); });
+    }
+    ps.close();
+    for (auto& f : sent) {
+      const std::error_code ec = wait(f);
+      CHECK((!ec || ec == fw::make_error_code(fw::errc::connection_reset) ||
+             ec == fw::make_error_code(fw::errc::connection_refused)));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a large send flushes it", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  fw::options o = test_options();
+  o.fuse_delay = std::chrono::microseconds(1000000);
+  rv::endpoint<T> ps(ps0, spec, o);
+  rv::endpoint<T> worker(w0, spec, o);
+  REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(20000, 1), 30s));  // connected, not fused
+
+  SUBCASE("sends in separate ticks leave as one fused frame") {
+    std::vector<std::future<std::error_code>> sent;
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      auto p = std::make_shared<std::promise<std::error_code>>();
+      sent.push_back(p->get_future());
+      worker.send(ps0, "s" + std::to_string(i), rvtest::pattern(100, i), [p](std::error_code ec) { p->set_value(ec); });
+      std::this_thread::sleep_for(5ms);
+    }
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      auto r = ps.recv_sync(w0, "s" + std::to_string(i), 30s);
+      REQUIRE_FALSE(r.ec);
+      CHECK(rvtest::matches(r.buffer, 100, i));
+    }
+    for (auto& f : sent) CHECK_FALSE(wait(f));
+    CHECK(worker.stats().fused_frames_sent == 1);
+    CHECK(worker.stats().tensors_fused == 3);
+  }
+  SUBCASE("a send above acc_size flushes the waiting batch first (per-key FIFO)") {
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    worker.send(ps0, "k", rvtest::pattern(10, 1), [&p](std::error_code ec) { p.set_value(ec); });
+    REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(20000, 2), 30s));
+    CHECK_FALSE(wait(f));
+    auto a = ps.recv_sync(w0, "k", 30s);
+    auto b = ps.recv_sync(w0, "k", 30s);
+    CHECK(rvtest::matches(a.buffer, 10, 1));
+    CHECK(rvtest::matches(b.buffer, 20000, 2));
+    CHECK(worker.stats().fused_frames_sent == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 2);
+  const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
+  fw::options o = test_options();
+  o.keepalive = 100ms;
+  rvtest::log_capture log;
+  rv::endpoint<T> ps(ps0, spec, o, T{}, log.sink());
+  rv::endpoint<T> worker(w1, spec, o);
+  REQUIRE_FALSE(worker.send_sync(ps0, "a", rvtest::pattern(10, 1), 30s));
+
+  SUBCASE("an idle connection is kept alive by pings") {
+    for (int i = 0; i < 4000 && worker.stats().keepalive_pings < 5; ++i) std::this_thread::sleep_for(5ms);
+    CHECK(worker.stats().keepalive_pings >= 5);
+    REQUIRE_FALSE(worker.send_sync(ps0, "b", rvtest::pattern(10, 2), 30s));
+    CHECK(rvtest::matches(ps.recv_sync(w1, "a", 30s).buffer, 10, 1));
+    CHECK(rvtest::matches(ps.recv_sync(w1, "b", 30s).buffer, 10, 2));
+    CHECK(worker.stats().tensor_frames_sent == 2);
+  }
+  SUBCASE("a peer that never pings is closed and its receives fail") {
+    rvtest::raw_client c(port);
+    c.send(rvtest::hello_from(w0));
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    ps.recv(w0, "x", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
+    CHECK(log.saw("(keepalive)"));
+    CHECK(c.closed_by_peer());
+  }
+}
+
+TEST_CASE_TEMPLATE("a peer that restarts is reconnected to and new sends succeed", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  fw::options o = test_options();
+  o.chunk_size = 1u << 20;
+  rv::endpoint<T> worker(w0, spec, o);
+  {
+    rv::endpoint<T> ps(ps0, spec, o);
+    REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(3u << 20, 1), 30s));
+    CHECK(rvtest::matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 1));
+  }
+  // The peer is gone; its successor listens on the same address.
+  rv::endpoint<T> ps(ps0, spec, o);
+  // A send racing the old connection's teardown may fail (connection_reset); a later one reconnects.
+  std::error_code ec = fw::make_error_code(fw::errc::connection_reset);
+  int attempts = 0;
+  for (; attempts < 50 && ec; ++attempts) {
+    ec = worker.send_sync(ps0, "small", rvtest::pattern(100, 2), 30s);
+    if (ec) {
+      CHECK(ec == fw::make_error_code(fw::errc::connection_reset));
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  REQUIRE_FALSE(ec);
+  CHECK(rvtest::matches(ps.recv_sync(w0, "small", 30s).buffer, 100, 2));
+  REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(3u << 20, 3), 30s));  // chunked, new lanes
+  CHECK(rvtest::matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 3));
+}
