@@ -26,7 +26,6 @@
 #endif
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -39,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/mp.hpp"
 #include "../unit/graph/graphs.hpp"
 #include "../unit/rendezvous/test_util.hpp"
 
@@ -46,6 +46,8 @@ namespace fw = fusewire;
 namespace fg = fusewire::graph;
 using namespace std::chrono_literals;
 using namespace test_graphs;
+using fusewire::test::spawn;
+using fusewire::test::succeeded;
 
 namespace {
 
@@ -141,14 +143,14 @@ struct task_report {
   std::uint64_t fused_frames = 0;
 };
 
-#define EXPECT(cond, ...)                                                                 \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
+#define TASK_EXPECT(cond, ...)                                                                                     \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
       std::fprintf(stderr, "[%s] %s:%d: check failed: %s: ", self.to_string().c_str(), __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                  \
-      std::fprintf(stderr, "\n");                                                         \
-      return 1;                                                                           \
-    }                                                                                     \
+      std::fprintf(stderr, __VA_ARGS__);                                                                           \
+      std::fprintf(stderr, "\n");                                                                                  \
+      return 1;                                                                                                    \
+    }                                                                                                              \
   } while (0)
 
 /// The body of one task's process.
@@ -167,8 +169,8 @@ int run_task(const case_def& c, const fg::plan& plan, std::size_t index, const f
                             20s);
     for (const auto& f : fetches) {
       const auto& expected = want.fetched[static_cast<std::size_t>(s - 1)].at(f);
-      EXPECT(got.count(f) && same_bits(got.at(f), expected), "step %d fetch '%s' is %s, one process computed %s", s,
-             f.c_str(), got.count(f) ? got.at(f).to_string().c_str() : "missing", expected.to_string().c_str());
+      TASK_EXPECT(got.count(f) && same_bits(got.at(f), expected), "step %d fetch '%s' is %s, one process computed %s",
+                  s, f.c_str(), got.count(f) ? got.at(f).to_string().c_str() : "missing", expected.to_string().c_str());
     }
     const auto sent = ch.sent(static_cast<std::uint64_t>(s));
     report.messages[s - 1] = sent.messages;
@@ -180,30 +182,30 @@ int run_task(const case_def& c, const fg::plan& plan, std::size_t index, const f
     const auto& name = ex.graph().node(i).name;
     if (!is_variable(ex.graph().node(i).op)) continue;
     const auto& expected = want.variables.at(name);
-    EXPECT(same_bits(*ex.variable(name), expected), "variable '%s' is %s after %d steps, one process has %s",
-           name.c_str(), ex.variable(name)->to_string().c_str(), steps, expected.to_string().c_str());
+    TASK_EXPECT(same_bits(*ex.variable(name), expected), "variable '%s' is %s after %d steps, one process has %s",
+                name.c_str(), ex.variable(name)->to_string().c_str(), steps, expected.to_string().c_str());
   }
-  EXPECT(ch.flush(20s), "sends still in flight after 20 s");
-  EXPECT(!ch.error(), "a send failed: %s", ch.error().message().c_str());
+  TASK_EXPECT(ch.flush(20s), "sends still in flight after 20 s");
+  TASK_EXPECT(!ch.error(), "a send failed: %s", ch.error().message().c_str());
   report.fused_frames = ep.stats().fused_frames_sent;
   // Barrier: nobody closes its endpoint before every task finished its steps.
   const fw::task_id coordinator = plan.partitions.front().task;
   if (index == 0) {
     for (std::size_t t = 1; t < plan.partitions.size(); ++t)
-      EXPECT(!ep.recv_sync(plan.partitions[t].task, "done", 30s).ec, "no 'done' from %s",
-             plan.partitions[t].task.to_string().c_str());
+      TASK_EXPECT(!ep.recv_sync(plan.partitions[t].task, "done", 30s).ec, "no 'done' from %s",
+                  plan.partitions[t].task.to_string().c_str());
     for (std::size_t t = 1; t < plan.partitions.size(); ++t)
-      EXPECT(!ep.send_sync(plan.partitions[t].task, "release", fw::tensor_buffer::allocate(1), 30s),
-             "cannot release %s", plan.partitions[t].task.to_string().c_str());
+      TASK_EXPECT(!ep.send_sync(plan.partitions[t].task, "release", fw::tensor_buffer::allocate(1), 30s),
+                  "cannot release %s", plan.partitions[t].task.to_string().c_str());
   } else {
-    EXPECT(!ep.send_sync(coordinator, "done", fw::tensor_buffer::allocate(1), 30s), "cannot report done");
-    EXPECT(!ep.recv_sync(coordinator, "release", 30s).ec, "no release");
+    TASK_EXPECT(!ep.send_sync(coordinator, "done", fw::tensor_buffer::allocate(1), 30s), "cannot report done");
+    TASK_EXPECT(!ep.recv_sync(coordinator, "release", 30s).ec, "no release");
   }
-  EXPECT(::write(report_fd, &report, sizeof report) == static_cast<ssize_t>(sizeof report), "pipe write failed");
+  TASK_EXPECT(::write(report_fd, &report, sizeof report) == static_cast<ssize_t>(sizeof report), "pipe write failed");
   return 0;
 }
 
-#undef EXPECT
+#undef TASK_EXPECT
 
 /// Runs one graph of the catalogue in one process per task; true if it passed.
 template <class T>
@@ -241,24 +243,13 @@ bool run_case(const case_def& c, const fg::partition_options& opts, const std::s
       std::perror("pipe");
       return false;
     }
-    std::fflush(stdout);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fork");
-      return false;
-    }
-    if (pid == 0) {
-      ::close(fds[0]);
-      ::alarm(50);
-      int rc = 1;
-      try {
-        rc = run_task<T>(c, *plan, i, spec, want, fds[1]);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "[%s] %s\n", plan->partitions[i].task.to_string().c_str(), e.what());
-      }
-      std::fflush(stderr);
-      ::_exit(rc);
-    }
+    const pid_t pid = spawn(
+        50,
+        [&] {
+          ::close(fds[0]);
+          return run_task<T>(c, *plan, i, spec, want, fds[1]);
+        },
+        plan->partitions[i].task.to_string());
     ::close(fds[1]);
     pids.push_back(pid);
     reads.push_back(fds[0]);
@@ -269,15 +260,11 @@ bool run_case(const case_def& c, const fg::partition_options& opts, const std::s
     task_report r;
     const bool got = ::read(reads[i], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
     ::close(reads[i]);
-    int status = 0;
-    ::waitpid(pids[i], &status, 0);
-    const auto task = plan->partitions[i].task.to_string();
-    if (WIFSIGNALED(status)) {
-      std::fprintf(stderr, "%s: %s died of signal %d%s\n", c.name.c_str(), task.c_str(), WTERMSIG(status),
-                   WTERMSIG(status) == SIGALRM ? " (its alarm: it hung)" : "");
+    const auto who = c.name + ": " + plan->partitions[i].task.to_string();
+    if (!succeeded(pids[i], who.c_str())) {
       ok = false;
-    } else if (WEXITSTATUS(status) != 0 || !got) {
-      std::fprintf(stderr, "%s: %s exited with %d\n", c.name.c_str(), task.c_str(), WEXITSTATUS(status));
+    } else if (!got) {
+      std::fprintf(stderr, "%s exited with 0 but sent no report\n", who.c_str());
       ok = false;
     }
     for (int s = 0; s < steps; ++s) {

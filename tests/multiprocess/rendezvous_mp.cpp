@@ -18,23 +18,24 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/mp.hpp"
 #include "../unit/rendezvous/test_util.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
+using fusewire::test::spawn;
+using fusewire::test::succeeded;
 
 namespace {
 
@@ -42,14 +43,6 @@ const fw::task_id ps0{"ps", 0};
 const fw::task_id w0{"worker", 0};
 const fw::task_id w1{"worker", 1};
 const std::size_t size_classes[] = {1, 1024, 64 * 1024, 1 << 20, 16 << 20, 64 << 20};
-
-#define EXPECT(cond)                                                                              \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      std::fprintf(stderr, "[pid %d] %s:%d: check failed: %s\n", ::getpid(), __FILE__, __LINE__, #cond); \
-      return 1;                                                                                   \
-    }                                                                                             \
-  } while (0)
 
 fw::options mp_options() {
   fw::options o;
@@ -60,41 +53,6 @@ fw::options mp_options() {
 }
 
 std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::uint32_t>(worker * 1000003u + n); }
-
-/// Runs `fn` in a child process bounded by `seconds`; returns its pid.
-pid_t spawn(unsigned seconds, const std::function<int()>& fn) {
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    std::perror("fork");
-    std::exit(1);
-  }
-  if (pid == 0) {
-    ::alarm(seconds);
-    int rc = 1;
-    try {
-      rc = fn();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[pid %d] exception: %s\n", ::getpid(), e.what());
-    }
-    std::fflush(stderr);
-    ::_exit(rc);
-  }
-  return pid;
-}
-
-/// Waits for `pid`; true if it exited 0. Describes anything else.
-bool succeeded(pid_t pid, const char* what) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  if (WIFSIGNALED(status)) {
-    std::fprintf(stderr, "%s died of signal %d%s\n", what, WTERMSIG(status),
-                 WTERMSIG(status) == SIGALRM ? " (its alarm: it hung)" : "");
-  } else {
-    std::fprintf(stderr, "%s exited with %d\n", what, WEXITSTATUS(status));
-  }
-  return false;
-}
 
 // ---- exchange ---------------------------------------------------------------
 
@@ -205,10 +163,7 @@ int run_kill() {
   const pid_t ps = spawn(240, [&] { return kill_ps<T>(spec); });
   const pid_t victim = spawn(240, [&] { return kill_victim<T>(spec); });
   const pid_t survivor = spawn(240, [&] { return kill_survivor<T>(spec); });
-  int status = 0;
-  ::waitpid(victim, &status, 0);
-  bool ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  if (!ok) std::fprintf(stderr, "worker:0 was supposed to die of SIGKILL\n");
+  bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
   ok = succeeded(ps, "ps:0") && ok;
   ok = succeeded(survivor, "worker:1") && ok;
   return ok ? 0 : 1;

@@ -18,7 +18,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,12 +25,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/mp.hpp"
 #include "../unit/rendezvous/test_util.hpp"
 #include "ps_test_util.hpp"
 
@@ -39,16 +38,10 @@ namespace fw = fusewire;
 namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
 using transport = fw::asio_tcp;
+using fusewire::test::spawn;
+using fusewire::test::succeeded;
 
 namespace {
-
-#define EXPECT(cond)                                                                                     \
-  do {                                                                                                   \
-    if (!(cond)) {                                                                                       \
-      std::fprintf(stderr, "[pid %d] %s:%d: check failed: %s\n", ::getpid(), __FILE__, __LINE__, #cond); \
-      return 1;                                                                                          \
-    }                                                                                                    \
-  } while (0)
 
 #define EXPECT_CLOSE(a, b)                                                                                              \
   do {                                                                                                                  \
@@ -74,42 +67,6 @@ ps::client_options client_opts(ps::training_mode mode = ps::training_mode::async
   co.step_timeout = 20000ms;
   co.retry_interval = 500ms;
   return co;
-}
-
-pid_t spawn(unsigned seconds, const std::function<int()>& fn) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    std::perror("fork");
-    std::exit(1);
-  }
-  if (pid == 0) {
-    ::alarm(seconds);
-    int rc = 1;
-    try {
-      rc = fn();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[pid %d] exception: %s\n", ::getpid(), e.what());
-    }
-    std::fflush(stderr);
-    std::fflush(stdout);
-    ::_exit(rc);
-  }
-  return pid;
-}
-
-bool succeeded(pid_t pid, const char* what) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  if (WIFSIGNALED(status)) {
-    std::fprintf(stderr, "%s died of signal %d%s\n", what, WTERMSIG(status),
-                 WTERMSIG(status) == SIGALRM ? " (its alarm: it hung)" : "");
-  } else {
-    std::fprintf(stderr, "%s exited with %d\n", what, WEXITSTATUS(status));
-  }
-  return false;
 }
 
 /// Runs a PS until a worker shuts it down.
@@ -540,9 +497,7 @@ int run_restart() {
   // Let the worker's next step start against the dying PS, then kill it.
   resume.notify();
   std::this_thread::sleep_for(5ms);
-  ::kill(p1, SIGKILL);
-  int status = 0;
-  ::waitpid(p1, &status, 0);
+  fusewire::test::kill_and_reap(p1);
   std::this_thread::sleep_for(300ms);
   std::printf("driver: ps:1 killed; restarting it from %s\n", ps::checkpoint_path(dir, 1, 2).c_str());
   p1 = spawn(60, [&] { return run_ps(spec, 1, m, so); });
@@ -584,9 +539,7 @@ int run_dead() {
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t w0 = spawn(60, [&] { return dead_worker(spec, ready, killed); });
   bool ok = ready.wait(30000);
-  ::kill(p0, SIGKILL);
-  int status = 0;
-  ::waitpid(p0, &status, 0);
+  fusewire::test::kill_and_reap(p0);
   killed.notify();
   ok = succeeded(w0, "worker:0") && ok;
   return ok ? 0 : 1;

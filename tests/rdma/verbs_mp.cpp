@@ -12,25 +12,26 @@
 #include <fusewire/transport/verbs.hpp>
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/mp.hpp"
 #include "../unit/rendezvous/test_util.hpp"
 #include "verbs_test_util.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
+using fusewire::test::spawn;
+using fusewire::test::succeeded;
 
 namespace {
 
@@ -42,14 +43,6 @@ const fw::task_id w1{"worker", 1};
 // Around the eager limit (8 KiB), the test message size (16 KiB) and the chunk size (4 MiB).
 const std::size_t size_classes[] = {1,        100,          8192,      8193,     16384 - 16, 16385,  65536,
                                     1 << 20, 4 << 20, (4 << 20) + 1, 16 << 20, 64 << 20};
-
-#define EXPECT(cond)                                                                                       \
-  do {                                                                                                     \
-    if (!(cond)) {                                                                                         \
-      std::fprintf(stderr, "[pid %d] %s:%d: check failed: %s\n", ::getpid(), __FILE__, __LINE__, #cond); \
-      return 1;                                                                                            \
-    }                                                                                                      \
-  } while (0)
 
 fw::options mp_options() {
   fw::options o;
@@ -69,40 +62,7 @@ fw::cluster_spec rdma_cluster() {
 
 std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::uint32_t>(worker * 1000003u + n); }
 
-pid_t spawn(unsigned seconds, const std::function<int()>& fn) {
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    std::perror("fork");
-    std::exit(1);
-  }
-  if (pid == 0) {
-    // No verbs object exists before fork(): each process opens the device itself.
-    ::alarm(seconds);
-    int rc = 1;
-    try {
-      rc = fn();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[pid %d] exception: %s\n", ::getpid(), e.what());
-    }
-    std::fflush(stdout);
-    std::fflush(stderr);
-    ::_exit(rc);
-  }
-  return pid;
-}
-
-bool succeeded(pid_t pid, const char* what) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  if (WIFSIGNALED(status)) {
-    std::fprintf(stderr, "%s died of signal %d%s\n", what, WTERMSIG(status),
-                 WTERMSIG(status) == SIGALRM ? " (its alarm: it hung)" : "");
-  } else {
-    std::fprintf(stderr, "%s exited with %d\n", what, WEXITSTATUS(status));
-  }
-  return false;
-}
+// No verbs object exists before spawn() forks: each process opens the device itself.
 
 // ---- exchange ---------------------------------------------------------------
 
@@ -211,10 +171,7 @@ int run_kill() {
   const pid_t ps = spawn(240, [&] { return kill_ps(spec); });
   const pid_t victim = spawn(240, [&] { return kill_victim(spec); });
   const pid_t survivor = spawn(240, [&] { return kill_survivor(spec); });
-  int status = 0;
-  ::waitpid(victim, &status, 0);
-  bool ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  if (!ok) std::fprintf(stderr, "worker:0 was supposed to die of SIGKILL\n");
+  bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
   ok = succeeded(ps, "ps:0") && ok;
   ok = succeeded(survivor, "worker:1") && ok;
   return ok ? 0 : 1;
