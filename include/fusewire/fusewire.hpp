@@ -11,7 +11,9 @@
 #if __has_include(<liburing.h>)
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
-#if __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
+// verbs needs -libverbs -lrdmacm at link time: only with fusewire-rdma
+// (pkg-config), fusewire::rdma (CMake) or fusewire_rdma_dep (Meson).
+#if defined(FUSEWIRE_HAS_RDMA) && __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
 #include <fusewire/transport/verbs.hpp>
 #endif
 #include <fusewire/protocol/channel.hpp>

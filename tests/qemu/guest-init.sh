@@ -40,6 +40,8 @@ mkdir -p $r/run/fw-qemu
 mount --bind /ctl $r/run/fw-qemu
 echo "$FW_SHARES" | while read -r tag path; do
   [ -n "$tag" ] || continue
+  # A share below a fresh tmpfs (/tmp, /run) needs its mount point made first.
+  mkdir -p "$r$path" 2>/dev/null
   mount -t 9p -o "$p9,cache=mmap" "$tag" "$r$path" || fail "cannot mount share $path"
 done
 [ -f /ctl/error ] && { sync; poweroff -f; }

@@ -92,9 +92,11 @@ if [ ${#names[@]} = 0 ]; then
   exit 0
 fi
 
-shares=(--share /work)
-case $build/ in /work/*) ;; *) shares=(--share "$build") ;; esac
-[ -d /work ] || shares=(--share "$build")
+# The guest sees the host root read-only with fresh tmpfs on /tmp and /run:
+# share the source tree (tests may read it) and the build dir if it is elsewhere.
+repo=$(cd "$here/../.." && pwd)
+shares=(--share "$repo")
+case $build/ in "$repo"/*) ;; *) shares+=(--share "$build") ;; esac
 
 start=$(date +%s)
 if [ $mode = meson ]; then

@@ -182,7 +182,9 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
     o.tensor_fuse = true;
     const auto plan = fg::partition(g, o);
     const auto spec = rvtest::loopback_cluster(1, 1);
-    std::vector<std::map<std::string, fg::tensor>> got(2);
+    // Each task thread fills its own results; they are merged after the joins.
+    std::vector<std::vector<std::map<std::string, fg::tensor>>> per_task(
+        plan.partitions.size(), std::vector<std::map<std::string, fg::tensor>>(2));
     std::vector<std::string> errors(plan.partitions.size());
     std::vector<std::thread> tasks;
     std::latch all_done(static_cast<std::ptrdiff_t>(plan.partitions.size()));
@@ -197,7 +199,7 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
           for (std::uint64_t s = 1; s <= 2; ++s) {
             auto r = fg::run_step(ex, ch, s, fg::feeds_for(ex.graph(), feeds), fg::fetches_for(ex.graph(), fetches),
                                   20s);
-            for (auto& [name, value] : r) got[s - 1][name] = std::move(value);
+            for (auto& [name, value] : r) per_task[t][s - 1][name] = std::move(value);
           }
           if (!ch.flush(10s)) errors[t] = "sends still in flight";
         } catch (const std::exception& e) {
@@ -208,6 +210,10 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
       });
     for (auto& th : tasks) th.join();
     for (const auto& e : errors) CHECK(e == "");
+    std::vector<std::map<std::string, fg::tensor>> got(2);
+    for (auto& task : per_task)
+      for (std::size_t s = 0; s < 2; ++s)
+        for (auto& [name, value] : task[s]) got[s][name] = std::move(value);
     CHECK(got == want);
   }
 }
