@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "launcher.hpp"
+#include "cluster_cli.hpp"
 #include "ps_common.hpp"
 #include "trainer_common.hpp"
 
@@ -38,9 +39,7 @@ namespace {
 
 using namespace example;
 
-struct config {
-  unsigned ps = 2;
-  unsigned workers = 2;
+struct config : cluster_flags {
   unsigned steps = 600;
   unsigned batch = 256;
   unsigned fields = 8;
@@ -48,20 +47,8 @@ struct config {
   unsigned dim = 8;
   unsigned hidden = 32;
   float lr = 0.4f;
-  bool sync = false;
-  std::string mode = "block";
-  std::string fusion = "on";
-  std::string transport = default_transport;
   unsigned eval_examples = 20000;
-  unsigned log_every = 0;
-  std::uint64_t seed = 1;
-  bool check_loss = false;
-  bool local = false;
   double min_auc = 0.0;
-  unsigned timeout = 600;
-  std::string role;
-  unsigned task = 0;
-  std::string cluster;
 };
 
 // ---- the synthetic data ----------------------------------------------------
@@ -544,8 +531,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains a click-through model (hashed categorical features -> sparse embedding -> MLP) with\n"
                "parameter servers over fusewire, on synthetic data from a seeded rule. Without --role it\n"
                "launches the whole cluster on loopback."};
-  app.add_option("--ps", c.ps, "parameter servers to launch")->check(CLI::Range(1u, 64u));
-  app.add_option("--workers", c.workers, "workers to launch")->check(CLI::Range(1u, 64u));
+  add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS)",
+                    "seed of the data rule and the initial values");
   app.add_option("--steps", c.steps, "steps per worker")->check(CLI::Range(1u, 10000000u));
   app.add_option("--batch", c.batch, "examples per step")->check(CLI::Range(1u, 65536u));
   app.add_option("--fields", c.fields, "categorical fields per example")->check(CLI::Range(1u, 64u));
@@ -553,42 +540,22 @@ int main(int argc, char** argv) {
   app.add_option("--dim", c.dim, "embedding width")->check(CLI::Range(1u, 256u));
   app.add_option("--hidden", c.hidden, "hidden units")->check(CLI::Range(1u, 1024u));
   app.add_option("--lr", c.lr, "Adagrad learning rate (embedding and dense)")->check(CLI::PositiveNumber);
-  app.add_flag("--sync,!--async", c.sync, "synchronous training; default async");
-  app.add_option("--mode", c.mode, "reactor wait mode")->check(CLI::IsMember({"poll", "adaptive", "block"}));
-  app.add_option("--fusion", c.fusion, "coalesce small sends (the step is always one request per PS)")
-      ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--transport", c.transport, "TCP transport")->check(CLI::IsMember(transport_names()));
   app.add_option("--eval-examples", c.eval_examples, "held-out examples for the final AUC")
       ->check(CLI::Range(10u, 10000000u));
-  app.add_option("--log-every", c.log_every, "print progress every N steps (0 = about 8 lines per run)");
-  app.add_option("--seed", c.seed, "seed of the data rule and the initial values");
-  app.add_flag("--local", c.local, "train in this one process, no parameter servers (for comparison)");
-  app.add_flag("--check-loss", c.check_loss, "exit 1 unless the training loss went down");
   app.add_option("--min-auc", c.min_auc, "exit 1 if the held-out AUC is below this");
-  app.add_option("--timeout", c.timeout, "launcher: kill every task after this many seconds");
-  app.add_option("--role", c.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
-  app.add_option("--task", c.task, "index of this task within its job");
-  app.add_option("--cluster", c.cluster, "cluster spec \"ps=h:p,h:p;worker=h:p,...\" (default: TF_CONFIG)");
   CLI11_PARSE(app, argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
   try {
     if (c.local) return run_local(c);
     if (c.role.empty()) return run_launcher(c);
-    fusewire::cluster_spec spec =
-        c.cluster.empty() ? fusewire::cluster_spec::from_env() : fusewire::cluster_spec::from_string(c.cluster);
-    if (c.cluster.empty() && spec.self() && app.count("--task") == 0) c.task = spec.self()->index;
-    if (!spec.has_job("ps") || !spec.has_job("worker")) {
-      std::fprintf(stderr, "embedding: the cluster spec needs jobs \"ps\" and \"worker\" (got \"%s\"); pass --cluster "
-                           "or set TF_CONFIG\n", spec.to_string().c_str());
-      return 2;
-    }
-    spec.set_self(fusewire::task_id{c.role, c.task});
+    const std::optional<fusewire::cluster_spec> spec = task_cluster(app, c, "embedding");
+    if (!spec) return 2;
     return with_transport(c.transport, [&]<class Transport>() {
       if (c.role == "ps") {
-        return serve<Transport>(spec, c.task, make_model(c, spec.job("worker").size()),
+        return serve<Transport>(*spec, c.task, make_model(c, spec->job("worker").size()),
                                 net_options(c.mode, c.fusion == "on"), c.sync);
       }
-      return run_worker<Transport>(c, spec);
+      return run_worker<Transport>(c, *spec);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "embedding: %s\n", e.what());

@@ -24,38 +24,26 @@
 #include "launcher.hpp"
 #include "mlp.hpp"
 #include "trainer_common.hpp"
+#include "cluster_cli.hpp"
 #include "ps_glue.hpp"
 
 namespace {
 
 using namespace example;
 
-struct config {
-  unsigned ps = 2;
-  unsigned workers = 4;
+struct config : cluster_flags {
+  config() { workers = 4; }
   unsigned epochs = 5;
   unsigned batch = 64;
   float lr = 7e-4f;
   std::string optimizer = "adam";
-  bool sync = false;
-  std::string mode = "block";
-  std::string fusion = "on";
-  std::string transport = default_transport;
   std::string data = default_fashion_mnist_dir;
   unsigned hidden = 128;
   std::size_t train_limit = 0;
   std::size_t test_limit = 0;
-  unsigned log_every = 0;
-  std::uint64_t seed = 1;
-  bool local = false;
   bool compare_local = false;
-  bool check_loss = false;
   bool skip_if_no_data = false;
   double min_accuracy = 0.0;
-  unsigned timeout = 600;
-  std::string role;
-  unsigned task = 0;
-  std::string cluster;
 };
 
 glue_options glue(const config& c) {
@@ -380,35 +368,21 @@ int main(int argc, char** argv) {
   CLI::App app{"Trains a one-hidden-layer MLP on Fashion-MNIST with parameter servers and workers over fusewire.\n"
                "Without --role it launches the whole cluster on loopback; with --role it is one task of a cluster\n"
                "given by --cluster or TF_CONFIG."};
-  app.add_option("--ps", c.ps, "parameter servers to launch")->check(CLI::Range(1u, 64u));
-  app.add_option("--workers", c.workers, "workers to launch")->check(CLI::Range(1u, 64u));
+  add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request",
+                    "seed of initialization and data order");
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1u, 1000u));
   app.add_option("--batch", c.batch, "examples per worker step")->check(CLI::Range(1u, 60000u));
   app.add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber);
   app.add_option("--optimizer", c.optimizer, "optimizer applied on the PS")
       ->check(CLI::IsMember({"sgd", "momentum", "adagrad", "adam"}));
-  app.add_flag("--sync,!--async", c.sync, "synchronous training (PS aggregates every worker's gradient per step); "
-                                          "default async");
-  app.add_option("--mode", c.mode, "reactor wait mode")->check(CLI::IsMember({"poll", "adaptive", "block"}));
-  app.add_option("--fusion", c.fusion, "fuse each step's pulls/pushes to one PS into one request")
-      ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--transport", c.transport, "TCP transport")->check(CLI::IsMember(transport_names()));
   app.add_option("--data", c.data, "directory with the Fashion-MNIST IDX files (.gz or unpacked)");
   app.add_option("--hidden", c.hidden, "hidden units")->check(CLI::Range(1u, 4096u));
   app.add_option("--train-limit", c.train_limit, "use only the first N training images (0 = all)");
   app.add_option("--test-limit", c.test_limit, "use only the first N test images (0 = all)");
-  app.add_option("--log-every", c.log_every, "print progress every N steps (0 = about 8 lines per run)");
-  app.add_option("--seed", c.seed, "seed of initialization and data order");
-  app.add_flag("--local", c.local, "train in this one process, no parameter servers (for comparison)");
   app.add_flag("--compare-local", c.compare_local,
                "launcher: afterwards train the same model in this process (--local) and compare accuracies");
-  app.add_flag("--check-loss", c.check_loss, "exit 1 unless the training loss went down");
   app.add_flag("--skip-if-no-data", c.skip_if_no_data, "exit 77 (a skipped test) when the dataset is missing");
   app.add_option("--min-accuracy", c.min_accuracy, "exit 1 if the final test accuracy is below this");
-  app.add_option("--timeout", c.timeout, "launcher: kill every task after this many seconds");
-  app.add_option("--role", c.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
-  app.add_option("--task", c.task, "index of this task within its job");
-  app.add_option("--cluster", c.cluster, "cluster spec \"ps=h:p,h:p;worker=h:p,...\" (default: TF_CONFIG)");
   CLI11_PARSE(app, argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
   if (c.sync && c.fusion == "off") {
@@ -426,17 +400,10 @@ int main(int argc, char** argv) {
     }
     if (c.local) return run_local(c);
     if (c.role.empty()) return run_launcher(c);
-    fusewire::cluster_spec spec =
-        c.cluster.empty() ? fusewire::cluster_spec::from_env() : fusewire::cluster_spec::from_string(c.cluster);
-    if (c.cluster.empty() && spec.self() && app.count("--task") == 0) c.task = spec.self()->index;
-    if (!spec.has_job("ps") || !spec.has_job("worker")) {
-      std::fprintf(stderr, "ps_worker: the cluster spec needs jobs \"ps\" and \"worker\" (got %s); pass --cluster or "
-                           "set TF_CONFIG\n", spec.to_string().c_str());
-      return 2;
-    }
-    spec.set_self(fusewire::task_id{c.role, c.task});
+    const std::optional<fusewire::cluster_spec> spec = task_cluster(app, c, "ps_worker");
+    if (!spec) return 2;
     return with_transport(c.transport, [&]<class Transport>() {
-      return c.role == "ps" ? run_ps<Transport>(c, spec) : run_worker<Transport>(c, spec);
+      return c.role == "ps" ? run_ps<Transport>(c, *spec) : run_worker<Transport>(c, *spec);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ps_worker: %s\n", e.what());

@@ -253,6 +253,7 @@ TEST_CASE("request encoding round-trips and rejects every malformation") {
   };
   CHECK(mutate(0, std::byte{0}) == "request does not start with 'FWPS'");
   CHECK(mutate(4, std::byte{9}) == "request version 9 (this PS speaks 1)");
+  CHECK(mutate(6, std::byte{2}) == "message type is not a request");
   CHECK(mutate(64, std::byte{9}) == "entry 0: unknown op 9");
   CHECK(mutate(65, std::byte{1}) == "entry 0: reserved bytes are not zero");
   CHECK(mutate(55, std::byte{0x10}) == "entry count 268435460 does not fit in 184 bytes");
@@ -290,6 +291,21 @@ TEST_CASE("reply encoding round-trips") {
     ps::decode_reply(fw::const_buffer(bytes.data(), n), r, ec, why);
     CHECK(ec);
   }
+  ps::decode_reply(fw::const_buffer(bytes.data(), 10), r, ec, why);
+  CHECK(ec == fw::errc::truncated_frame);
+  CHECK(why == "reply of 10 bytes is shorter than its " + std::to_string(ps::reply_header_bytes) + "-byte header");
+  auto mutate = [&](std::size_t at, std::byte b) {
+    auto copy = fw::tensor_buffer::copy_of(bytes.bytes());
+    copy.data()[at] = b;
+    ps::decode_reply(copy.bytes(), r, ec, why);
+    return why;
+  };
+  CHECK(mutate(0, std::byte{0}) == "reply does not start with 'FWPS'");
+  CHECK(ec == fw::errc::bad_magic);
+  CHECK(mutate(4, std::byte{7}) == "reply version 7 (this PS speaks 1)");
+  CHECK(ec == fw::errc::unsupported_version);
+  CHECK(mutate(6, std::byte{1}) == "message type is not a reply");
+  CHECK(ec == fw::errc::malformed_frame);
   ps::reply_builder err(3, 0, 0);
   err.set_error(fw::errc::size_mismatch, "bad");
   ps::decode_reply(err.finish().bytes(), r, ec, why);

@@ -143,6 +143,32 @@ struct entry_view {
   }
 };
 
+namespace detail {
+/// Checks what every PS message starts with: its header fits, magic 'FWPS',
+/// version 1, and message type `type` (1 request, 2 reply); on failure sets
+/// `ec` and `why` (naming `what`) and returns false.
+inline bool check_preamble(const_buffer bytes, std::size_t header_bytes, std::uint16_t type, const char* what,
+                           std::error_code& ec, std::string& why) {
+  auto fail = [&](errc e, std::string w) {
+    ec = make_error_code(e);
+    why = std::move(w);
+    return false;
+  };
+  if (bytes.size() < header_bytes) {
+    return fail(errc::truncated_frame, std::string(what) + " of " + std::to_string(bytes.size()) +
+                                           " bytes is shorter than its " + std::to_string(header_bytes) + "-byte header");
+  }
+  const std::byte* p = bytes.data();
+  if (get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, std::string(what) + " does not start with 'FWPS'");
+  if (get<std::uint16_t>(p + 4) != message_version) {
+    return fail(errc::unsupported_version, std::string(what) + " version " + std::to_string(get<std::uint16_t>(p + 4)) +
+                                               " (this PS speaks " + std::to_string(message_version) + ")");
+  }
+  if (get<std::uint16_t>(p + 6) != type) return fail(errc::malformed_frame, std::string("message type is not a ") + what);
+  return true;
+}
+}  // namespace detail
+
 /// A decoded request; views into the bytes it was decoded from.
 struct request_view {
   std::uint64_t incarnation = 0;
@@ -165,17 +191,8 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
     ec = make_error_code(e);
     why = std::move(w);
   };
-  if (bytes.size() < request_header_bytes) {
-    return fail(errc::truncated_frame, "request of " + std::to_string(bytes.size()) + " bytes is shorter than its " +
-                                           std::to_string(request_header_bytes) + "-byte header");
-  }
+  if (!detail::check_preamble(bytes, request_header_bytes, 1, "request", ec, why)) return;
   const std::byte* p = bytes.data();
-  if (detail::get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, "request does not start with 'FWPS'");
-  if (detail::get<std::uint16_t>(p + 4) != message_version) {
-    return fail(errc::unsupported_version,
-                "request version " + std::to_string(detail::get<std::uint16_t>(p + 4)) + " (this PS speaks 1)");
-  }
-  if (detail::get<std::uint16_t>(p + 6) != 1) return fail(errc::malformed_frame, "message type is not a request");
   out.incarnation = detail::get<std::uint64_t>(p + 8);
   out.seq = detail::get<std::uint64_t>(p + 16);
   out.fingerprint = detail::get<std::uint64_t>(p + 24);
@@ -342,13 +359,8 @@ inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& e
     ec = make_error_code(e);
     why = std::move(w);
   };
-  if (bytes.size() < reply_header_bytes) {
-    return fail(errc::truncated_frame, "reply of " + std::to_string(bytes.size()) + " bytes is shorter than its header");
-  }
+  if (!detail::check_preamble(bytes, reply_header_bytes, 2, "reply", ec, why)) return;
   const std::byte* p = bytes.data();
-  if (detail::get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, "reply does not start with 'FWPS'");
-  if (detail::get<std::uint16_t>(p + 4) != message_version) return fail(errc::unsupported_version, "reply version is not 1");
-  if (detail::get<std::uint16_t>(p + 6) != 2) return fail(errc::malformed_frame, "message type is not a reply");
   out.seq = detail::get<std::uint64_t>(p + 8);
   out.step = detail::get<std::uint64_t>(p + 16);
   out.incarnation = detail::get<std::uint64_t>(p + 24);
