@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "../common/mp.hpp"
+#include "../common/mp_main.hpp"
 #include "../unit/graph/graphs.hpp"
 #include "../unit/rendezvous/test_util.hpp"
 
@@ -326,27 +327,7 @@ int run_all(const std::string& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <mode> asio|uring\n", argv[0]);
-    return 2;
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  ::alarm(55);  // the driver itself never hangs
-  const std::string transport = argv[2];
-  int rc = 2;
-  if (transport == "asio") {
-    rc = run_all<fw::asio_tcp>(argv[1]);
-  } else if (transport == "uring") {
-#if FUSEWIRE_HAS_URING
-    rc = run_all<fw::uring_tcp>(argv[1]);
-#else
-    std::printf("uring transport not built: skipped\n");
-    return 77;
-#endif
-  } else {
-    std::fprintf(stderr, "unknown transport '%s' (allowed: asio, uring)\n", argv[2]);
-    return 2;
-  }
-  if (rc != 2) std::printf("%s over %s: %s\n", argv[1], argv[2], rc == 0 ? "passed" : "FAILED");
-  return rc;
+  return fusewire::test::main_over_transport(argc, argv, "<mode>", 55, []<class T>(const std::string& what) {
+    return run_all<T>(what);
+  });
 }
