@@ -36,9 +36,12 @@
 ///   pages; the handler runs only after every notification of that write, so
 ///   the caller may reuse its buffers as soon as the handler runs. The next
 ///   write does not wait for notifications, only for the bytes to be queued.
-///   When a notification says the kernel copied the bytes anyway (loopback and
-///   other local routes: it pins the pages, then copies them), that connection
-///   sends plainly from then on — on loopback SENDMSG_ZC costs ~3x a plain send.
+///   Over loopback the kernel pins the pages, then copies them anyway, and
+///   SENDMSG_ZC costs about twice a plain send; so by default
+///   (config::zero_copy = automatic) a connection whose peer is on this host
+///   (loopback address, or the same address at both ends) never uses it, and
+///   any other connection stops using it once a notification says the kernel
+///   copied the bytes. zero_copy_policy::always forces it, ::never turns it off.
 ///
 /// Closing
 /// - close() shuts the socket down and cancels its SQEs; handlers of operations
@@ -93,6 +96,18 @@ inline namespace v0 {
 
 class uring_tcp_connection;
 
+/// When uring_tcp sends large writes with SENDMSG_ZC (see uring_tcp::config::zero_copy).
+enum class zero_copy_policy {
+  /// Zero copy unless the peer is on this host (a loopback address, or the
+  /// connection's own local address), and only until a notification says the
+  /// kernel copied the bytes anyway. The default.
+  automatic,
+  /// Zero copy for every write of at least zc_threshold bytes, whatever the route.
+  always,
+  /// Plain sends only.
+  never,
+};
+
 /// What one uring_tcp connection did; for tests, benchmarks and diagnostics.
 struct uring_tcp_stats {
   std::uint64_t bytes_sent = 0;
@@ -112,6 +127,7 @@ struct uring_tcp_stats {
 namespace detail {
 
 struct uring_options {
+  zero_copy_policy zero_copy;
   std::size_t zc_threshold;
   std::size_t speculative_send;
   std::size_t copy_threshold;
@@ -148,9 +164,13 @@ class uring_connection_state final : public ref_counted, public closable {
   int native_handle() const noexcept { return fd_; }
   const uring_tcp_stats& stats() const noexcept { return stats_; }
 
-  /// Applies TCP_NODELAY/SO_KEEPALIVE and records the peer (given by accept, or asked of the socket).
+  /// Applies TCP_NODELAY/SO_KEEPALIVE, records the peer (given by accept, or
+  /// asked of the socket) and decides whether large writes may use SENDMSG_ZC.
   std::error_code prepare(const socket_address* peer = nullptr) {
     peer_ = peer != nullptr ? to_string(*peer) : peer_name(fd_);
+    zc_allowed_ = opts_.zc_threshold != 0 &&
+                  (opts_.zero_copy == zero_copy_policy::always ||
+                   (opts_.zero_copy == zero_copy_policy::automatic && !peer_is_local(fd_)));
     return set_stream_options(fd_, opts_.keepalive);
   }
 
@@ -325,7 +345,7 @@ class uring_connection_state final : public ref_counted, public closable {
   /// handler) until an unresponsive peer read them.
   void close_fd_if_idle() noexcept {
     if (open_ || requests_ != 0 || fd_ < 0) return;
-    if (kernel_ops_ != 0) {
+    if (notifications_owed_ != 0) {
       const linger abort{1, 0};
       ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
     }
@@ -629,7 +649,7 @@ class uring_connection_state final : public ref_counted, public closable {
 
   void send(write_req& w) {
     const uring_features& f = engine().features();
-    w.zero_copy = opts_.zc_threshold != 0 && w.total >= opts_.zc_threshold && f.op_sendmsg_zc && !zc_pointless_;
+    w.zero_copy = zc_allowed_ && w.total >= opts_.zc_threshold && f.op_sendmsg_zc;
     w.msg = msghdr{};
     w.msg.msg_iov = w.iov.data() + w.next_iov;
     w.msg.msg_iovlen = std::min<std::size_t>(w.iov.size() - w.next_iov, IOV_MAX);
@@ -656,10 +676,12 @@ class uring_connection_state final : public ref_counted, public closable {
     ref_ptr<uring_connection_state> guard(this);
     if ((flags & IORING_CQE_F_NOTIF) != 0) {
       --w.notifications;
+      --notifications_owed_;
       ++stats_.zc_notifications;
       if ((static_cast<unsigned>(res) & IORING_NOTIF_USAGE_ZC_COPIED) != 0) {
         ++stats_.zc_copied;
-        zc_pointless_ = true;  // the route copies anyway: plain sends from now on
+        // The route copies anyway: plain sends from now on, unless forced.
+        if (opts_.zero_copy != zero_copy_policy::always) zc_allowed_ = false;
       }
       pump_writes();
       op_done();
@@ -667,7 +689,10 @@ class uring_connection_state final : public ref_counted, public closable {
     }
     w.in_flight = false;
     request_done();
-    if ((flags & IORING_CQE_F_MORE) != 0) ++w.notifications;  // counted in flight until the notification
+    if ((flags & IORING_CQE_F_MORE) != 0) {  // counted in flight until the notification
+      ++w.notifications;
+      ++notifications_owed_;
+    }
     if (res > 0) {
       advance(w, static_cast<std::size_t>(res));
       stats_.bytes_sent += static_cast<std::size_t>(res);
@@ -720,10 +745,15 @@ class uring_connection_state final : public ref_counted, public closable {
   bool closed_locally_ = false;
   bool connecting_ = false;
   bool ring_starved_ = false;
-  bool zc_pointless_ = false;  // the kernel reported copying (e.g. loopback): no more SENDMSG_ZC
+  bool zc_allowed_ = false;  // large writes may use SENDMSG_ZC (policy, peer, the kernel's copy reports)
   bool pump_reads_scheduled_ = false;
   bool pump_writes_scheduled_ = false;
   std::size_t kernel_ops_ = 0;  // requests + owed zero-copy notifications; holds a reference while > 0
+  // Zero-copy notifications still owed, by all writes. Only these make close
+  // reset the socket: kernel_ops_ also counts the CQE being handled, whose
+  // handler may be the one closing (a plain write completes once its bytes are
+  // queued, and a reset would drop them).
+  std::size_t notifications_owed_ = 0;
   std::size_t requests_ = 0;    // SQEs whose last CQE has not arrived
   multishot_state multishot_ = multishot_state::idle;
   direct_kind direct_ = direct_kind::none;
@@ -954,7 +984,11 @@ class uring_tcp {
   using listener_type = uring_tcp_listener;
 
   struct config {
-    std::size_t zc_threshold = 64 * 1024;  ///< writes of at least this many bytes use SENDMSG_ZC (0: never)
+    /// Whether large writes use SENDMSG_ZC. automatic: not to a peer on this
+    /// host (over loopback the kernel pins the pages, then copies them anyway,
+    /// which costs more than a plain send); always: forced (tests, measurements).
+    zero_copy_policy zero_copy = zero_copy_policy::automatic;
+    std::size_t zc_threshold = 64 * 1024;  ///< writes of at least this many bytes may use SENDMSG_ZC (0: never)
     /// Writes up to this size, with nothing queued before them, first try one
     /// direct non-blocking sendmsg (no ring round trip); 0: always use the ring.
     std::size_t speculative_send = 16 * 1024;
@@ -1038,7 +1072,7 @@ class uring_tcp {
 
  private:
   detail::uring_options options() const noexcept {
-    return {config_.zc_threshold, config_.speculative_send, config_.copy_threshold, config_.read_ahead,
+    return {config_.zero_copy, config_.zc_threshold, config_.speculative_send, config_.copy_threshold, config_.read_ahead,
             config_.fallback_read, config_.keepalive, config_.multishot};
   }
 

@@ -141,6 +141,49 @@ inline std::uint16_t local_port(int fd) noexcept {
   return 0;
 }
 
+/// True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
+inline bool is_loopback(const socket_address& a) noexcept {
+  if (a.family() == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a.storage);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.family() == AF_INET6) {
+    const in6_addr& ip = reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&ip)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&ip) && ip.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+/// Whether two addresses name the same host address (ports ignored).
+inline bool same_host_address(const socket_address& a, const socket_address& b) noexcept {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(&b.storage)->sin_addr.s_addr;
+  }
+  if (a.family() == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(&b.storage)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+/// Whether a connected socket's peer is on this host: a loopback peer, or a
+/// peer whose address is the socket's own local address (a connection to one of
+/// this host's interface addresses is routed over loopback with that address at
+/// both ends). False when either address cannot be had.
+inline bool peer_is_local(int fd) noexcept {
+  socket_address local;
+  socket_address peer;
+  local.size = sizeof local.storage;
+  peer.size = sizeof peer.storage;
+  if (::getpeername(fd, peer.get(), &peer.size) != 0) return false;
+  if (is_loopback(peer)) return true;
+  if (::getsockname(fd, local.get(), &local.size) != 0) return false;
+  return same_host_address(local, peer);
+}
+
 /// The peer of a connected socket as "host:port" (empty if unknown).
 inline std::string peer_name(int fd) {
   socket_address a;
