@@ -5,7 +5,8 @@
 #      multiprocess, headers, bench)
 #   2. the unit suite again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the cross-thread suite under ThreadSanitizer
-#   4. the 'rdma' suite (verbs) inside a QEMU guest with soft-RoCE (tests/qemu)
+#   4. the 'rdma' suite (verbs) inside a QEMU guest with soft-RoCE (tests/qemu),
+#      and the verbs transport suite again under ASan + UBSan there
 #   5. the package consumers (CMake, Meson, pkg-config) against a fresh install
 #   6. the wire decoder fuzzer for a bounded time (FUZZ_SECONDS, default 60)
 #
@@ -102,6 +103,16 @@ if [ "$rdma_status" -eq 0 ]; then
       FAIL\ *) fail "rdma/${line#FAIL }" >/dev/null ;;
     esac
   done < <(tests/qemu/run-rdma-tests.sh "$out/main" 2>&1)
+  # The verbs transport itself under ASan + UBSan, in a second boot (the asan
+  # build dir of stage 2; only this test binary is built).
+  # (the guest runner sets halt_on_error for both sanitizers)
+  while IFS= read -r line; do
+    echo "$line"
+    case "$line" in
+      PASS\ *) pass "rdma-asan/${line#PASS }" >/dev/null ;;
+      FAIL\ *) fail "rdma-asan/${line#FAIL }" >/dev/null ;;
+    esac
+  done < <(tests/qemu/run-rdma-tests.sh --timeout 1200 "$out/asan" verbs_suite verbs_suite_send_only 2>&1)
 elif [ "$rdma_status" -eq 77 ]; then
   echo "SKIP rdma suite: $(tail -1 "$out/qemu-setup.log")"
 else

@@ -1,6 +1,6 @@
 // fusewire verbs micro-benchmark, shaped like perftest so the two can run side
 // by side in the same (emulated) guest:
-//   latency    64 B ping-pong (like ib_send_lat): one-way time = round trip / 2
+//   latency    64 B and 64 KiB ping-pong (like ib_send_lat): one-way time = round trip / 2
 //   bandwidth  64 KiB and 4 MiB streaming writes (like ib_write_bw), MiB/s at the receiver
 // Server and client are two reactors (threads) of one process, on the address
 // FUSEWIRE_RDMA_TEST_ADDR (default 192.0.2.1). Prints a table; exits 77 without a device.
@@ -59,16 +59,17 @@ struct session : std::enable_shared_from_this<session> {
   }
 };
 
-double latency_us(fw::verbs_reactor_group& group, fw::verbs& t, const std::string& host, int iterations) {
+double latency_us(fw::verbs_reactor_group& group, fw::verbs& t, const std::string& host, int iterations,
+                  std::size_t size) {
   std::promise<std::uint16_t> port_p;
   auto listener = std::make_shared<fw::verbs_listener>();
-  group.submit_to(0, [&, listener] {
+  group.submit_to(0, [&, listener, size] {
     *listener = t.listen(*fw::verbs_reactor::current(), host, 0);
-    listener->async_accept([](std::error_code ec, fw::verbs_connection c) {
+    listener->async_accept([size](std::error_code ec, fw::verbs_connection c) {
       if (ec) return;
       auto s = std::make_shared<session>();
       s->conn = std::move(c);
-      s->buf.resize(64);
+      s->buf.resize(size);
       s->echo = true;
       s->next();
     });
@@ -77,7 +78,7 @@ double latency_us(fw::verbs_reactor_group& group, fw::verbs& t, const std::strin
   const std::uint16_t port = port_p.get_future().get();
   struct client : std::enable_shared_from_this<client> {
     fw::verbs_connection conn;
-    std::vector<std::byte> out = std::vector<std::byte>(64, std::byte{7}), in = std::vector<std::byte>(64);
+    std::vector<std::byte> out, in;
     int left = 0, warmup = 100;
     clock_type::time_point start;
     std::promise<double> done;
@@ -98,6 +99,8 @@ double latency_us(fw::verbs_reactor_group& group, fw::verbs& t, const std::strin
     }
   };
   auto c = std::make_shared<client>();
+  c->out.assign(size, std::byte{7});
+  c->in.resize(size);
   c->left = c->total = iterations;
   auto result = c->done.get_future();
   group.submit_to(1, [&, c] {
@@ -171,7 +174,13 @@ double bandwidth_mib_s(fw::verbs_reactor_group& group, fw::verbs& t, const std::
     });
   });
   const double r = done.get_future().get();
-  group.submit(1, [conn] { conn->close(); }).get();
+  const fw::verbs_stats st = group.submit(1, [conn] {
+    const fw::verbs_stats s = conn->stats();
+    conn->close();
+    return s;
+  }).get();
+  std::printf("  sender of %zu B writes: %llu SEND messages, %llu RDMA writes\n", size,
+              static_cast<unsigned long long>(st.messages_sent), static_cast<unsigned long long>(st.rdma_writes));
   group.submit(0, [listener] { listener->close(); }).get();
   return r;
 }
@@ -223,8 +232,13 @@ int main(int argc, char** argv) {
               "rdma_write_threshold=%zu chunk_size=%zu\n",
               s.config.device.c_str(), host.c_str(), std::string(fw::to_string(s.mode)).c_str(),
               s.config.message_size, s.config.credits, s.config.rdma_write_threshold, s.config.chunk_size);
-  const double lat = latency_us(group, t, host, s.iterations);
+  const double lat = latency_us(group, t, host, s.iterations, 64);
   std::printf("RESULT fusewire send_lat 64 B: %.2f us (one-way, avg of %d round trips)\n", lat, s.iterations);
+  std::fflush(stdout);
+  const int big_iterations = std::max(1, s.iterations / 4);
+  const double lat64k = latency_us(group, t, host, big_iterations, 64 * 1024);
+  std::printf("RESULT fusewire send_lat 65536 B: %.2f us (one-way, avg of %d round trips)\n", lat64k,
+              big_iterations);
   std::fflush(stdout);
   const double bw64k = bandwidth_mib_s(group, t, host, 64 * 1024, std::size_t{64} << 20);
   std::printf("RESULT fusewire write_bw 65536 B: %.1f MiB/s\n", bw64k);
@@ -232,5 +246,5 @@ int main(int argc, char** argv) {
   const double bw4m = bandwidth_mib_s(group, t, host, 4u << 20, std::size_t{128} << 20);
   std::printf("RESULT fusewire write_bw 4194304 B: %.1f MiB/s\n", bw4m);
   group.stop();
-  return lat > 0 && bw64k > 0 && bw4m > 0 ? 0 : 1;
+  return lat > 0 && lat64k > 0 && bw64k > 0 && bw4m > 0 ? 0 : 1;
 }

@@ -9,8 +9,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "verbs_test_util.hpp"
 
@@ -256,6 +262,154 @@ TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered
     src->reset();
     pool1->reset();
   });
+}
+
+namespace {
+
+/// Connections from reactor 1 to a server on reactor 0; the accepted ends stay on reactor 0.
+struct verbs_pairs {
+  explicit verbs_pairs(harness<fw::verbs>& harn) : h(harn) {
+    port = h.serve(0, [accepted = accepted](fw::verbs_connection c) { accepted->push_back(std::move(c)); });
+  }
+  ~verbs_pairs() {
+    h.on(0, [a = accepted] { a->clear(); });
+    h.on(1, [c = clients] { c->clear(); });
+  }
+
+  /// Connects one more pair; returns its index.
+  std::size_t add() {
+    std::promise<std::error_code> connected;
+    h.group.submit_to(1, [&, c = clients] {
+      h.transport.connect(harness<fw::verbs>::here(), SUITE_HOST, port,
+                          [&, c](std::error_code ec, fw::verbs_connection conn) {
+                            c->push_back(std::move(conn));
+                            connected.set_value(ec);
+                          });
+    });
+    auto f = connected.get_future();
+    REQUIRE_FALSE(get(f));
+    const std::size_t n = h.on(1, [c = clients] { return c->size(); });
+    for (int i = 0; i < 600 && h.on(0, [a = accepted] { return a->size(); }) < n; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(h.on(0, [a = accepted] { return a->size(); }) == n);
+    return n - 1;
+  }
+
+  /// Starts writing `pieces` (one write each) on client `i` and reading them all on its
+  /// server end; the future is true once every byte arrived intact and every write succeeded.
+  std::future<bool> start(std::size_t i, std::shared_ptr<const std::vector<std::vector<std::byte>>> pieces) {
+    struct state {
+      std::vector<std::byte> expect, dst;
+      std::size_t writes_left = 0;
+      bool ok = true, read_done = false;
+      std::mutex m;
+      std::promise<bool> done;
+      void finish_one(bool good, bool is_read) {
+        std::lock_guard lock(m);
+        ok = ok && good;
+        if (is_read) read_done = true;
+        else --writes_left;
+        if (read_done && writes_left == 0) done.set_value(ok && dst == expect);
+      }
+    };
+    auto st = std::make_shared<state>();
+    for (const auto& p : *pieces) st->expect.insert(st->expect.end(), p.begin(), p.end());
+    st->dst.resize(st->expect.size());
+    st->writes_left = pieces->size();
+    auto fut = st->done.get_future();
+    h.group.submit(0, [a = accepted, i, st] {
+      (*a)[i].async_read(fw::mutable_buffer(st->dst),
+                         [st](std::error_code e, std::size_t) { st->finish_one(!e, true); });
+    }).get();
+    h.group.submit(1, [c = clients, i, st, pieces] {
+      for (const auto& p : *pieces) {
+        const fw::const_buffer one[] = {fw::const_buffer(p)};
+        (*c)[i].async_write(one, [st, pieces](std::error_code e, std::size_t n) {
+          st->finish_one(!e && n > 0, false);
+        });
+      }
+    }).get();
+    return fut;
+  }
+
+  fw::verbs_stats client_stats(std::size_t i) { return h.on(1, [c = clients, i] { return (*c)[i].stats(); }); }
+  fw::verbs_stats server_stats(std::size_t i) { return h.on(0, [a = accepted, i] { return (*a)[i].stats(); }); }
+
+  harness<fw::verbs>& h;
+  std::shared_ptr<std::vector<fw::verbs_connection>> accepted = std::make_shared<std::vector<fw::verbs_connection>>();
+  std::shared_ptr<std::vector<fw::verbs_connection>> clients = std::make_shared<std::vector<fw::verbs_connection>>();
+  std::uint16_t port = 0;
+};
+
+std::shared_ptr<const std::vector<std::vector<std::byte>>> pieces_of(std::initializer_list<std::size_t> sizes,
+                                                                    unsigned seed) {
+  auto v = std::make_shared<std::vector<std::vector<std::byte>>>();
+  for (std::size_t n : sizes) v->push_back(pattern(n, seed++));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("verbs: bulk writes after the first need no announcement round trip (the window stays granted)") {
+  harness<fw::verbs> h;
+  const fw::verbs_config cfg = h.transport.settings();
+  verbs_pairs pairs(h);
+  const std::size_t i = pairs.add();
+  // Bulk and eager writes mixed; bulk runs larger than a chunk, smaller than one, and
+  // several in a row that share a chunk. The writer goes idle between rounds.
+  for (unsigned round = 0; round < 3; ++round) {
+    auto f = pairs.start(i, pieces_of({64 * 1024, 100, 300 * 1024, 64 * 1024, 9000, 5, 1u << 20, 12000, 12000},
+                                      round * 20 + 1));
+    CHECK(get(f));
+  }
+  const fw::verbs_stats client = pairs.client_stats(i);
+  const fw::verbs_stats server = pairs.server_stats(i);
+  MESSAGE("client: ", client.messages_sent, " messages, ", client.rdma_writes, " RDMA writes, ", client.announces,
+          " announcements; server: ", server.grants_sent, " grants");
+  if (cfg.rdma_write_threshold != 0) {
+    CHECK(client.announces == 1);
+    const std::size_t bulk = 3 * (64 * 1024 + 300 * 1024 + 64 * 1024 + 9000 + (1u << 20) + 12000 + 12000);
+    CHECK(client.bytes_rdma_written == bulk);
+    CHECK(server.grants_sent >= cfg.max_grants);
+    CHECK(server.revokes_sent == 0);
+  } else {
+    CHECK(client.announces == 0);
+    CHECK(client.rdma_writes == 0);
+  }
+}
+
+TEST_CASE("verbs: a staging pool too small for every window is shared by revoking idle windows") {
+  fw::verbs_config vc = verbs_test::config();
+  vc.staging_blocks = 2;
+  vc.max_grants = 2;
+  harness<fw::verbs> h(fw::reactor_mode::adaptive, fw::verbs(vc));
+  verbs_pairs pairs(h);
+  const std::size_t a = pairs.add(), b = pairs.add(), c = pairs.add();
+  const auto big = [](unsigned seed) { return pieces_of({700 * 1024, 10, 200 * 1024}, seed); };
+  // One after the other: each takes the window the previous one left idle.
+  for (const std::size_t i : {a, b, c, a}) {
+    auto f = pairs.start(i, big(static_cast<unsigned>(i) * 7 + 3));
+    CHECK(get(f));
+  }
+  // All at once: the windows change hands while bytes flow.
+  auto fa = pairs.start(a, pieces_of({2u << 20, 3u << 20}, 40));
+  auto fb = pairs.start(b, pieces_of({3u << 20, 100, 1u << 20}, 50));
+  auto fc = pairs.start(c, pieces_of({1u << 20, 4u << 20}, 60));
+  CHECK(get(fa));
+  CHECK(get(fb));
+  CHECK(get(fc));
+  const fw::verbs_stats sa = pairs.server_stats(a), ca = pairs.client_stats(a), cb = pairs.client_stats(b);
+  MESSAGE("a: ", ca.announces, " announcements, ", sa.revokes_sent, " revokes; b: ", cb.announces,
+          " announcements");
+  if (vc.rdma_write_threshold != 0) {
+    CHECK(sa.revokes_sent >= 1);  // b took a's idle window
+    CHECK(ca.announces >= 2);     // so a announced again
+    CHECK(cb.announces >= 1);
+  } else {
+    CHECK(sa.revokes_sent == 0);
+    CHECK(ca.announces == 0);
+  }
 }
 
 int main(int argc, char** argv) {

@@ -26,6 +26,18 @@
 ///   returning credits: a reader that does not read stops the writer, as TCP
 ///   does. Every send is signalled and counted, so the send queue and the CQ
 ///   (sized srq + max_connections x sq_depth) are never overrun either.
+/// - Bulk writes (larger than config::rdma_write_threshold) go by
+///   RDMA_WRITE_WITH_IMM into registered chunk buffers of the receiver (its
+///   staging pool), without a round trip per write: the first bulk write on a
+///   connection announces itself (RTS flag) and the receiver answers with a
+///   window of config::max_grants chunk grants, which it keeps topped up as
+///   chunks are filled and delivered. The sender packs consecutive bulk bytes
+///   into the granted chunks (at offsets; the immediate carries the length
+///   and whether the chunk is finished). A window stays with its connection
+///   until the receiver's staging pool runs short: then the receiver revokes
+///   idle windows (REVOKE), the sender hands back the grants it has not
+///   written (RELEASE, after its writes, so RC ordering makes it exact) and
+///   announces again when it next has bulk bytes.
 /// - The reactor drives the device: every tick polls the CQ (busy-polling in
 ///   reactor_mode::poll) and, every config::cm_poll_interval ticks, the rdmacm
 ///   channel; before sleeping (adaptive/block) the CQ is armed and the reactor
@@ -100,8 +112,8 @@ struct verbs_config {
   std::size_t rx_buffer_limit = 4u << 20;     ///< unread bytes per connection before credits are withheld
   std::size_t rdma_write_threshold = 8192;    ///< writes larger than this go by RDMA write (TF_RDMA_ACC_SIZE); 0 = never
   std::size_t chunk_size = 4u << 20;          ///< RDMA write chunk (TF_RDMA_CHUNK_SIZE, rounded up to a power of two)
-  unsigned staging_blocks = 16;               ///< registered chunk buffers per reactor for RDMA writes
-  unsigned max_grants = 2;                    ///< chunks in flight per connection (pipelining depth)
+  unsigned staging_blocks = 16;               ///< chunk buffers per reactor (peers' windows, outgoing copies)
+  unsigned max_grants = 2;                    ///< chunk grants each bulk-writing peer holds ahead (the window)
   int backlog = 256;                          ///< rdma_listen backlog
   int resolve_timeout_ms = 5000;              ///< rdma_resolve_addr / rdma_resolve_route timeout
 
@@ -148,9 +160,11 @@ struct verbs_stats {
   std::uint64_t bytes_received = 0;
   std::uint64_t credit_stalls = 0;     ///< times sending waited for credits
   std::uint64_t slot_stalls = 0;       ///< times sending waited for a free send slot
-  std::uint64_t rdma_writes = 0;       ///< RDMA_WRITE_WITH_IMM chunks posted
+  std::uint64_t rdma_writes = 0;       ///< RDMA writes posted (WITH_IMM pieces of the stream, and one-sided)
   std::uint64_t bytes_rdma_written = 0;
   std::uint64_t grants_sent = 0;       ///< chunk buffers offered to the peer
+  std::uint64_t announces = 0;         ///< bulk announcements (RTS) sent: round trips paid for a window
+  std::uint64_t revokes_sent = 0;      ///< windows taken back from the peer because staging ran short
 };
 
 namespace detail {
@@ -322,6 +336,9 @@ class verbs_context {
     return staging_ && !staging_->allocate(config_.chunk_size, 0, out);
   }
   void buffer_released() noexcept { slot_freed_ = true; }
+  /// The staging pool ran dry: asks one connection (not `exclude`) whose
+  /// window of grants may sit idle to take it back.
+  inline void reclaim_staging(const verbs_conn_state* exclude);
 
   /// Counts a QP against max_connections; false when the budget is used up.
   bool reserve_qp() noexcept {
@@ -619,7 +636,20 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
       stats_.bytes_received += h.data_len;
       deliver(p + verbs_header::size, h.data_len);
     }
-    if ((h.flags & verbs_header::flag_rts) != 0) bulk_ungranted_ += h.bulk_len;
+    if ((h.flags & verbs_header::flag_release) != 0) {
+      // Our revoke reached the peer after its writes: the grants it hands
+      // back are the newest ones we granted.
+      if (!revoking_ || h.released > landing_.size()) {
+        fail_stream(make_error_code(errc::device_error), make_error_code(errc::device_error),
+                    "verbs: unexpected release of " + std::to_string(h.released) + " grants from " + peer_);
+        return;
+      }
+      for (std::uint32_t i = 0; i < h.released; ++i) landing_.pop_back();
+      if (landing_.empty()) landing_offset_ = 0;
+      revoking_ = false;
+      if (h.released != 0) ctx_->buffer_released();
+    }
+    if ((h.flags & verbs_header::flag_rts) != 0) window_active_ = true;
     if ((h.flags & verbs_header::flag_grant) != 0) {
       if (h.grant_len == 0 || h.grant_len > ctx_->config().chunk_size) {
         fail_stream(make_error_code(errc::device_error), make_error_code(errc::device_error),
@@ -628,27 +658,53 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
       }
       grants_.push_back({h.grant_addr, h.grant_rkey, h.grant_len});
     }
+    if ((h.flags & verbs_header::flag_revoke) != 0) {
+      release_owed_ = static_cast<std::uint32_t>(grants_.size());
+      release_pending_ = true;
+      grants_.clear();
+      grant_used_ = 0;
+      announced_ = false;
+    }
     pump_tx();
   }
 
-  /// An RDMA_WRITE_WITH_IMM of `len` bytes landed in the oldest chunk buffer we granted.
-  void on_chunk_landed(std::uint32_t len) {
+  /// Takes back this connection's window of grants if it has one (the staging
+  /// pool ran dry); the peer answers with a release.
+  void revoke_window() {
+    if (phase_ != phase::open || !window_active_ || revoking_ || landing_.empty()) return;
+    window_active_ = false;
+    revoking_ = true;
+    revoke_pending_ = true;
+    schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+  }
+  /// True if revoke_window() would do something.
+  bool revocable() const noexcept {
+    return phase_ == phase::open && window_active_ && !revoking_ && !landing_.empty();
+  }
+
+  /// An RDMA_WRITE_WITH_IMM landed in the oldest chunk buffer we granted, at
+  /// landing_offset_; `imm` is its length, with imm_last if the sender is done
+  /// with that chunk.
+  void on_chunk_landed(std::uint32_t imm) {
     ref_ptr<verbs_conn_state> guard(this);
     ++stats_.messages_received;
     ++owed_;
-    if (landing_.empty() || len > landing_.front().size()) {
+    const std::uint32_t len = imm & ~imm_last;
+    if (landing_.empty() || landing_offset_ + len > landing_.front().size()) {
       fail_stream(make_error_code(errc::device_error), make_error_code(errc::device_error),
                   "verbs: unexpected RDMA write of " + std::to_string(len) + " bytes from " + peer_);
       return;
     }
-    tensor_buffer block = std::move(landing_.front());
-    landing_.pop_front();
     if (open_) {
       stats_.bytes_received += len;
-      deliver(block.data(), len);
+      deliver(landing_.front().data() + landing_offset_, len);
     }
-    block.reset();
-    ctx_->buffer_released();
+    landing_offset_ += len;
+    if ((imm & imm_last) != 0) {
+      landing_.pop_front();
+      landing_offset_ = 0;
+      ctx_->buffer_released();
+    }
     pump_tx();
   }
 
@@ -700,7 +756,9 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     id_ = nullptr;
     inflight_.clear();
     landing_.clear();
+    landing_offset_ = 0;
     grants_.clear();
+    grant_used_ = 0;
   }
 
   /// The context is going away: forget the device.
@@ -732,6 +790,9 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     unique_function<void(std::error_code, tensor_buffer)> some;
     std::error_code preset;
   };
+  /// Set in an RDMA write's immediate: the sender is done with that grant.
+  static constexpr std::uint32_t imm_last = std::uint32_t{1} << 31;
+
   struct sent_message {
     tensor_buffer slot;
     std::size_t end;  // tx stream offset after this message's data
@@ -825,12 +886,36 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     return t != 0 && w.total > t && !w.preset && !w.remote;
   }
 
+  /// The write holding the next stream unit to post, or nullptr.
+  const write_op* next_write() const noexcept {
+    for (const write_op& w : writes_) {
+      if (!w.preset && w.end > tx_posted_) return &w;
+    }
+    return nullptr;
+  }
+
+  /// Bytes of consecutive bulk writes from tx_posted_ on, at most `limit`.
+  std::size_t bulk_run(std::size_t limit) const noexcept {
+    std::size_t n = 0;
+    for (const write_op& w : writes_) {
+      if (w.preset || w.end <= tx_posted_) continue;
+      if (!is_bulk(w)) break;
+      n += w.end - std::max(w.start, tx_posted_);
+      if (n >= limit) return limit;
+    }
+    return n;
+  }
+
+  /// Receiver: the peer's window lacks a grant we may give now.
+  bool wants_grant() const noexcept {
+    return window_active_ && !revoking_ && landing_.size() < ctx_->config().max_grants && !withholding();
+  }
+
   void pump_tx() {
     if (phase_ != phase::open || disconnecting_ || write_error_ || id_ == nullptr) return;
     while (sq_free_ > 0) {
       step r = post_chunk();
       if (r == step::idle) r = post_remote();
-      if (r == step::idle) r = post_grant();
       if (r == step::idle) r = post_message();
       if (r != step::posted) return;
     }
@@ -861,53 +946,52 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     return true;
   }
 
-  /// The next chunk of the bulk write in progress, into the oldest grant.
+  /// The next bulk bytes (across consecutive bulk writes) into the oldest
+  /// grant, at the offset where the previous piece ended.
   step post_chunk() {
-    if (!open_ || bulk_left_ == 0 || grants_.empty()) return step::idle;
+    if (!open_ || grants_.empty()) return step::idle;
+    const write_op* next = next_write();
+    if (next == nullptr || !is_bulk(*next)) return step::idle;
     if (credits_ < 2) {
       ++stats_.credit_stalls;
       return step::idle;
     }
     const grant g = grants_.front();
-    if (g.len > bulk_left_) {
-      fail_stream(make_error_code(errc::device_error), make_error_code(errc::device_error),
-                  "verbs: " + peer_ + " granted more than the bulk write it was offered");
-      return step::broken;
-    }
+    const std::size_t len = bulk_run(g.len - grant_used_);
     tensor_buffer chunk;
     if (!ctx_->take_staging(chunk)) {
       ++stats_.slot_stalls;
+      ctx_->reclaim_staging(nullptr);
       ctx_->wait_for_slot(this);
       return step::idle;
     }
-    copy_stream(chunk.data(), g.len);
+    copy_stream(chunk.data(), len);
+    const bool last = grant_used_ + len == g.len;
     ibv_sge sge{};
     ibv_send_wr wr{};
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(g.len);
-    wr.wr.rdma.remote_addr = g.addr;
+    wr.imm_data = htonl(static_cast<std::uint32_t>(len) | (last ? imm_last : 0));
+    wr.wr.rdma.remote_addr = g.addr + grant_used_;
     wr.wr.rdma.rkey = g.rkey;
-    if (!post(wr, sge, chunk, g.len)) return step::broken;
-    grants_.pop_front();
-    bulk_left_ -= g.len;
-    tx_posted_ += g.len;
+    if (!post(wr, sge, chunk, len)) return step::broken;
+    if (last) {
+      grants_.pop_front();
+      grant_used_ = 0;
+    } else {
+      grant_used_ += static_cast<std::uint32_t>(len);
+    }
+    tx_posted_ += len;
     ++stats_.rdma_writes;
-    stats_.bytes_rdma_written += g.len;
-    stats_.bytes_sent += g.len;
+    stats_.bytes_rdma_written += len;
+    stats_.bytes_sent += len;
     inflight_.push_back({std::move(chunk), tx_posted_});
     return step::posted;
   }
 
   /// A one-sided write whose turn has come (it needs no receive credit).
   step post_remote() {
-    if (!open_ || bulk_left_ != 0 || tx_posted_ >= tx_queued_) return step::idle;
-    const write_op* next = nullptr;
-    for (const write_op& w : writes_) {
-      if (!w.preset && w.end > tx_posted_) {
-        next = &w;
-        break;
-      }
-    }
+    if (!open_ || tx_posted_ >= tx_queued_) return step::idle;
+    const write_op* next = next_write();
     if (next == nullptr || !next->remote || next->start != tx_posted_) return step::idle;
     ibv_sge sge{};
     ibv_send_wr wr{};
@@ -922,47 +1006,19 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     return step::posted;
   }
 
-  /// Offers the peer one of our chunk buffers for the bulk write it announced.
-  step post_grant() {
-    if (bulk_ungranted_ == 0 || landing_.size() >= ctx_->config().max_grants || withholding()) return step::idle;
-    if (credits_ < 2) {
-      ++stats_.credit_stalls;
-      return step::idle;
-    }
-    tensor_buffer chunk, slot;
-    if (!ctx_->take_staging(chunk) || !ctx_->take_send_slot(slot)) {
-      ++stats_.slot_stalls;
-      ctx_->wait_for_slot(this);
-      return step::idle;
-    }
-    verbs_header h;
-    h.credits = static_cast<std::uint32_t>(owed_);
-    h.flags = verbs_header::flag_grant;
-    h.grant_addr = reinterpret_cast<std::uintptr_t>(chunk.data());
-    h.grant_rkey = chunk.reg()->rkey;
-    h.grant_len = static_cast<std::uint32_t>(std::min<std::size_t>(chunk.size(), bulk_ungranted_));
-    h.store(slot.data());
-    ibv_sge sge{};
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    if (!post(wr, sge, slot, verbs_header::size)) return step::broken;
-    owed_ -= static_cast<int>(h.credits);
-    bulk_ungranted_ -= h.grant_len;
-    landing_.push_back(std::move(chunk));
-    ++stats_.messages_sent;
-    ++stats_.grants_sent;
-    inflight_.push_back({std::move(slot), tx_posted_});
-    return step::posted;
-  }
-
-  /// Eager bytes (coalesced up to the next bulk write, which it announces), or a credit update.
+  /// One SEND carrying what is due: eager bytes (coalesced up to the next bulk
+  /// or one-sided write), a bulk announcement, a grant, a revoke, a release,
+  /// returned credits. With one credit left only a credit update goes.
   step post_message() {
-    const int half = static_cast<int>(ctx_->config().credits / 2);
-    const bool data = open_ && bulk_left_ == 0 && tx_posted_ < tx_queued_;
-    const bool update = returnable() >= half;
-    if (!data && !update) return step::idle;
-    const bool send_data = data && credits_ >= 2;
-    if (!send_data && !(update && credits_ >= 1)) {
+    const write_op* next = open_ ? next_write() : nullptr;
+    const bool data = next != nullptr && !next->remote && !is_bulk(*next);
+    bool rts = next != nullptr && is_bulk(*next) && !announced_;
+    const bool grant = wants_grant();
+    const bool control = revoke_pending_ || release_pending_;
+    const bool update = returnable() >= static_cast<int>(ctx_->config().credits / 2);
+    if (!data && !rts && !grant && !control && !update) return step::idle;
+    const bool full = credits_ >= 2;
+    if (!full && !(update && credits_ >= 1)) {
       ++stats_.credit_stalls;
       return step::idle;
     }
@@ -972,14 +1028,42 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
       ctx_->wait_for_slot(this);
       return step::idle;
     }
+    tensor_buffer chunk;
+    bool granting = false;
+    if (full && grant) {
+      granting = ctx_->take_staging(chunk);
+      if (!granting) {
+        ++stats_.slot_stalls;
+        ctx_->reclaim_staging(this);
+        ctx_->wait_for_slot(this);
+        if (!data && !rts && !control && !update) return step::idle;
+      }
+    }
     verbs_header h;
     h.credits = static_cast<std::uint32_t>(returnable());
     std::size_t n = 0;
-    const write_op* bulk = nullptr;
-    if (send_data) n = gather(slot.data() + verbs_header::size, peer_message_size_ - verbs_header::size, bulk);
-    if (bulk != nullptr) {
-      h.flags |= verbs_header::flag_rts;
-      h.bulk_len = bulk->total;
+    const bool revoking = full && revoke_pending_;
+    const bool releasing = full && release_pending_;
+    if (full) {
+      if (data) {
+        const write_op* bulk = nullptr;
+        n = gather(slot.data() + verbs_header::size, peer_message_size_ - verbs_header::size, bulk);
+        if (bulk != nullptr && !announced_) rts = true;
+      }
+      if (rts) h.flags |= verbs_header::flag_rts;
+      if (granting) {
+        h.flags |= verbs_header::flag_grant;
+        h.grant_addr = reinterpret_cast<std::uintptr_t>(chunk.data());
+        h.grant_rkey = chunk.reg()->rkey;
+        h.grant_len = static_cast<std::uint32_t>(chunk.size());
+      }
+      if (revoking) h.flags |= verbs_header::flag_revoke;
+      if (releasing) {
+        h.flags |= verbs_header::flag_release;
+        h.released = release_owed_;
+      }
+    } else {
+      rts = false;
     }
     h.data_len = static_cast<std::uint32_t>(n);
     h.store(slot.data());
@@ -989,10 +1073,25 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     if (!post(wr, sge, slot, verbs_header::size + n)) return step::broken;
     owed_ -= static_cast<int>(h.credits);
     tx_posted_ += n;
-    if (bulk != nullptr) bulk_left_ = bulk->total;
+    if (rts) {
+      announced_ = true;
+      ++stats_.announces;
+    }
+    if (granting) {
+      landing_.push_back(std::move(chunk));
+      ++stats_.grants_sent;
+    }
+    if (revoking) {
+      revoke_pending_ = false;
+      ++stats_.revokes_sent;
+    }
+    if (releasing) {
+      release_pending_ = false;
+      release_owed_ = 0;
+    }
     ++stats_.messages_sent;
     stats_.bytes_sent += n;
-    if (n == 0 && bulk == nullptr) ++stats_.credit_updates;
+    if (n == 0 && h.flags == 0) ++stats_.credit_updates;
     inflight_.push_back({std::move(slot), tx_posted_});
     return step::posted;
   }
@@ -1188,10 +1287,16 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     std::uint32_t rkey;
     std::uint32_t len;
   };
-  std::deque<grant> grants_;          // sender: peer buffers for the bulk write in progress
-  std::size_t bulk_left_ = 0;         // sender: bytes of that bulk write not yet posted
-  std::size_t bulk_ungranted_ = 0;    // receiver: announced bulk bytes not yet granted a buffer
-  std::deque<tensor_buffer> landing_; // receiver: granted chunk buffers, oldest first
+  std::deque<grant> grants_;          // sender: the peer's chunk buffers we may write, oldest first
+  std::uint32_t grant_used_ = 0;      // sender: bytes already written into grants_.front()
+  bool announced_ = false;            // sender: the peer knows we write in bulk (keeps our window full)
+  bool release_pending_ = false;      // sender: a revoke arrived; hand back release_owed_ grants
+  std::uint32_t release_owed_ = 0;
+  std::deque<tensor_buffer> landing_; // receiver: chunk buffers granted to the peer, oldest first
+  std::size_t landing_offset_ = 0;    // receiver: where the next write lands in landing_.front()
+  bool window_active_ = false;        // receiver: the peer announced bulk writes; keep its window full
+  bool revoking_ = false;             // receiver: revoke sent (or due), release not yet here
+  bool revoke_pending_ = false;       // receiver: revoke not yet sent
   std::deque<tensor_buffer> rx_buffered_;
   std::size_t rx_buffered_bytes_ = 0;
   std::size_t tx_queued_ = 0, tx_posted_ = 0, tx_acked_ = 0;
@@ -1283,6 +1388,15 @@ inline void verbs_context::wait_for_slot(verbs_conn_state* c) {
     if (b.get() == c) return;
   }
   blocked_.push_back(ref_ptr<verbs_conn_state>(c));
+}
+
+inline void verbs_context::reclaim_staging(const verbs_conn_state* exclude) {
+  for (auto& [num, c] : qps_) {
+    if (c.get() != exclude && c->revocable()) {
+      c->revoke_window();
+      return;
+    }
+  }
 }
 
 inline void verbs_context::retire(verbs_conn_state* c) {

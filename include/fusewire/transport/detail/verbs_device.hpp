@@ -159,20 +159,23 @@ inline std::error_code cm_error(int err) noexcept {
 }
 
 /// The first bytes of every message the transport SENDs: returned credits,
-/// the number of stream bytes that follow, and optionally a bulk announcement
-/// (RTS: `bulk_len` stream bytes follow by RDMA write) or a grant (the sender
-/// may RDMA-write the next `grant_len` bulk bytes at grant_addr/grant_rkey).
-/// Little-endian.
+/// the number of stream bytes that follow, and flags: RTS (the sender has
+/// bulk bytes and asks for a window of grants), GRANT (the sender may
+/// RDMA-write up to `grant_len` bytes at grant_addr/grant_rkey), REVOKE
+/// (hand back the grants not yet written), RELEASE (`released` grants handed
+/// back). Little-endian.
 struct verbs_header {
   static constexpr std::size_t size = 40;
   static constexpr std::uint32_t magic = 0x46575652;  // "RVWF"
   static constexpr std::uint32_t flag_rts = 1;
   static constexpr std::uint32_t flag_grant = 2;
+  static constexpr std::uint32_t flag_revoke = 4;
+  static constexpr std::uint32_t flag_release = 8;
 
   std::uint32_t credits = 0;
   std::uint32_t data_len = 0;
   std::uint32_t flags = 0;
-  std::uint64_t bulk_len = 0;
+  std::uint32_t released = 0;
   std::uint64_t grant_addr = 0;
   std::uint32_t grant_rkey = 0;
   std::uint32_t grant_len = 0;
@@ -182,7 +185,8 @@ struct verbs_header {
     wire::store_le<std::uint32_t>(out + 4, credits);
     wire::store_le<std::uint32_t>(out + 8, data_len);
     wire::store_le<std::uint32_t>(out + 12, flags);
-    wire::store_le<std::uint64_t>(out + 16, bulk_len);
+    wire::store_le<std::uint32_t>(out + 16, released);
+    wire::store_le<std::uint32_t>(out + 20, 0);
     wire::store_le<std::uint64_t>(out + 24, grant_addr);
     wire::store_le<std::uint32_t>(out + 32, grant_rkey);
     wire::store_le<std::uint32_t>(out + 36, grant_len);
@@ -193,7 +197,7 @@ struct verbs_header {
     credits = wire::load_le<std::uint32_t>(in + 4);
     data_len = wire::load_le<std::uint32_t>(in + 8);
     flags = wire::load_le<std::uint32_t>(in + 12);
-    bulk_len = wire::load_le<std::uint64_t>(in + 16);
+    released = wire::load_le<std::uint32_t>(in + 16);
     grant_addr = wire::load_le<std::uint64_t>(in + 24);
     grant_rkey = wire::load_le<std::uint32_t>(in + 32);
     grant_len = wire::load_le<std::uint32_t>(in + 36);
@@ -205,7 +209,7 @@ struct verbs_header {
 /// receive credits it grants and the message size it accepts.
 struct verbs_hello {
   static constexpr std::size_t size = 12;
-  static constexpr std::uint32_t version = 1;
+  static constexpr std::uint32_t version = 2;  // 2: windows of grants (RTS once, REVOKE/RELEASE)
   std::uint32_t credits = 0;
   std::uint32_t message_size = 0;
 
