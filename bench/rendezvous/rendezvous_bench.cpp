@@ -5,12 +5,14 @@
 //          min/p50/mean and bandwidth = 2 x payload / p50 round trip, per transport
 //          (and ZeroMQ's multipart zero-copy PAIR sockets side by side).
 //   fuse   1,000 tensors of 64 B per step to one peer, fused vs unfused: steps/s.
+//          Both runs start each step's operations through one endpoint::batch
+//          per side (--no-batch: one send/recv call per operation).
 //          RVBENCH_STRIPES=n sets endpoint_tuning::stripes, RVBENCH_URING_ZC=bytes
 //          uring_tcp's zero-copy threshold.
 //   idle   memory per extra connected peer (one connection each way): RSS and
 //          heap delta, measured with forked peer processes.
 //
-// Usage: rendezvous_bench [--quick] [--only skew|fuse|idle] [--transport asio|uring|all]
+// Usage: rendezvous_bench [--quick] [--no-batch] [--only skew|fuse|idle] [--transport asio|uring|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
@@ -51,6 +53,7 @@ struct settings {
   bool quick = false;
   std::string only;
   std::string transport = "all";
+  bool batch = true;  ///< fuse: start a step's operations through endpoint::batch
 };
 
 std::uint16_t free_port() {
@@ -278,9 +281,11 @@ rt_result zmq_round_trip(const settings& s) {
 }
 #endif
 
-/// 1,000 tensors of 64 B per step, worker -> PS; steps per second.
+/// 1,000 tensors of 64 B per step, worker -> PS; steps per second. With
+/// `batched` each side starts its step's operations through one
+/// endpoint::batch (one hand-off to the reactor), else one call per operation.
 template <class T>
-double small_steps(const settings& s, bool fused, rv::endpoint_stats* stats_out) {
+double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_stats* stats_out) {
   auto spec = cluster(1);
   fw::options o = bench_options();
   o.coalesce = fused;
@@ -288,7 +293,7 @@ double small_steps(const settings& s, bool fused, rv::endpoint_stats* stats_out)
   rv::endpoint<T> worker(w0, spec, o, make_transport<T>());
   constexpr int per_step = 1000;
   std::vector<std::string> keys;
-  for (int k = 0; k < per_step; ++k) keys.push_back("t" + std::to_string(k));
+  for (int k = 0; k < per_step; ++k) keys.push_back(std::string("t").append(std::to_string(k)));
   auto payload = fw::tensor_buffer::allocate(64);
   std::memset(payload.data(), 0x5a, 64);
   const int steps = s.quick ? (fused ? 100 : 20) : (fused ? 1000 : 100);
@@ -297,16 +302,23 @@ double small_steps(const settings& s, bool fused, rv::endpoint_stats* stats_out)
     std::atomic<int> left{per_step};
     std::promise<void> all;
     auto fut = all.get_future();
-    for (int k = 0; k < per_step; ++k) {
-      ps.recv(w0, keys[k], [&](std::error_code ec, fw::tensor_buffer b) {
-        if (ec || b.size() != 64) errors.fetch_add(1);
-        if (left.fetch_sub(1) == 1) all.set_value();
-      });
-    }
-    for (int k = 0; k < per_step; ++k) {
-      worker.send(ps0, keys[k], payload.share(), [&](std::error_code ec) {
-        if (ec) errors.fetch_add(1);
-      });
+    auto on_recv = [&](std::error_code ec, fw::tensor_buffer b) {
+      if (ec || b.size() != 64) errors.fetch_add(1);
+      if (left.fetch_sub(1) == 1) all.set_value();
+    };
+    auto on_send = [&](std::error_code ec) {
+      if (ec) errors.fetch_add(1);
+    };
+    if (batched) {
+      typename rv::endpoint<T>::batch recvs(ps);
+      for (int k = 0; k < per_step; ++k) recvs.recv(w0, keys[k], on_recv);
+      recvs.submit();
+      typename rv::endpoint<T>::batch sends(worker);
+      for (int k = 0; k < per_step; ++k) sends.send(ps0, keys[k], payload.share(), on_send);
+      sends.submit();
+    } else {
+      for (int k = 0; k < per_step; ++k) ps.recv(w0, keys[k], on_recv);
+      for (int k = 0; k < per_step; ++k) worker.send(ps0, keys[k], payload.share(), on_send);
     }
     fut.wait();
   };
@@ -398,10 +410,11 @@ void run_transport(const settings& s) {
     print_rt("chunking off", skew_round_trip<T>(s, false));
   }
   if (s.only.empty() || s.only == "fuse") {
-    std::printf("1,000 x 64 B per step to one peer (%s)\n", name);
+    std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name,
+                s.batch ? "one endpoint::batch per side and step" : "one call per operation");
     rv::endpoint_stats st;
-    const double fused = small_steps<T>(s, true, &st);
-    const double unfused = small_steps<T>(s, false, nullptr);
+    const double fused = small_steps<T>(s, true, s.batch, &st);
+    const double unfused = small_steps<T>(s, false, s.batch, nullptr);
     std::printf("  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", fused,
                 st.fused_frames_sent ? static_cast<double>(st.tensors_fused) / static_cast<double>(st.fused_frames_sent)
                                      : 0.0);
@@ -420,14 +433,17 @@ int main(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") {
+    if (a == "--no-batch") {
+      s.batch = false;
+    } else if (a == "--quick") {
       s.quick = true;
     } else if (a == "--only" && i + 1 < argc) {
       s.only = argv[++i];
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: rendezvous_bench [--quick] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n");
+      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n"
+                  "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n");
       return 0;
     } else {
       std::fprintf(stderr, "rendezvous_bench: unknown argument '%s' (try --help)\n", a.c_str());

@@ -10,6 +10,7 @@
 #include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/transport/verbs.hpp>
 
+#include <concepts>
 #include <cstdlib>
 #include <future>
 #include <map>
@@ -20,6 +21,15 @@
 #include <vector>
 
 #include "verbs_test_util.hpp"
+
+// The shared connection handle gives native_handle() only to fd-based transports.
+template <class C>
+concept has_native_handle = requires(const C& c) {
+  { c.native_handle() } -> std::same_as<int>;
+};
+static_assert(!has_native_handle<fusewire::verbs_connection>);
+static_assert(has_native_handle<fusewire::asio_tcp_connection>);
+static_assert(fusewire::transport<fusewire::verbs> && fusewire::rdma_transport<fusewire::verbs>);
 
 namespace fw = fusewire;
 

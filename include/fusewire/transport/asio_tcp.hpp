@@ -508,32 +508,20 @@ class asio_tcp {
   /// (blocking); a bad host completes with errc::invalid_argument.
   template <connection_handler<asio_tcp_connection> H>
   void connect(asio_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
-    detail::check_reactor_thread(reactor, "asio_tcp", "connect");
-    using handler_type = detail::unique_function<void(std::error_code, asio_tcp_connection)>;
-    reactor.work_started();
-    handler_type h(std::forward<H>(handler));
-    const auto fail = [&reactor](handler_type hh, std::error_code ec) {
-      reactor.post([&reactor, hh = std::move(hh), ec]() mutable {
-        reactor.work_finished();
-        reactor.invoke(hh, ec, asio_tcp_connection());
-      });
-    };
-    if (reactor.stopping()) return fail(std::move(h), make_error_code(errc::cancelled));
-    std::error_code ec;
-    const detail::socket_address addr = detail::resolve(host, port, ec);
-    if (ec) return fail(std::move(h), ec);
+    detail::pending_connect<asio_tcp_connection, asio_reactor> op(reactor, "asio_tcp", std::forward<H>(handler));
+    detail::socket_address addr;
+    if (!op.start(host, port, addr)) return;
     boost::asio::ip::tcp::endpoint endpoint;
     std::memcpy(endpoint.data(), addr.get(), addr.size);
     endpoint.resize(addr.size);
     boost::asio::ip::tcp::socket socket(reactor.engine().context());
     detail::ref_ptr<detail::asio_connection_state> state(
         new detail::asio_connection_state(reactor, std::move(socket), options()));
-    state->connect(endpoint, [&reactor, state, h = std::move(h)](std::error_code e) mutable {
+    state->connect(endpoint, [op = std::move(op), state](std::error_code e) mutable {
       asio_tcp_connection conn;
       if (!e) conn = asio_tcp_connection(std::move(state));
       state.reset();
-      reactor.work_finished();
-      reactor.invoke(h, e, std::move(conn));
+      op.finish(e, std::move(conn));
     });
   }
 

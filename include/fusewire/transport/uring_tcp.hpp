@@ -1028,24 +1028,14 @@ class uring_tcp {
   /// (blocking); a bad host completes with errc::invalid_argument.
   template <connection_handler<uring_tcp_connection> H>
   void connect(uring_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
-    detail::check_reactor_thread(reactor, "uring_tcp", "connect");
-    using handler_type = detail::unique_function<void(std::error_code, uring_tcp_connection)>;
-    reactor.work_started();
-    handler_type h(std::forward<H>(handler));
-    const auto fail = [&reactor](handler_type hh, std::error_code ec) {
-      reactor.post([&reactor, hh = std::move(hh), ec]() mutable {
-        reactor.work_finished();
-        reactor.invoke(hh, ec, uring_tcp_connection());
-      });
-    };
-    if (reactor.stopping()) return fail(std::move(h), make_error_code(errc::cancelled));
+    detail::pending_connect<uring_tcp_connection, uring_reactor> op(reactor, "uring_tcp", std::forward<H>(handler));
+    detail::socket_address addr;
+    if (!op.start(host, port, addr)) return;
     std::error_code ec;
-    const detail::socket_address addr = detail::resolve(host, port, ec);
-    if (ec) return fail(std::move(h), ec);
     const int fd = detail::open_stream_socket(addr.family(), ec);
-    if (fd < 0) return fail(std::move(h), ec);
+    if (fd < 0) return op.fail(ec);
     detail::ref_ptr<detail::uring_connection_state> state(new detail::uring_connection_state(reactor, fd, options()));
-    state->connect(addr, std::move(h));
+    state->connect(addr, op.release());
   }
 
   /// A listener on host:port (port 0: the kernel picks). Throws std::system_error naming the address.

@@ -92,6 +92,7 @@
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/handle.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
@@ -1556,32 +1557,25 @@ inline void verbs_engine::wait(std::optional<std::chrono::nanoseconds> timeout) 
 
 inline bool verbs_engine::busy() const noexcept { return context_ && context_->busy(); }
 
+namespace detail {
+/// Names for error messages.
+struct verbs_connection_name {
+  static constexpr const char* value = "verbs_connection";
+};
+struct verbs_listener_name {
+  static constexpr const char* value = "verbs_listener";
+};
+}  // namespace detail
+
 /// An RC connection on a verbs_reactor; a model of fusewire::connection.
 /// Move-only; destroying it closes it. Use it on its reactor's thread only.
-class verbs_connection {
+/// An async_write's handler runs once the peer's adapter acknowledged the
+/// messages carrying its last byte; async_read_some delivers the bytes of (at
+/// least) one message. No native_handle(): there is no file descriptor.
+class verbs_connection
+    : public detail::basic_connection_handle<detail::verbs_conn_state, verbs_reactor, detail::verbs_connection_name> {
  public:
-  using connection_concept = connection_tag;
-  using reactor_type = verbs_reactor;
-
   verbs_connection() noexcept = default;
-  verbs_connection(verbs_connection&&) noexcept = default;
-  verbs_connection& operator=(verbs_connection&& other) noexcept {
-    if (this != &other) {
-      close();
-      state_ = std::move(other.state_);
-    }
-    return *this;
-  }
-  verbs_connection(const verbs_connection&) = delete;
-  verbs_connection& operator=(const verbs_connection&) = delete;
-  ~verbs_connection() { close(); }
-
-  /// Writes every byte of `sg`, in order; `handler` runs once the peer's
-  /// adapter acknowledged the messages carrying the last byte.
-  template <io_handler H>
-  void async_write(std::span<const const_buffer> sg, H&& handler) {
-    state("async_write").async_write(sg, std::forward<H>(handler));
-  }
 
   /// One-sided RDMA write of registered `src` into the peer's `dst` (from its
   /// verbs::describe()), in order with this connection's other writes; the
@@ -1595,47 +1589,15 @@ class verbs_connection {
     state("async_write_remote").async_write_remote(src, dst, std::forward<H>(handler));
   }
 
-  /// Fills exactly `dst`.
-  template <io_handler H>
-  void async_read(mutable_buffer dst, H&& handler) {
-    state("async_read").async_read(dst, std::forward<H>(handler));
-  }
-
-  /// Delivers the bytes of (at least) one message that arrived.
-  template <read_some_handler H>
-  void async_read_some(H&& handler) {
-    state("async_read_some").async_read_some(std::forward<H>(handler));
-  }
-
-  /// Closes; pending operations complete with errc::cancelled. Idempotent.
-  void close() noexcept {
-    if (state_) state_->close();
-  }
-
-  bool is_open() const noexcept { return state_ && state_->is_open(); }
-  /// "host:port" of the peer (empty for an empty handle).
-  std::string remote_endpoint() const { return state_ ? state_->peer() : std::string(); }
   /// Message and credit counters. Reactor thread.
   verbs_stats stats() const { return state_ ? state_->stats() : verbs_stats{}; }
-  /// The reactor this connection lives on. Precondition: not empty.
-  verbs_reactor& reactor() const {
-    if (!state_) throw_error(errc::invalid_argument, "reactor() on an empty verbs_connection");
-    return state_->reactor();
-  }
 
  private:
   friend class verbs;
   friend class detail::verbs_listener_state_access;
 
-  explicit verbs_connection(detail::ref_ptr<detail::verbs_conn_state> s) noexcept : state_(std::move(s)) {}
-
-  detail::verbs_conn_state& state(const char* what) {
-    if (!state_) throw_error(errc::invalid_argument, std::string(what) + " on an empty verbs_connection");
-    detail::check_reactor_thread(state_->reactor(), "verbs_connection", what);
-    return *state_;
-  }
-
-  detail::ref_ptr<detail::verbs_conn_state> state_;
+  explicit verbs_connection(detail::ref_ptr<detail::verbs_conn_state> s) noexcept
+      : basic_connection_handle(std::move(s)) {}
 };
 
 namespace detail {
@@ -1779,44 +1741,15 @@ class verbs_listener_state final : public ref_counted, public closable, public v
 }  // namespace detail
 
 /// A listening rdmacm id on a verbs_reactor; a model of fusewire::listener.
-class verbs_listener {
+class verbs_listener
+    : public detail::basic_listener_handle<detail::verbs_listener_state, verbs_connection, detail::verbs_listener_name> {
  public:
-  using listener_concept = listener_tag;
-  using connection_type = verbs_connection;
-
   verbs_listener() noexcept = default;
-  verbs_listener(verbs_listener&&) noexcept = default;
-  verbs_listener& operator=(verbs_listener&& other) noexcept {
-    if (this != &other) {
-      close();
-      state_ = std::move(other.state_);
-    }
-    return *this;
-  }
-  verbs_listener(const verbs_listener&) = delete;
-  verbs_listener& operator=(const verbs_listener&) = delete;
-  ~verbs_listener() { close(); }
-
-  /// Accepts one connection: `handler(error_code, verbs_connection)`, in call order.
-  template <connection_handler<verbs_connection> H>
-  void async_accept(H&& handler) {
-    if (!state_) throw_error(errc::invalid_argument, "async_accept on an empty verbs_listener");
-    detail::check_reactor_thread(state_->reactor(), "verbs_listener", "async_accept");
-    state_->async_accept(detail::verbs_listener_state::handler_type(std::forward<H>(handler)));
-  }
-
-  /// The bound port (the one chosen if 0 was asked for); 0 if empty.
-  std::uint16_t port() const noexcept { return state_ ? state_->port() : 0; }
-  bool is_open() const noexcept { return state_ && state_->is_open(); }
-  /// Stops listening; pending accepts complete with errc::cancelled.
-  void close() noexcept {
-    if (state_) state_->close();
-  }
 
  private:
   friend class verbs;
-  explicit verbs_listener(detail::ref_ptr<detail::verbs_listener_state> s) noexcept : state_(std::move(s)) {}
-  detail::ref_ptr<detail::verbs_listener_state> state_;
+  explicit verbs_listener(detail::ref_ptr<detail::verbs_listener_state> s) noexcept
+      : basic_listener_handle(std::move(s)) {}
 };
 
 /// The RDMA verbs transport; a model of fusewire::transport. Cheap to copy (it
@@ -1879,34 +1812,23 @@ class verbs {
   /// for a bad host.
   template <connection_handler<verbs_connection> H>
   void connect(verbs_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
-    detail::check_reactor_thread(reactor, "verbs", "connect");
-    using handler_type = detail::unique_function<void(std::error_code, verbs_connection)>;
-    reactor.work_started();
-    handler_type h(std::forward<H>(handler));
-    const auto fail = [&reactor](handler_type hh, std::error_code ec) {
-      reactor.post([&reactor, hh = std::move(hh), ec]() mutable {
-        reactor.work_finished();
-        reactor.invoke(hh, ec, verbs_connection());
-      });
-    };
-    if (reactor.stopping()) return fail(std::move(h), make_error_code(errc::cancelled));
+    detail::pending_connect<verbs_connection, verbs_reactor> op(reactor, "verbs", std::forward<H>(handler));
+    detail::socket_address addr;
+    if (!op.start(host, port, addr)) return;
     std::error_code ec;
-    const detail::socket_address addr = detail::resolve(host, port, ec);
-    if (ec) return fail(std::move(h), ec);
     detail::verbs_context* ctx = context(reactor, ec);
-    if (ctx == nullptr) return fail(std::move(h), ec);
+    if (ctx == nullptr) return op.fail(ec);
     rdma_cm_id* id = nullptr;
     if (rdma_create_id(ctx->cm_channel(), &id, nullptr, RDMA_PS_TCP) != 0) {
-      return fail(std::move(h), std::error_code(errno, std::system_category()));
+      return op.fail(std::error_code(errno, std::system_category()));
     }
     detail::ref_ptr<detail::verbs_conn_state> state(
         new detail::verbs_conn_state(*ctx, id, detail::verbs_conn_state::phase::resolving_addr));
-    state->on_established([&reactor, state, h = std::move(h)](std::error_code e) mutable {
+    state->on_established([op = std::move(op), state](std::error_code e) mutable {
       verbs_connection conn;
-      if (!e) conn = verbs_connection(state);
+      if (!e) conn = verbs_connection(std::move(state));
       state.reset();
-      reactor.work_finished();
-      reactor.invoke(h, e, std::move(conn));
+      op.finish(e, std::move(conn));
     });
     if (rdma_resolve_addr(id, nullptr, const_cast<sockaddr*>(addr.get()), config_.resolve_timeout_ms) != 0) {
       const int err = errno;

@@ -56,3 +56,26 @@ TEST_CASE("timer_queue compacts when most entries are cancelled") {
   CHECK(n == 1);
   CHECK(q.empty());
 }
+
+TEST_CASE("timer_queue take_expired: a cancelled earlier entry neither fires nor hides a due later one") {
+  timer_queue q;
+  const auto t0 = timer_queue::clock::time_point{} + 1s;
+  std::vector<int> fired;
+  const auto early = q.add(t0 + 1ms, [&](std::error_code) { fired.push_back(1); });
+  q.add(t0 + 2ms, [&](std::error_code) { fired.push_back(2); });
+  q.add(t0 + 5ms, [&](std::error_code) { fired.push_back(5); });
+  REQUIRE(static_cast<bool>(q.remove(early)));
+  // Before every deadline (the dead entry's included): nothing taken, nothing lost.
+  CHECK(q.take_expired(t0, [](timer_queue::callback cb) { cb({}); }) == 0);
+  CHECK(q.size() == 2);
+  // Past the dead entry's deadline but before the next live one.
+  CHECK(q.take_expired(t0 + 1ms, [](timer_queue::callback cb) { cb({}); }) == 0);
+  CHECK(fired.empty());
+  CHECK(q.take_expired(t0 + 2ms, [](timer_queue::callback cb) { cb({}); }) == 1);
+  CHECK(fired == std::vector<int>{2});
+  CHECK(*q.next_deadline() == t0 + 5ms);
+  CHECK(q.take_expired(t0 + 4ms, [](timer_queue::callback cb) { cb({}); }) == 0);
+  CHECK(q.take_expired(t0 + 5ms, [](timer_queue::callback cb) { cb({}); }) == 1);
+  CHECK(fired == std::vector<int>{2, 5});
+  CHECK(q.empty());
+}

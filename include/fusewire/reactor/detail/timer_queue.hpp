@@ -58,6 +58,8 @@ class timer_queue {
   template <class Sink>
   std::size_t take_expired(clock::time_point now, Sink&& sink) {
     std::size_t n = 0;
+    // Every entry, live or dead, is due no earlier than the top: nothing to look up.
+    if (heap_.empty() || heap_.front().when > now) return 0;
     for (;;) {
       drop_dead_top();
       if (heap_.empty() || heap_.front().when > now) break;

@@ -1,18 +1,24 @@
 #pragma once
-/// The public connection and listener handles of the TCP transports: move-only
+/// The public connection and listener handles of the transports: move-only
 /// owners of a ref-counted state (transport/detail/ref_counted.hpp) that check
 /// the calling thread and forward to it. Each transport derives its named
 /// handle from these and adds what is its own (constructors for its friends,
-/// counters). Private to the transport layer.
+/// counters, verbs' one-sided writes). Also the start and end that every
+/// transport's connect() shares (pending_connect). Private to the transport layer.
 
+#include <concepts>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
+#include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
 
 namespace fusewire {
@@ -26,6 +32,11 @@ concept handle_connection_state = requires(S& s, const S& cs) {
   { cs.is_open() } -> std::same_as<bool>;
   { cs.peer() } -> std::convertible_to<std::string>;
   cs.reactor();
+};
+
+/// A connection state over a file descriptor (the TCP transports; not verbs).
+template <class S>
+concept fd_connection_state = requires(S& s) {
   { s.native_handle() } -> std::convertible_to<int>;
 };
 
@@ -96,8 +107,12 @@ class basic_connection_handle {
     if (!state_) throw_error(errc::invalid_argument, std::string("reactor() on an empty ") + Name::value);
     return state_->reactor();
   }
-  /// The socket's file descriptor, or -1.
-  int native_handle() const noexcept { return state_ ? state_->native_handle() : -1; }
+  /// The socket's file descriptor, or -1; only where the state has one.
+  int native_handle() const noexcept
+    requires fd_connection_state<State>
+  {
+    return state_ ? state_->native_handle() : -1;
+  }
 
  protected:
   explicit basic_connection_handle(ref_ptr<State> s) noexcept : state_(std::move(s)) {}
@@ -151,6 +166,61 @@ class basic_listener_handle {
   explicit basic_listener_handle(ref_ptr<State> s) noexcept : state_(std::move(s)) {}
 
   ref_ptr<State> state_;
+};
+
+/// A connect() under way: the user's handler plus the unit of work it keeps
+/// counted on the reactor until the handler runs, exactly once (through fail(),
+/// finish(), or whoever release() hands it to). Reactor thread only.
+template <class Connection, class Reactor>
+class pending_connect {
+ public:
+  using handler_type = unique_function<void(std::error_code, Connection)>;
+
+  /// Checks the calling thread (naming `transport` in the error), then counts the connect as work.
+  template <class H>
+  pending_connect(Reactor& reactor, const char* transport, H&& handler) : reactor_(&reactor) {
+    check_reactor_thread(reactor, transport, "connect");
+    reactor.work_started();
+    handler_ = handler_type(std::forward<H>(handler));
+  }
+
+  /// Resolves host:port into `addr`. False when the connect cannot start (the
+  /// reactor is stopping: errc::cancelled; a bad host); the handler is then posted.
+  bool start(std::string_view host, std::uint16_t port, socket_address& addr) {
+    if (reactor_->stopping()) {
+      fail(make_error_code(errc::cancelled));
+      return false;
+    }
+    std::error_code ec;
+    addr = resolve(host, port, ec);
+    if (ec) {
+      fail(ec);
+      return false;
+    }
+    return true;
+  }
+
+  /// Posts `handler(ec, Connection())` (never inline).
+  void fail(std::error_code ec) {
+    Reactor& r = *reactor_;
+    r.post([&r, h = std::move(handler_), ec]() mutable {
+      r.work_finished();
+      r.invoke(h, ec, Connection());
+    });
+  }
+
+  /// Runs `handler(ec, conn)` now; for a completion that is already posted.
+  void finish(std::error_code ec, Connection conn) {
+    reactor_->work_finished();
+    reactor_->invoke(handler_, ec, std::move(conn));
+  }
+
+  /// The handler, for a state that completes it itself (and ends the work).
+  handler_type release() noexcept { return std::move(handler_); }
+
+ private:
+  Reactor* reactor_;
+  handler_type handler_;
 };
 
 }  // namespace detail
