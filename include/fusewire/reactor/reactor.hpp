@@ -440,7 +440,12 @@ class basic_reactor final : private detail::engine_hooks {
         continue;
       }
       if (cfg.mode == reactor_mode::poll) continue;
-      if (cfg.mode == reactor_mode::adaptive && clock::now() - last_work < cfg.idle_poll) continue;
+      if (cfg.mode == reactor_mode::adaptive && clock::now() - last_work < cfg.idle_poll) {
+        // Idle polling gives way to runnable threads (an oversubscribed host:
+        // the caller that would hand us work may be waiting for this CPU).
+        std::this_thread::yield();
+        continue;
+      }
       sleep();
       if (cfg.mode == reactor_mode::adaptive) last_work = clock::now();
     }
