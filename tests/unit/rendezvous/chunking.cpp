@@ -1,11 +1,6 @@
 // rendezvous::endpoint: chunked and striped large tensors, per-key FIFO across
 // chunked and plain frames, failures mid-transfer, fuse_delay and keepalive.
-#include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/wire/codec.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
 
 #include <doctest/doctest.h>
 
@@ -16,24 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
 #include "test_util.hpp"
 
-namespace fw = fusewire;
-namespace rv = fusewire::rendezvous;
-using namespace std::chrono_literals;
-
-#if FUSEWIRE_HAS_URING
-#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
-#else
-#define TRANSPORTS fw::asio_tcp
-#endif
-
 namespace {
-
-const fw::task_id ps0{"ps", 0};
-const fw::task_id w0{"worker", 0};
-const fw::task_id w1{"worker", 1};
 
 fw::options test_options() {
   fw::options o;

@@ -1,9 +1,4 @@
 // rendezvous::endpoint over both transports: two endpoints in one process.
-#include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
 
 #include <doctest/doctest.h>
 
@@ -15,23 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "endpoint_fixture.hpp"
 #include "test_util.hpp"
 
-namespace fw = fusewire;
-namespace rv = fusewire::rendezvous;
-using namespace std::chrono_literals;
-
-#if FUSEWIRE_HAS_URING
-#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
-#else
-#define TRANSPORTS fw::asio_tcp
-#endif
-
 namespace {
-
-const fw::task_id ps0{"ps", 0};
-const fw::task_id w0{"worker", 0};
-const fw::task_id w1{"worker", 1};
 
 fw::options test_options() {
   fw::options o;

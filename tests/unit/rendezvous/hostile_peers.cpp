@@ -1,11 +1,6 @@
 // An endpoint facing garbage, truncated frames, impostors and wrong cluster tokens:
 // it closes that one connection with a logged error and keeps serving the others.
-#include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/wire/codec.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -19,18 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
 #include "test_util.hpp"
-
-namespace fw = fusewire;
-namespace rv = fusewire::rendezvous;
-using namespace std::chrono_literals;
-
-#if FUSEWIRE_HAS_URING
-#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
-#else
-#define TRANSPORTS fw::asio_tcp
-#endif
 
 namespace {
 
@@ -38,10 +24,6 @@ using rvtest::frame_bytes;
 using rvtest::hello_from;
 using rvtest::log_capture;
 using rvtest::raw_client;
-
-const fw::task_id ps0{"ps", 0};
-const fw::task_id w0{"worker", 0};
-const fw::task_id w1{"worker", 1};
 
 fw::options test_options(std::string token = {}) {
   fw::options o;
