@@ -79,7 +79,12 @@ TEST_CASE("payloads cross endpoints with their descriptors and dead bits, fused 
   for (bool coalesce : {false, true}) {
     CAPTURE(coalesce);
     const auto spec = rvtest::loopback_cluster(1, 1);
-    endpoint worker_ep(worker_task, spec, quiet_options(coalesce));
+    auto wo = quiet_options(coalesce);
+    // A batch waits up to this long for more sends: the sends made below from this
+    // thread in a row then share a frame however slowly the reactor runs (TSan),
+    // instead of depending on reaching the reactor within one tick.
+    if (coalesce) wo.fuse_delay = 200ms;
+    endpoint worker_ep(worker_task, spec, wo);
     endpoint ps_ep(ps0_task, spec, quiet_options(coalesce));
     channel w(worker_ep), p(ps_ep);
     // Several small messages in a row: with coalescing they leave as fused frames.
