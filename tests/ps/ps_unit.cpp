@@ -306,6 +306,24 @@ TEST_CASE("reply encoding round-trips") {
   CHECK(ec == fw::errc::unsupported_version);
   CHECK(mutate(6, std::byte{1}) == "message type is not a reply");
   CHECK(ec == fw::errc::malformed_frame);
+  // The entries are checked like a request's, with the same words.
+  const std::size_t e0 = ps::reply_header_bytes;
+  const std::size_t e1 = e0 + ps::reply_entry_header_bytes + 3 * 4;
+  CHECK(mutate(44, std::byte{9}) == "entry count 9 does not fit in " + std::to_string(bytes.size() - e0) + " bytes");
+  CHECK(mutate(e0, std::byte{5}) == "reply entry 0: unknown op 5");
+  CHECK(ec == fw::errc::malformed_frame);
+  CHECK(mutate(e0 + 2, std::byte{1}) == "reply entry 0: reserved bytes are not zero");
+  CHECK(mutate(e1 + 13, std::byte{1}) == "reply entry 1: reserved bytes are not zero");
+  CHECK(mutate(e0 + 23, std::byte{1}) == "reply entry 0: 72057594037927939 values do not fit in the " +
+                                            std::to_string(bytes.size() - e0 - ps::reply_entry_header_bytes) + " bytes left");
+  CHECK(ec == fw::errc::truncated_frame);
+  CHECK(mutate(43, std::byte{1}) == "reply: 16777216 message bytes do not fit in the " + std::to_string(bytes.size() - e0) +
+                                        " bytes left");
+  std::vector<std::byte> longer(bytes.bytes().begin(), bytes.bytes().end());
+  longer.resize(longer.size() + 3);
+  ps::decode_reply(fw::const_buffer(longer.data(), longer.size()), r, ec, why);
+  CHECK(why == "3 bytes after the last entry");
+  CHECK(ec == fw::errc::malformed_frame);
   ps::reply_builder err(3, 0, 0);
   err.set_error(fw::errc::size_mismatch, "bad");
   ps::decode_reply(err.finish().bytes(), r, ec, why);

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -144,29 +145,92 @@ struct entry_view {
 };
 
 namespace detail {
-/// Checks what every PS message starts with: its header fits, magic 'FWPS',
-/// version 1, and message type `type` (1 request, 2 reply); on failure sets
-/// `ec` and `why` (naming `what`) and returns false.
-inline bool check_preamble(const_buffer bytes, std::size_t header_bytes, std::uint16_t type, const char* what,
-                           std::error_code& ec, std::string& why) {
-  auto fail = [&](errc e, std::string w) {
-    ec = make_error_code(e);
-    why = std::move(w);
+/// Reads one PS message front to back for decode_request()/decode_reply(): every
+/// check names what was wrong in `why`, sets `ec` and returns false, and every
+/// count is checked against the bytes left before they are touched.
+class message_reader {
+ public:
+  message_reader(const_buffer bytes, std::error_code& ec, std::string& why) noexcept
+      : p_(bytes.data()), end_(bytes.size()), ec_(ec), why_(why) {
+    ec_.clear();
+    why_.clear();
+  }
+
+  bool fail(errc e, std::string w) {
+    ec_ = make_error_code(e);
+    why_ = std::move(w);
     return false;
-  };
-  if (bytes.size() < header_bytes) {
-    return fail(errc::truncated_frame, std::string(what) + " of " + std::to_string(bytes.size()) +
-                                           " bytes is shorter than its " + std::to_string(header_bytes) + "-byte header");
   }
-  const std::byte* p = bytes.data();
-  if (get<std::uint32_t>(p) != message_magic) return fail(errc::bad_magic, std::string(what) + " does not start with 'FWPS'");
-  if (get<std::uint16_t>(p + 4) != message_version) {
-    return fail(errc::unsupported_version, std::string(what) + " version " + std::to_string(get<std::uint16_t>(p + 4)) +
-                                               " (this PS speaks " + std::to_string(message_version) + ")");
+
+  /// What every PS message starts with: its `header_bytes`-byte header fits,
+  /// magic 'FWPS', version 1, message type `type` (1 request, 2 reply).
+  bool preamble(std::size_t header_bytes, std::uint16_t type, const char* what) {
+    if (end_ < header_bytes) {
+      return fail(errc::truncated_frame, std::string(what) + " of " + std::to_string(end_) +
+                                             " bytes is shorter than its " + std::to_string(header_bytes) + "-byte header");
+    }
+    if (get<std::uint32_t>(p_) != message_magic) return fail(errc::bad_magic, std::string(what) + " does not start with 'FWPS'");
+    if (get<std::uint16_t>(p_ + 4) != message_version) {
+      return fail(errc::unsupported_version, std::string(what) + " version " + std::to_string(get<std::uint16_t>(p_ + 4)) +
+                                                 " (this PS speaks " + std::to_string(message_version) + ")");
+    }
+    if (get<std::uint16_t>(p_ + 6) != type) return fail(errc::malformed_frame, std::string("message type is not a ") + what);
+    pos_ = header_bytes;
+    return true;
   }
-  if (get<std::uint16_t>(p + 6) != type) return fail(errc::malformed_frame, std::string("message type is not a ") + what);
-  return true;
-}
+
+  /// The message's first byte (header fields are read at their offsets).
+  const std::byte* header() const noexcept { return p_; }
+  std::size_t left() const noexcept { return end_ - pos_; }
+
+  /// `count` entries of at least `entry_bytes` each can still fit.
+  bool entry_count_fits(std::uint64_t count, std::size_t entry_bytes) {
+    if (count <= left() / entry_bytes) return true;
+    return fail(errc::malformed_frame,
+                "entry count " + std::to_string(count) + " does not fit in " + std::to_string(left()) + " bytes");
+  }
+
+  /// Takes an entry header of `bytes` bytes whose first byte is its op and
+  /// whose `zero_at` bytes must be zero; `where` names the entry.
+  bool entry_header(std::size_t bytes, std::initializer_list<std::size_t> zero_at, const std::string& where,
+                    const std::byte*& e, op& kind) {
+    if (left() < bytes) return fail(errc::truncated_frame, where + ": header truncated");
+    e = p_ + pos_;
+    const auto raw_op = get<std::uint8_t>(e);
+    if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, where + ": unknown op " + std::to_string(raw_op));
+    kind = static_cast<op>(raw_op);
+    for (std::size_t at : zero_at) {
+      if (e[at] != std::byte{0}) return fail(errc::malformed_frame, where + ": reserved bytes are not zero");
+    }
+    pos_ += bytes;
+    return true;
+  }
+
+  /// Takes `count` items of `item_bytes` each (`what`: "ids", "values").
+  bool items(std::uint64_t count, std::size_t item_bytes, const std::string& where, const char* what,
+             const std::byte*& out) {
+    if (count > left() / item_bytes) {
+      return fail(errc::truncated_frame, where + ": " + std::to_string(count) + " " + what + " do not fit in the " +
+                                             std::to_string(left()) + " bytes left");
+    }
+    out = p_ + pos_;
+    pos_ += static_cast<std::size_t>(count) * item_bytes;
+    return true;
+  }
+
+  /// Nothing follows the last entry.
+  bool at_end() {
+    if (pos_ == end_) return true;
+    return fail(errc::malformed_frame, std::to_string(left()) + " bytes after the last entry");
+  }
+
+ private:
+  const std::byte* p_;
+  std::size_t pos_ = 0;
+  std::size_t end_;
+  std::error_code& ec_;
+  std::string& why_;
+};
 }  // namespace detail
 
 /// A decoded request; views into the bytes it was decoded from.
@@ -184,15 +248,10 @@ struct request_view {
 /// bad_magic, unsupported_version) and `why`, and leaves whatever header fields
 /// were readable in `out` (seq, so an error reply can name the request).
 inline void decode_request(const_buffer bytes, request_view& out, std::error_code& ec, std::string& why) {
-  ec.clear();
-  why.clear();
   out = {};
-  auto fail = [&](errc e, std::string w) {
-    ec = make_error_code(e);
-    why = std::move(w);
-  };
-  if (!detail::check_preamble(bytes, request_header_bytes, 1, "request", ec, why)) return;
-  const std::byte* p = bytes.data();
+  detail::message_reader in(bytes, ec, why);
+  if (!in.preamble(request_header_bytes, 1, "request")) return;
+  const std::byte* p = in.header();
   out.incarnation = detail::get<std::uint64_t>(p + 8);
   out.seq = detail::get<std::uint64_t>(p + 16);
   out.fingerprint = detail::get<std::uint64_t>(p + 24);
@@ -200,52 +259,29 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
   out.min_step = detail::get<std::uint64_t>(p + 40);
   out.flags = detail::get<std::uint32_t>(p + 48);
   const std::uint32_t count = detail::get<std::uint32_t>(p + 52);
-  if (detail::get<std::uint64_t>(p + 56) != 0) return fail(errc::malformed_frame, "reserved header bytes are not zero");
+  if (detail::get<std::uint64_t>(p + 56) != 0) return (void)in.fail(errc::malformed_frame, "reserved header bytes are not zero");
   if ((out.flags & ~request_flags::all) != 0) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%x", out.flags);
-    return fail(errc::malformed_frame, std::string("unknown request flags ") + hex);
+    return (void)in.fail(errc::malformed_frame, std::string("unknown request flags ") + hex);
   }
-  std::size_t pos = request_header_bytes;
-  const std::size_t end = bytes.size();
-  if (count > (end - pos) / entry_header_bytes) {
-    return fail(errc::malformed_frame, "entry count " + std::to_string(count) + " does not fit in " +
-                                           std::to_string(end - pos) + " bytes");
-  }
+  if (!in.entry_count_fits(count, entry_header_bytes)) return;
   out.entries.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::string where = "entry " + std::to_string(i);
-    if (end - pos < entry_header_bytes) return fail(errc::truncated_frame, where + ": header truncated");
-    const std::byte* e = p + pos;
+    const std::byte* e = nullptr;
     entry_view v;
-    const auto raw_op = detail::get<std::uint8_t>(e);
-    if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, where + ": unknown op " + std::to_string(raw_op));
-    v.kind = static_cast<op>(raw_op);
-    if (e[1] != std::byte{0} || e[2] != std::byte{0} || e[3] != std::byte{0} || detail::get<std::uint32_t>(e + 12) != 0) {
-      return fail(errc::malformed_frame, where + ": reserved bytes are not zero");
-    }
+    if (!in.entry_header(entry_header_bytes, {1, 2, 3, 12, 13, 14, 15}, where, e, v.kind)) return;
     v.var = detail::get<std::uint32_t>(e + 4);
     v.slice = detail::get<std::uint32_t>(e + 8);
     v.id_count = detail::get<std::uint64_t>(e + 16);
     v.value_count = detail::get<std::uint64_t>(e + 24);
-    pos += entry_header_bytes;
-    if (!is_rows(v.kind) && v.id_count != 0) return fail(errc::malformed_frame, where + ": a dense op carries ids");
-    if (!is_push(v.kind) && v.value_count != 0) return fail(errc::malformed_frame, where + ": a pull carries values");
-    if (v.id_count > (end - pos) / 8) {
-      return fail(errc::truncated_frame, where + ": " + std::to_string(v.id_count) + " ids do not fit in the " +
-                                             std::to_string(end - pos) + " bytes left");
-    }
-    v.ids = p + pos;
-    pos += static_cast<std::size_t>(v.id_count) * 8;
-    if (v.value_count > (end - pos) / 4) {
-      return fail(errc::truncated_frame, where + ": " + std::to_string(v.value_count) + " values do not fit in the " +
-                                             std::to_string(end - pos) + " bytes left");
-    }
-    v.values = p + pos;
-    pos += static_cast<std::size_t>(v.value_count) * 4;
+    if (!is_rows(v.kind) && v.id_count != 0) return (void)in.fail(errc::malformed_frame, where + ": a dense op carries ids");
+    if (!is_push(v.kind) && v.value_count != 0) return (void)in.fail(errc::malformed_frame, where + ": a pull carries values");
+    if (!in.items(v.id_count, 8, where, "ids", v.ids) || !in.items(v.value_count, 4, where, "values", v.values)) return;
     out.entries.push_back(v);
   }
-  if (pos != end) return fail(errc::malformed_frame, std::to_string(end - pos) + " bytes after the last entry");
+  in.at_end();
 }
 
 /// Builds one request. Value and id spans are referenced until finish() copies them.
@@ -352,15 +388,10 @@ struct reply_view {
 
 /// Decodes a reply; on failure sets `ec` and `why` like decode_request().
 inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& ec, std::string& why) {
-  ec.clear();
-  why.clear();
   out = {};
-  auto fail = [&](errc e, std::string w) {
-    ec = make_error_code(e);
-    why = std::move(w);
-  };
-  if (!detail::check_preamble(bytes, reply_header_bytes, 2, "reply", ec, why)) return;
-  const std::byte* p = bytes.data();
+  detail::message_reader in(bytes, ec, why);
+  if (!in.preamble(reply_header_bytes, 2, "reply")) return;
+  const std::byte* p = in.header();
   out.seq = detail::get<std::uint64_t>(p + 8);
   out.step = detail::get<std::uint64_t>(p + 16);
   out.incarnation = detail::get<std::uint64_t>(p + 24);
@@ -368,30 +399,23 @@ inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& e
   out.flags = detail::get<std::uint32_t>(p + 36);
   const std::uint32_t message_len = detail::get<std::uint32_t>(p + 40);
   const std::uint32_t count = detail::get<std::uint32_t>(p + 44);
-  std::size_t pos = reply_header_bytes;
-  const std::size_t end = bytes.size();
-  if (message_len > end - pos) return fail(errc::truncated_frame, "reply message truncated");
-  out.message.assign(reinterpret_cast<const char*>(p + pos), message_len);
-  pos += message_len;
-  if (count > (end - pos) / reply_entry_header_bytes) return fail(errc::malformed_frame, "reply entry count too large");
+  const std::byte* message = nullptr;
+  if (!in.items(message_len, 1, "reply", "message bytes", message)) return;
+  out.message.assign(reinterpret_cast<const char*>(message), message_len);
+  if (!in.entry_count_fits(count, reply_entry_header_bytes)) return;
   out.entries.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
-    if (end - pos < reply_entry_header_bytes) return fail(errc::truncated_frame, "reply entry header truncated");
-    const std::byte* e = p + pos;
+    const std::string where = "reply entry " + std::to_string(i);
+    const std::byte* e = nullptr;
     reply_entry_view v;
-    const auto raw_op = detail::get<std::uint8_t>(e);
-    if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, "reply entry with unknown op");
-    v.kind = static_cast<op>(raw_op);
+    if (!in.entry_header(reply_entry_header_bytes, {1, 2, 3, 12, 13, 14, 15}, where, e, v.kind)) return;
     v.var = detail::get<std::uint32_t>(e + 4);
     v.slice = detail::get<std::uint32_t>(e + 8);
     v.value_count = detail::get<std::uint64_t>(e + 16);
-    pos += reply_entry_header_bytes;
-    if (v.value_count > (end - pos) / 4) return fail(errc::truncated_frame, "reply values truncated");
-    v.values = p + pos;
-    pos += static_cast<std::size_t>(v.value_count) * 4;
+    if (!in.items(v.value_count, 4, where, "values", v.values)) return;
     out.entries.push_back(v);
   }
-  if (pos != end) return fail(errc::malformed_frame, "bytes after the last reply entry");
+  in.at_end();
 }
 
 /// Builds a reply: reserve the values of each entry, then fill them in place.
