@@ -24,7 +24,7 @@ passed=0
 failed=0
 failures=()
 
-note() { printf '\n=== %s\n' "$*"; }
+note() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL $1"; }
 
@@ -70,6 +70,8 @@ meson_suite() {
   failed=$((failed + ${fl:-0} + ${to:-0} + ${up:-0}))
   if [ $(( ${fl:-0} + ${to:-0} + ${up:-0} )) -gt 0 ]; then
     failures+=("$name: $((${fl:-0} + ${to:-0} + ${up:-0})) test(s), see $dir/meson-logs/testlog.txt")
+    # what the failing tests printed (--print-errorlogs), then meson's summary
+    grep -v -E "^ *[0-9]+/[0-9]+ " "$dir.test.log" | sed '/^Summary of Failures/q' | grep -v '^Summary of Failures' | tail -150
     sed -n '/^Summary of Failures/,$p' "$dir.test.log"
   fi
 }

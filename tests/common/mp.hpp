@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 /// In a role's body (a function returning int): on failure, name the check and
@@ -70,6 +71,20 @@ inline bool succeeded(pid_t pid, const char* what) {
     std::fprintf(stderr, "%s exited with %d\n", what, WEXITSTATUS(status));
   }
   return false;
+}
+
+/// A spawned child and the name its failure is reported under.
+struct child {
+  pid_t pid;
+  std::string name;
+};
+
+/// Waits for every one of `children` in order (all of them, also after one
+/// failed); true if all exited 0, each failure printed as succeeded() does.
+inline bool all_succeeded(std::initializer_list<child> children) {
+  bool ok = true;
+  for (const child& c : children) ok = succeeded(c.pid, c.name.c_str()) && ok;
+  return ok;
 }
 
 /// Waits for `pid`, a child that is meant to kill itself with SIGKILL; true if

@@ -36,6 +36,7 @@ namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
 using fusewire::test::spawn;
+using fusewire::test::all_succeeded;
 using fusewire::test::succeeded;
 
 namespace {
@@ -101,9 +102,7 @@ int run_exchange() {
   const pid_t ps = spawn(240, [&] { return exchange_ps<T>(spec); });
   const pid_t a = spawn(240, [&] { return exchange_worker<T>(spec, 0); });
   const pid_t b = spawn(240, [&] { return exchange_worker<T>(spec, 1); });
-  bool ok = succeeded(ps, "ps:0");
-  ok = succeeded(a, "worker:0") && ok;
-  ok = succeeded(b, "worker:1") && ok;
+  bool ok = all_succeeded({{ps, "ps:0"}, {a, "worker:0"}, {b, "worker:1"}});
   return ok ? 0 : 1;
 }
 
@@ -165,8 +164,7 @@ int run_kill() {
   const pid_t victim = spawn(240, [&] { return kill_victim<T>(spec); });
   const pid_t survivor = spawn(240, [&] { return kill_survivor<T>(spec); });
   bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
-  ok = succeeded(ps, "ps:0") && ok;
-  ok = succeeded(survivor, "worker:1") && ok;
+  ok = all_succeeded({{ps, "ps:0"}, {survivor, "worker:1"}}) && ok;
   return ok ? 0 : 1;
 }
 
@@ -266,8 +264,7 @@ int run_hostile() {
   const pid_t ps = spawn(240, [&] { return hostile_ps<T>(spec); });
   const pid_t attacker = spawn(240, [&] { return attack(spec.fast_path_endpoint(ps0).port); });
   const pid_t worker = spawn(240, [&] { return hostile_worker<T>(spec); });
-  bool ok = succeeded(attacker, "attacker");
-  ok = succeeded(worker, "worker:1") && ok;
+  bool ok = all_succeeded({{attacker, "attacker"}, {worker, "worker:1"}});
   ok = succeeded(ps, "ps:0") && ok;
   return ok ? 0 : 1;
 }

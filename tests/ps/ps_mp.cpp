@@ -39,6 +39,7 @@ namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
 using transport = fw::asio_tcp;
 using fusewire::test::spawn;
+using fusewire::test::all_succeeded;
 using fusewire::test::succeeded;
 
 namespace {
@@ -197,11 +198,7 @@ int run_semantics() {
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
   const pid_t w0 = spawn(60, [&] { return semantics_worker(spec, 0); });
   const pid_t w1 = spawn(60, [&] { return semantics_worker(spec, 1); });
-  bool ok = succeeded(w0, "worker:0");
-  ok = succeeded(w1, "worker:1") && ok;
-  ok = succeeded(p0, "ps:0") && ok;
-  ok = succeeded(p1, "ps:1") && ok;
-  return ok ? 0 : 1;
+  return all_succeeded({{w0, "worker:0"}, {w1, "worker:1"}, {p0, "ps:0"}, {p1, "ps:1"}}) ? 0 : 1;
 }
 
 // ---- optimizers -----------------------------------------------------------------
@@ -275,10 +272,7 @@ int run_optimizers() {
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
   const pid_t w0 = spawn(60, [&] { return optimizers_worker(spec); });
-  bool ok = succeeded(w0, "worker:0");
-  ok = succeeded(p0, "ps:0") && ok;
-  ok = succeeded(p1, "ps:1") && ok;
-  return ok ? 0 : 1;
+  return all_succeeded({{w0, "worker:0"}, {p0, "ps:0"}, {p1, "ps:1"}}) ? 0 : 1;
 }
 
 // ---- sync -------------------------------------------------------------------------
@@ -331,18 +325,14 @@ int run_sync() {
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, so); });
   const pid_t w0 = spawn(60, [&] { return sync_worker(spec, 0); });
   const pid_t w1 = spawn(60, [&] { return sync_worker(spec, 1); });
-  bool ok = succeeded(w0, "worker:0");
-  ok = succeeded(w1, "worker:1") && ok;
+  bool ok = all_succeeded({{w0, "worker:0"}, {w1, "worker:1"}});
   // Both workers are done: stop the PS.
   const pid_t stopper = spawn(30, [&] {
     ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), client_opts(ps::training_mode::sync));
     cl.shutdown_servers();
     return 0;
   });
-  ok = succeeded(stopper, "stopper") && ok;
-  ok = succeeded(p0, "ps:0") && ok;
-  ok = succeeded(p1, "ps:1") && ok;
-  return ok ? 0 : 1;
+  return all_succeeded({{stopper, "stopper"}, {p0, "ps:0"}, {p1, "ps:1"}}) && ok ? 0 : 1;
 }
 
 // ---- checkpoint -------------------------------------------------------------------
@@ -425,9 +415,7 @@ int run_checkpoint() {
     const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, so); });
     const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, so); });
     const pid_t w0 = spawn(60, [&] { return checkpoint_worker(spec, phase); });
-    ok = succeeded(w0, "worker:0") && ok;
-    ok = succeeded(p0, "ps:0") && ok;
-    ok = succeeded(p1, "ps:1") && ok;
+    ok = all_succeeded({{w0, "worker:0"}, {p0, "ps:0"}, {p1, "ps:1"}});
     if (!ok) break;
   }
   std::filesystem::remove_all(dir);
@@ -501,9 +489,7 @@ int run_restart() {
   std::this_thread::sleep_for(300ms);
   std::printf("driver: ps:1 killed; restarting it from %s\n", ps::checkpoint_path(dir, 1, 2).c_str());
   p1 = spawn(60, [&] { return run_ps(spec, 1, m, so); });
-  ok = succeeded(w0, "worker:0") && ok;
-  ok = succeeded(p0, "ps:0") && ok;
-  ok = succeeded(p1, "ps:1 (restarted)") && ok;
+  ok = all_succeeded({{w0, "worker:0"}, {p0, "ps:0"}, {p1, "ps:1 (restarted)"}}) && ok;
   std::filesystem::remove_all(dir);
   return ok ? 0 : 1;
 }
