@@ -2,6 +2,7 @@
 // Scaffolding shared by the multi-process tests (rendezvous_mp, verbs_mp, ps_mp,
 // graph_mp): each role runs in a forked child under its own alarm(), and the
 // driver reaps the children and says how each one ended.
+#include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -25,6 +26,22 @@
   } while (0)
 
 namespace fusewire::test {
+
+/// A pipe, made before fork(), that one process writes a byte to to tell another
+/// it reached a point; wait() gives up after `ms` (false).
+struct signal_pipe {
+  int fds[2] = {-1, -1};
+  signal_pipe() {
+    if (::pipe(fds) != 0) std::exit(1);
+  }
+  void notify() const { (void)!::write(fds[1], "x", 1); }
+  bool wait(int ms) const {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return false;
+    char c;
+    return ::read(fds[0], &c, 1) == 1;
+  }
+};
 
 /// Runs `fn` in a forked child that `seconds` of alarm() bound; the child exits
 /// with what `fn` returns (1 if it throws, after printing the exception, prefixed

@@ -5,6 +5,9 @@
 //                                        pending receives and keeps serving the other worker
 //   rendezvous_mp hostile  <asio|uring>  garbage and truncated frames from a raw socket close
 //                                        that connection; the PS keeps serving a worker
+//   rendezvous_mp frozen   <asio|uring>  the PS is stopped (SIGSTOP: its kernel still ACKs);
+//                                        keepalive fails the worker's pending send and recv,
+//                                        which have no deadline
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail, 77 = skipped.
 #include <fusewire/rendezvous/endpoint.hpp>
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +41,7 @@ namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
 using fusewire::test::spawn;
 using fusewire::test::all_succeeded;
+using fusewire::test::signal_pipe;
 using fusewire::test::succeeded;
 
 namespace {
@@ -269,19 +274,86 @@ int run_hostile() {
   return ok ? 0 : 1;
 }
 
+// ---- frozen -----------------------------------------------------------------------
+
+fw::options frozen_options() {
+  fw::options o = mp_options();
+  o.keepalive = 200ms;
+  return o;
+}
+
+template <class T>
+int frozen_ps(const fw::cluster_spec& spec) {
+  rv::endpoint<T> ep(ps0, spec, frozen_options());
+  EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);
+  EXPECT(!ep.send_sync(w0, "welcome", rvtest::pattern(8, 2), 60s));
+  // The driver stops this process here and later kills it.
+  std::this_thread::sleep_for(200s);
+  return 1;
+}
+
+template <class T>
+int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const signal_pipe& stopped) {
+  rv::endpoint<T> ep(w0, spec, frozen_options());
+  // A connection each way: the worker's to the PS carries its sends, the PS's
+  // to the worker carries what the worker receives.
+  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(8, 1), 60s));
+  rv::recv_result welcome = ep.recv_sync(ps0, "welcome", 60s);
+  EXPECT(!welcome.ec && rvtest::matches(welcome.buffer, 8, 2));
+  ready.notify();
+  EXPECT(stopped.wait(60000));
+  // No deadlines: only keepalive can end these. The send is larger than the
+  // socket buffers, so it stays in flight against a peer that reads nothing.
+  std::promise<std::error_code> sent, received;
+  ep.send(ps0, "big", rvtest::pattern(64 << 20, 3), [&sent](std::error_code ec) { sent.set_value(ec); });
+  ep.recv(ps0, "never", [&received](std::error_code ec, fw::tensor_buffer) { received.set_value(ec); });
+  auto sent_f = sent.get_future();
+  auto received_f = received.get_future();
+  // Hang guards only (keepalive needs 2-3 x 200 ms).
+  EXPECT(sent_f.wait_for(60s) == std::future_status::ready);
+  EXPECT(received_f.wait_for(60s) == std::future_status::ready);
+  const std::error_code send_ec = sent_f.get();
+  const std::error_code recv_ec = received_f.get();
+  if (send_ec != fw::make_error_code(fw::errc::connection_reset) ||
+      recv_ec != fw::make_error_code(fw::errc::connection_reset)) {
+    std::fprintf(stderr, "worker:0: send ended with '%s', recv with '%s' (want connection_reset for both)\n",
+                 send_ec.message().c_str(), recv_ec.message().c_str());
+    return 1;
+  }
+  EXPECT(ep.stats().keepalive_pings > 0);
+  std::printf("worker:0: stopped PS detected by keepalive; send and recv failed with '%s'\n", send_ec.message().c_str());
+  return 0;
+}
+
+template <class T>
+int run_frozen() {
+  const auto spec = rvtest::loopback_cluster(1, 1);
+  signal_pipe ready, stopped;
+  const pid_t ps = spawn(240, [&] { return frozen_ps<T>(spec); });
+  const pid_t worker = spawn(240, [&] { return frozen_worker<T>(spec, ready, stopped); });
+  bool ok = ready.wait(60000);
+  if (!ok) std::fprintf(stderr, "worker:0 never finished its handshake with ps:0\n");
+  ::kill(ps, SIGSTOP);
+  stopped.notify();
+  ok = succeeded(worker, "worker:0") && ok;
+  fusewire::test::kill_and_reap(ps);
+  return ok ? 0 : 1;
+}
+
 template <class T>
 int run(const std::string& scenario) {
   if (scenario == "exchange") return run_exchange<T>();
   if (scenario == "kill") return run_kill<T>();
   if (scenario == "hostile") return run_hostile<T>();
-  std::fprintf(stderr, "unknown scenario '%s' (allowed: exchange, kill, hostile)\n", scenario.c_str());
+  if (scenario == "frozen") return run_frozen<T>();
+  std::fprintf(stderr, "unknown scenario '%s' (allowed: exchange, kill, hostile, frozen)\n", scenario.c_str());
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return fusewire::test::main_over_transport(argc, argv, "exchange|kill|hostile", 280, []<class T>(const std::string& what) {
+  return fusewire::test::main_over_transport(argc, argv, "exchange|kill|hostile|frozen", 280, []<class T>(const std::string& what) {
     return run<T>(what);
   });
 }

@@ -40,6 +40,7 @@ using namespace std::chrono_literals;
 using transport = fw::asio_tcp;
 using fusewire::test::spawn;
 using fusewire::test::all_succeeded;
+using fusewire::test::signal_pipe;
 using fusewire::test::succeeded;
 
 namespace {
@@ -79,21 +80,6 @@ int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_sp
   server.wait();
   return 0;
 }
-
-/// A pipe a worker writes one byte to, to tell the driver it reached a point.
-struct signal_pipe {
-  int fds[2] = {-1, -1};
-  signal_pipe() {
-    if (::pipe(fds) != 0) std::exit(1);
-  }
-  void notify() const { (void)!::write(fds[1], "x", 1); }
-  bool wait(int ms) const {
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, ms) <= 0) return false;
-    char c;
-    return ::read(fds[0], &c, 1) == 1;
-  }
-};
 
 std::filesystem::path fresh_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("fusewire_ps_mp_" + std::to_string(::getpid()) + "_" + name);
