@@ -12,7 +12,7 @@
 //   idle   memory per extra connected peer (one connection each way): RSS and
 //          heap delta, measured with forked peer processes.
 //
-// Usage: rendezvous_bench [--quick] [--no-batch] [--only skew|fuse|idle] [--transport asio|uring|all]
+// Usage: rendezvous_bench [--quick] [--no-batch] [--side fused|unfused|both] [--only skew|fuse|idle] [--transport asio|uring|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
@@ -54,6 +54,7 @@ struct settings {
   std::string only;
   std::string transport = "all";
   bool batch = true;  ///< fuse: start a step's operations through endpoint::batch
+  std::string side = "both";  ///< fuse: run the fused run, the unfused run, or both (profiling one alone)
 };
 
 std::uint16_t free_port() {
@@ -413,8 +414,8 @@ void run_transport(const settings& s) {
     std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name,
                 s.batch ? "one endpoint::batch per side and step" : "one call per operation");
     rv::endpoint_stats st;
-    const double fused = small_steps<T>(s, true, s.batch, &st);
-    const double unfused = small_steps<T>(s, false, s.batch, nullptr);
+    const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, true, s.batch, &st);
+    const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, false, s.batch, nullptr);
     std::printf("  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", fused,
                 st.fused_frames_sent ? static_cast<double>(st.tensors_fused) / static_cast<double>(st.fused_frames_sent)
                                      : 0.0);
@@ -439,11 +440,18 @@ int main(int argc, char** argv) {
       s.quick = true;
     } else if (a == "--only" && i + 1 < argc) {
       s.only = argv[++i];
+    } else if (a == "--side" && i + 1 < argc) {
+      s.side = argv[++i];
+      if (s.side != "both" && s.side != "fused" && s.side != "unfused") {
+        std::fprintf(stderr, "rendezvous_bench: --side %s: choose fused, unfused or both\n", s.side.c_str());
+        return 2;
+      }
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n"
-                  "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n");
+                  "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
+                  "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n");
       return 0;
     } else {
       std::fprintf(stderr, "rendezvous_bench: unknown argument '%s' (try --help)\n", a.c_str());

@@ -90,6 +90,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
@@ -112,7 +113,9 @@
 #include <fusewire/protocol/handshake.hpp>
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/reactor/reactor.hpp>
+#include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
+#include <fusewire/rendezvous/detail/small_fifo.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/fused.hpp>
 #include <fusewire/wire/meta.hpp>
@@ -269,7 +272,7 @@ class endpoint {
     auto op = std::make_shared<send_op>();
     op->sg.push_back(tensor.bytes());
     op->owned = std::move(tensor);
-    start(prepare_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+    start(prepare_send(resolve(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
   }
 
   /// Sends the scatter-gather list `payload` (not gathered: each buffer goes
@@ -280,13 +283,14 @@ class endpoint {
             clock::duration timeout = no_deadline) {
     auto op = std::make_shared<send_op>();
     op->sg.assign(payload.begin(), payload.end());
-    start(prepare_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+    start(prepare_send(resolve(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
   }
 
   /// Receives the tensor `peer` sends under `key`: `h(error_code, tensor_buffer)`.
   template <recv_completion H>
   void recv(const task_id& peer, std::string key, H&& h, clock::duration timeout = no_deadline) {
-    start(prepare_recv(peer, std::move(key), tensor_buffer(), false, recv_handler(std::forward<H>(h)), timeout));
+    start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), tensor_buffer(), false,
+                       recv_handler(std::forward<H>(h)), timeout));
   }
 
   /// As above, landing the payload in `destination` (its size must equal the
@@ -295,7 +299,8 @@ class endpoint {
   template <recv_completion H>
   void recv(const task_id& peer, std::string key, tensor_buffer destination, H&& h,
             clock::duration timeout = no_deadline) {
-    start(prepare_recv(peer, std::move(key), std::move(destination), true, recv_handler(std::forward<H>(h)), timeout));
+    start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(destination), true,
+                       recv_handler(std::forward<H>(h)), timeout));
   }
 
   /// Blocking send; errc::invalid_argument if called on the endpoint's reactor thread.
@@ -365,6 +370,11 @@ class endpoint {
     std::error_code error;          ///< completes with this on the reactor instead of starting
     clock::duration timeout{};
   };
+  /// A peer as an operation needs it: its name and whether the cluster has it.
+  struct peer_info {
+    std::string name;
+    bool known = false;
+  };
 
  public:
   /// Sends and recvs collected on one thread and handed to the reactor in ONE
@@ -378,7 +388,7 @@ class endpoint {
   /// thread-safe: one batch per thread; it must not outlive its endpoint.
   class batch {
    public:
-    explicit batch(endpoint& ep) : ep_(&ep) {}
+    explicit batch(endpoint& ep) : ep_(&ep), sends_(ep.send_blocks_), recvs_(ep.recv_blocks_) {}
     batch(const batch&) = delete;
     batch& operator=(const batch&) = delete;
     ~batch() { submit(); }
@@ -387,33 +397,35 @@ class endpoint {
     template <send_completion H>
     void send(const task_id& peer, std::string key, tensor_buffer tensor, H&& h,
               clock::duration timeout = no_deadline) {
-      auto op = std::make_shared<send_op>();
+      auto op = sends_.make();
       op->sg.push_back(tensor.bytes());
       op->owned = std::move(tensor);
-      ops_.push_back(ep_->prepare_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+      ops_.push_back(
+          ep_->prepare_send(peer_of(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
     }
 
     /// As endpoint::send (scatter-gather form): the bytes must stay valid until `h` ran.
     template <send_completion H>
     void send(const task_id& peer, std::string key, std::span<const const_buffer> payload, H&& h,
               clock::duration timeout = no_deadline) {
-      auto op = std::make_shared<send_op>();
+      auto op = sends_.make();
       op->sg.assign(payload.begin(), payload.end());
-      ops_.push_back(ep_->prepare_send(peer, std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+      ops_.push_back(
+          ep_->prepare_send(peer_of(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
     }
 
     /// As endpoint::recv.
     template <recv_completion H>
     void recv(const task_id& peer, std::string key, H&& h, clock::duration timeout = no_deadline) {
-      ops_.push_back(
-          ep_->prepare_recv(peer, std::move(key), tensor_buffer(), false, recv_handler(std::forward<H>(h)), timeout));
+      ops_.push_back(ep_->prepare_recv(recvs_.make(), peer_of(peer), std::move(key), tensor_buffer(), false,
+                                       recv_handler(std::forward<H>(h)), timeout));
     }
 
     /// As endpoint::recv into `destination`.
     template <recv_completion H>
     void recv(const task_id& peer, std::string key, tensor_buffer destination, H&& h,
               clock::duration timeout = no_deadline) {
-      ops_.push_back(ep_->prepare_recv(peer, std::move(key), std::move(destination), true,
+      ops_.push_back(ep_->prepare_recv(recvs_.make(), peer_of(peer), std::move(key), std::move(destination), true,
                                        recv_handler(std::forward<H>(h)), timeout));
     }
 
@@ -423,14 +435,29 @@ class endpoint {
     /// Hands every collected operation to the reactor in one task; the batch is then empty and reusable.
     void submit() {
       if (ops_.empty()) return;
+      const std::size_t n = ops_.size();
       std::vector<pending_op> ops = std::move(ops_);
       ops_.clear();
+      ops_.reserve(n);  // a steady step adds as many again
       ep_->start_many(std::move(ops));
     }
 
    private:
+    /// Resolves `peer` once per run of operations to the same peer.
+    const peer_info& peer_of(const task_id& peer) {
+      if (!last_peer_ || peer.index != last_peer_->index || peer.job != last_peer_->job) {
+        last_peer_ = peer;
+        last_info_ = ep_->resolve(peer);
+      }
+      return last_info_;
+    }
+
     endpoint* ep_;
     std::vector<pending_op> ops_;
+    std::optional<task_id> last_peer_;
+    peer_info last_info_;
+    detail::op_blocks<send_op> sends_;
+    detail::op_blocks<recv_op> recvs_;
   };
 
   /// Closes the listener and every connection; every pending operation
@@ -472,7 +499,7 @@ class endpoint {
 
   struct incoming;
 
-  struct recv_op : std::enable_shared_from_this<recv_op> {
+  struct recv_op {
     recv_op() = default;
     recv_op(const recv_op&) = delete;
     recv_op& operator=(const recv_op&) = delete;
@@ -498,6 +525,7 @@ class endpoint {
       prev = next = nullptr;
     }
 
+    std::weak_ptr<recv_op> self;  ///< its own owner (records of a batch alias a shared block)
     std::uint64_t id = 0;
     std::string peer;
     std::string key;
@@ -559,15 +587,17 @@ class endpoint {
   };
 
   struct slot {
-    std::deque<arrival> arrived;
-    std::deque<std::shared_ptr<recv_op>> waiting;
+    detail::small_fifo<arrival> arrived;
+    detail::small_fifo<std::shared_ptr<recv_op>> waiting;
     bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
   };
 
   /// (peer, key) of a slot; looked up by string_view so a steady step allocates no key.
+  /// Carries its hash: a lookup's bucket walk rehashes the nodes it passes.
   struct slot_key {
     std::string peer;
     std::string key;
+    std::size_t hash = 0;
   };
   struct slot_view {
     std::string_view peer;
@@ -579,7 +609,7 @@ class endpoint {
       const std::size_t a = std::hash<std::string_view>{}(v.peer);
       return std::hash<std::string_view>{}(v.key) ^ (a + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
     }
-    std::size_t operator()(const slot_key& k) const noexcept { return (*this)(slot_view{k.peer, k.key}); }
+    std::size_t operator()(const slot_key& k) const noexcept { return k.hash; }
   };
   struct slot_equal {
     using is_transparent = void;
@@ -657,7 +687,7 @@ class endpoint {
       // Bound receives complete from their read handler (the transport still holds dst).
       std::vector<std::shared_ptr<recv_op>> ops;
       for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
-        if (!op->bound && !op->xfer) ops.push_back(op->shared_from_this());
+        if (!op->bound && !op->xfer) ops.push_back(op->self.lock());
       }
       for (auto& op : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       slots_.clear();
@@ -752,7 +782,8 @@ class endpoint {
         std::erase_if(slots_, [](const auto& kv) { return kv.second.empty(); });
         slot_sweep_at_ = std::max(min_slot_sweep, 2 * slots_.size());
       }
-      return slots_.emplace(slot_key{std::string(peer), std::string(key)}, slot{}).first->second;
+      const std::size_t hash = slot_hash{}(slot_view{peer, key});
+      return slots_.emplace(slot_key{std::string(peer), std::string(key), hash}, slot{}).first->second;
     }
 
     void log(const std::string& line) {
@@ -1308,7 +1339,7 @@ class endpoint {
     void drop_arrival(const std::shared_ptr<incoming>& x) {
       slot* s = find_slot(std::get<0>(x->id), x->key);
       if (s == nullptr) return;
-      std::erase_if(s->arrived, [&](const arrival& a) { return a.pending == x; });
+      s->arrived.erase_if([&](const arrival& a) { return a.pending == x; });
     }
 
     void fail_transfers(const std::string& peer, std::uint64_t incarnation, std::error_code ec) {
@@ -1372,7 +1403,7 @@ class endpoint {
         finish_transfer(x);
         return;
       }
-      if (slot* s = find_slot(op->peer, op->key)) std::erase(s->waiting, op);
+      if (slot* s = find_slot(op->peer, op->key)) s->waiting.erase(op);
       complete(*op, make_error_code(errc::timed_out), tensor_buffer());
     }
 
@@ -1407,10 +1438,10 @@ class endpoint {
       down_.insert(peer);
       std::vector<std::shared_ptr<recv_op>> failed;
       for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
-        if (op->peer == peer && !op->bound && !op->xfer) failed.push_back(op->shared_from_this());
+        if (op->peer == peer && !op->bound && !op->xfer) failed.push_back(op->self.lock());
       }
       for (auto& op : failed) {
-        if (slot* s = find_slot(op->peer, op->key)) std::erase(s->waiting, op);
+        if (slot* s = find_slot(op->peer, op->key)) s->waiting.erase(op);
         complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
       }
     }
@@ -1489,8 +1520,10 @@ class endpoint {
     return r != nullptr && &r->group() == group_.get();
   }
 
-  std::error_code check_send(const task_id& peer, const std::string& key, const send_op& op) const {
-    if (!spec_.contains(peer) || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
+  peer_info resolve(const task_id& peer) const { return {peer.to_string(), spec_.contains(peer)}; }
+
+  std::error_code check_send(const peer_info& peer, const std::string& key, const send_op& op) const {
+    if (!peer.known || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
     if (op.sg.size() > wire::limits{}.max_segments) return make_error_code(errc::invalid_argument);
     const std::uint64_t n = total_size(op.sg.view());
     const bool chunked = opts_.chunking && n > opts_.chunk_size;
@@ -1500,10 +1533,10 @@ class endpoint {
     return {};
   }
 
-  pending_op prepare_send(const task_id& peer, std::string key, std::shared_ptr<send_op> op, send_handler h,
+  pending_op prepare_send(const peer_info& peer, std::string key, std::shared_ptr<send_op> op, send_handler h,
                           clock::duration timeout) {
     op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    op->peer = peer.to_string();
+    op->peer = peer.name;
     op->h = std::move(h);
     pending_op p;
     p.error = check_send(peer, key, *op);
@@ -1513,17 +1546,17 @@ class endpoint {
     return p;
   }
 
-  pending_op prepare_recv(const task_id& peer, std::string key, tensor_buffer dst, bool has_dst, recv_handler h,
-                          clock::duration timeout) {
-    auto op = std::make_shared<recv_op>();
+  pending_op prepare_recv(std::shared_ptr<recv_op> op, const peer_info& peer, std::string key, tensor_buffer dst,
+                          bool has_dst, recv_handler h, clock::duration timeout) {
+    op->self = op;
     op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    op->peer = peer.to_string();
+    op->peer = peer.name;
     op->key = std::move(key);
     op->dst = std::move(dst);
     op->has_dst = has_dst;
     op->h = std::move(h);
     pending_op p;
-    if (!spec_.contains(peer) || op->key.size() > wire::limits{}.max_key_bytes) {
+    if (!peer.known || op->key.size() > wire::limits{}.max_key_bytes) {
       p.error = make_error_code(errc::invalid_argument);
     }
     p.recv = std::move(op);
@@ -1572,7 +1605,7 @@ class endpoint {
     if (on_reactor()) return {make_error_code(errc::invalid_argument), {}};
     std::promise<recv_result> done;
     auto fut = done.get_future();
-    start(prepare_recv(peer, std::move(key), std::move(dst), has_dst,
+    start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(dst), has_dst,
                        [&done](std::error_code ec, tensor_buffer b) { done.set_value(recv_result{ec, std::move(b)}); },
                        timeout));
     return fut.get();
@@ -1588,6 +1621,11 @@ class endpoint {
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::unique_ptr<group_type> group_;
   std::unique_ptr<core> core_;
+  /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).
+  std::shared_ptr<typename detail::op_blocks<send_op>::cache_type> send_blocks_ =
+      std::make_shared<typename detail::op_blocks<send_op>::cache_type>();
+  std::shared_ptr<typename detail::op_blocks<recv_op>::cache_type> recv_blocks_ =
+      std::make_shared<typename detail::op_blocks<recv_op>::cache_type>();
 };
 
 }  // namespace rendezvous

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "endpoint_fixture.hpp"
@@ -318,4 +319,76 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
     }
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both ways round", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  rv::endpoint<T> ps(ps0, spec, test_options());
+  rv::endpoint<T> worker(w0, spec, test_options());
+  constexpr int n = 300;
+  for (const bool sends_first : {true, false}) {
+    CAPTURE(sends_first);
+    received got(n);
+    countdown recvs(n), sends(n);
+    std::atomic<int> send_errors{0};
+    typename rv::endpoint<T>::batch r(ps), s(worker);
+    for (int i = 0; i < n; ++i) {
+      r.recv(w0, "deep", [&, i](std::error_code ec, fw::tensor_buffer b) {
+        got.set(static_cast<std::size_t>(i), ec, std::move(b));
+        recvs.hit();
+      });
+      s.send(ps0, "deep", rvtest::pattern(16 + static_cast<std::size_t>(i % 7), static_cast<std::uint32_t>(i)),
+             [&](std::error_code ec) {
+               if (ec) ++send_errors;
+               sends.hit();
+             });
+    }
+    if (sends_first) {
+      s.submit();
+      REQUIRE(sends.wait());
+      // A marker on the same ordered connection: once it is in, all 300 wait in the key's queue.
+      REQUIRE_FALSE(worker.send_sync(ps0, "marker", rvtest::pattern(1, 1), 30s));
+      REQUIRE_FALSE(ps.recv_sync(w0, "marker", 30s).ec);
+      r.submit();
+    } else {
+      r.submit();
+      s.submit();
+      REQUIRE(sends.wait());
+    }
+    REQUIRE(recvs.wait());
+    CHECK(send_errors.load() == 0);
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      REQUIRE_FALSE(got.ec[static_cast<std::size_t>(i)]);
+      CHECK(got.calls[static_cast<std::size_t>(i)] == 1);
+      CHECK(rvtest::matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i % 7),
+                            static_cast<std::uint32_t>(i)));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("a batched operation that completes releases its handler while its block-mates still wait", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  rv::endpoint<T> ps(ps0, spec, test_options());
+  rv::endpoint<T> worker(w0, spec, test_options());
+  auto token = std::make_shared<int>(0);
+  countdown first(1), rest(1);
+  {
+    typename rv::endpoint<T>::batch r(ps);
+    r.recv(w0, "now", [&, t = token](std::error_code ec, fw::tensor_buffer) {
+      CHECK_FALSE(ec);
+      first.hit();
+    });
+    r.recv(w0, "later", [&](std::error_code ec, fw::tensor_buffer) {
+      CHECK(ec == fw::make_error_code(fw::errc::timed_out));
+      rest.hit();
+    }, 2s);
+  }
+  REQUIRE_FALSE(worker.send_sync(ps0, "now", rvtest::pattern(8, 3), 30s));
+  REQUIRE(first.wait());
+  // The handler (and its capture) is gone once it ran, though "later" still holds the records' block.
+  for (int i = 0; i < 1000 && token.use_count() != 1; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(token.use_count() == 1);
+  REQUIRE(rest.wait());
 }
