@@ -5,6 +5,8 @@
 //                       eager/message and chunk boundaries, byte for byte, both ways
 //   verbs_mp kill       a worker SIGKILLed mid-transfer; the PS fails the pending
 //                       receives with an error and keeps serving the other worker
+//   verbs_mp direct_kill  the same while the worker RDMA-writes straight into the
+//                       PS's advertised destination (direct placement)
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail, 77 = skipped (no device).
 // Addresses: FUSEWIRE_RDMA_TEST_ADDR (default 192.0.2.1, the QEMU guest's rxe0).
@@ -166,6 +168,58 @@ int kill_survivor(const fw::cluster_spec& spec) {
   return 0;
 }
 
+// ---- direct_kill ------------------------------------------------------------------
+
+constexpr std::size_t direct_big = 16u << 20;
+
+int direct_kill_ps(const fw::cluster_spec& spec) {
+  ep_t ep(ps0, spec, mp_options(), verbs_test::transport());
+  EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);  // the worker's ordered connection is known
+  std::promise<std::error_code> never;
+  auto never_f = never.get_future();
+  ep.recv(w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 60s);
+  fw::tensor_buffer dst = ep.allocate_registered(direct_big);
+  rv::recv_result big = ep.recv_sync(w0, "big", dst.share(), 60s);
+  std::printf("ps: direct placement from the killed worker ended with: %s (%llu adverts sent)\n",
+              big.ec ? big.ec.message().c_str() : "success",
+              static_cast<unsigned long long>(ep.rdma_stats().adverts_sent));
+  EXPECT(ep.rdma_stats().adverts_sent == 1);
+  EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
+         (!big.ec && rvtest::matches(big.buffer, direct_big, 78)));
+  EXPECT(never_f.wait_for(90s) == std::future_status::ready);
+  EXPECT(never_f.get() == fw::make_error_code(fw::errc::connection_reset));
+  rv::recv_result after = ep.recv_sync(w1, "after", 60s);
+  EXPECT(!after.ec);
+  EXPECT(rvtest::matches(after.buffer, 1 << 20, 5));
+  EXPECT(!ep.send_sync(w1, "ack", rvtest::pattern(3, 3), 60s));
+  return 0;
+}
+
+int direct_kill_victim(const fw::cluster_spec& spec) {
+  ep_t ep(w0, spec, mp_options(), verbs_test::transport());
+  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
+  fw::tensor_buffer src = ep.allocate_registered(direct_big);
+  auto p = rvtest::pattern(direct_big, 78);
+  std::memcpy(src.data(), p.data(), direct_big);
+  for (int i = 0; i < 60000 && ep.rdma_stats().adverts_received == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT(ep.rdma_stats().adverts_received == 1);
+  ep.send(ps0, "big", src.share(), [](std::error_code) {});
+  std::this_thread::sleep_for(2ms);
+  ::raise(SIGKILL);
+  return 1;
+}
+
+int run_direct_kill() {
+  const auto spec = rdma_cluster();
+  const pid_t ps = spawn(240, [&] { return direct_kill_ps(spec); });
+  const pid_t victim = spawn(240, [&] { return direct_kill_victim(spec); });
+  const pid_t survivor = spawn(240, [&] { return kill_survivor(spec); });
+  bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
+  ok = succeeded(ps, "ps:0") && ok;
+  ok = succeeded(survivor, "worker:1") && ok;
+  return ok ? 0 : 1;
+}
+
 int run_kill() {
   const auto spec = rdma_cluster();
   const pid_t ps = spawn(240, [&] { return kill_ps(spec); });
@@ -181,7 +235,7 @@ int run_kill() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s exchange|kill\n", argv[0]);
+    std::fprintf(stderr, "usage: %s exchange|kill|direct_kill\n", argv[0]);
     return 2;
   }
   std::string why;
@@ -197,8 +251,10 @@ int main(int argc, char** argv) {
     rc = run_exchange();
   } else if (scenario == "kill") {
     rc = run_kill();
+  } else if (scenario == "direct_kill") {
+    rc = run_direct_kill();
   } else {
-    std::fprintf(stderr, "unknown scenario '%s' (allowed: exchange, kill)\n", argv[1]);
+    std::fprintf(stderr, "unknown scenario '%s' (allowed: exchange, kill, direct_kill)\n", argv[1]);
     return 2;
   }
   std::printf("verbs_mp %s: %s\n", argv[1], rc == 0 ? "passed" : "FAILED");

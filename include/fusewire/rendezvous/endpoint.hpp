@@ -69,6 +69,10 @@
 ///   endpoint's one reactor thread (the kernel copies in parallel; the
 ///   endpoint does not spread a peer over several reactors).
 /// - Payloads are raw bytes (described on the wire as uint8[n]).
+/// - RDMA (an rdma_transport such as verbs): a recv posted into registered
+///   memory (allocate_registered) above options.acc_size is advertised to the
+///   sender, which RDMA-writes the tensor straight into it; the semantics above
+///   are unchanged. See rendezvous/detail/rdma_direct.hpp.
 ///
 /// Threads: every public member may be called from any thread (work is handed
 /// to the reactor through its inbox); the blocking helpers must not be called
@@ -114,6 +118,7 @@
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
+#include <fusewire/rendezvous/detail/rdma_direct.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
 #include <fusewire/rendezvous/detail/small_fifo.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -262,6 +267,27 @@ class endpoint {
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   static constexpr std::string_view transport_name() noexcept { return Transport::name(); }
+
+  // ---- RDMA direct placement (rendezvous/detail/rdma_direct.hpp) ----
+  /// A buffer of `n` bytes registered with this endpoint's RDMA device (one
+  /// registration per call: for tensors reused every step). A recv into it of
+  /// more than options.acc_size bytes lets the sender RDMA-write the tensor
+  /// straight into it; a send from it needs no staging copy. Any thread but
+  /// the endpoint's reactor; throws std::system_error (registration failed:
+  /// the memlock limit, or errc::invalid_argument on the reactor thread).
+  tensor_buffer allocate_registered(std::size_t n)
+    requires rdma_transport<Transport>
+  {
+    if (on_reactor()) throw_error(errc::invalid_argument, "endpoint::allocate_registered: called on the reactor thread");
+    return group_->submit(0, [this, n] { return core_->direct_.allocate(*core_, n); }).get();
+  }
+  /// Counters of the direct-placement path.
+  direct_stats rdma_stats() const noexcept
+    requires rdma_transport<Transport>
+  {
+    return core_->direct_.stats();
+  }
+  // ---- end RDMA direct placement ----
 
   /// Sends `tensor` to task `peer` under `key`; the endpoint keeps `tensor`
   /// alive until `h(error_code)` ran. Errors: errc::invalid_argument (no such
@@ -481,6 +507,8 @@ class endpoint {
 
  private:
   using endpoint_type_alias = fusewire::endpoint;
+  template <class, class>
+  friend class detail::rdma_direct;  // RDMA direct placement
 
   struct send_op {
     std::uint64_t id = 0;
@@ -645,6 +673,8 @@ class endpoint {
 
     core(const core&) = delete;
     core& operator=(const core&) = delete;
+    template <class, class>
+    friend class detail::rdma_direct;  // RDMA direct placement
     ~core() {
       while (recv_ops_ != nullptr) recv_ops_->unlink();
     }
@@ -691,6 +721,7 @@ class endpoint {
       }
       for (auto& op : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       slots_.clear();
+      if constexpr (rdma_transport<Transport>) direct_.clear();  // RDMA direct placement
     }
 
     void post_send(std::shared_ptr<send_op> op, clock::duration timeout) {
@@ -734,6 +765,9 @@ class endpoint {
         return complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
       }
       arm_recv_deadline(op, timeout);
+      if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: advertise dst
+        if (s.waiting.empty()) direct_.advertise(*this, *op);
+      }
       s.waiting.push_back(std::move(op));
     }
 
@@ -859,6 +893,12 @@ class endpoint {
     void watch_lane(out_peer& p, std::shared_ptr<channel_type> ch) {
       ch->read_head([this, pp = &p, ch](std::error_code ec, protocol::frame_head head) {
         if (closing_) return;
+        if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: a receiver's advert
+          if (!ec && head.header.type == wire::frame_type::recv_request && ch->is_open()) {
+            direct_.on_advert(*this, *pp, ch, head);
+            return watch_lane(*pp, ch);
+          }
+        }
         if (!ec && head.header.type == wire::frame_type::pong) {
           if (ch->is_open()) {
             unanswered_.erase(ch.get());
@@ -921,6 +961,9 @@ class endpoint {
     // acc_size bytes), then go out as one fused frame; anything else first
     // flushes the batch, so the peer sees every send in call order.
     void enqueue(out_peer& p, std::shared_ptr<send_op> op) {
+      if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: write into an advertised dst
+        if (direct_.on_send(*this, p, op)) return;
+      }
       const std::size_t n = total_size(op->sg.view());
       const bool small = ep_.opts_.coalesce && n <= ep_.opts_.acc_size;
       if (!small) {
@@ -1152,6 +1195,9 @@ class endpoint {
       auto it = in_.find(ch.get());
       if (it == in_.end()) return;
       it->second.last_frame = detail::coarse_now();
+      if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: count tensors, take placed frames
+        if (direct_.on_inbound_frame(*this, ch, it->second, head)) return;
+      }
       const std::string peer = it->second.peer;
       if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) return on_tensor(ch, peer, *t, head.header);
       if (std::holds_alternative<wire::fused_meta>(head.body)) return on_fused(ch, peer, std::move(head));
@@ -1404,6 +1450,9 @@ class endpoint {
         return;
       }
       if (slot* s = find_slot(op->peer, op->key)) s->waiting.erase(op);
+      if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: held until the advert is answered
+        if (direct_.hold_timed_out(op)) return;
+      }
       complete(*op, make_error_code(errc::timed_out), tensor_buffer());
     }
 
@@ -1430,6 +1479,7 @@ class endpoint {
         }
       }
       fail_transfers(peer, incarnation, make_error_code(errc::connection_reset));
+      if constexpr (rdma_transport<Transport>) direct_.on_peer_lost(*this, peer);  // RDMA direct placement
       // Receives waiting for that peer would wait for nothing.
       for (const auto& other : in_) {
         if (other.second.peer == peer) return;  // another connection from it is still up
@@ -1513,6 +1563,10 @@ class endpoint {
     std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
     std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
     timer_id keepalive_timer_;
+
+   public:
+    /// RDMA direct placement (nothing for other transports).
+    [[no_unique_address]] typename detail::direct_state_for<Transport, recv_op>::type direct_;
   };
 
   bool on_reactor() const noexcept {

@@ -51,6 +51,7 @@ enum class frame_type : std::uint8_t {
   fused = 0x11,           ///< N keyed tensors; payloads concatenated in entry order
   chunk = 0x12,           ///< one piece of a large tensor split over several frames
   recv_request = 0x13,    ///< a receiver posts a key and the room it has for it
+  placed = 0x14,          ///< answers a recv_request: the tensor was written there (RDMA), or the region declined
   ack = 0x20,             ///< acknowledges `request_id`, may grant credits
   error = 0x21,           ///< request `request_id` failed: code and message
   ping = 0x22,            ///< keepalive / latency probe
@@ -77,6 +78,7 @@ enum class frame_type : std::uint8_t {
     case frame_type::fused:
     case frame_type::chunk:
     case frame_type::recv_request:
+    case frame_type::placed:
     case frame_type::ack:
     case frame_type::error:
     case frame_type::ping:
@@ -103,6 +105,7 @@ enum class frame_type : std::uint8_t {
     case frame_type::fused: return "fused";
     case frame_type::chunk: return "chunk";
     case frame_type::recv_request: return "recv_request";
+    case frame_type::placed: return "placed";
     case frame_type::ack: return "ack";
     case frame_type::error: return "error";
     case frame_type::ping: return "ping";

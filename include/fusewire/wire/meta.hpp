@@ -21,6 +21,7 @@
 ///   chunk           transfer_id u64, total_len u64, offset u64, index u32,
 ///                   count u32, key str, desc
 ///   recv_request    capacity u64, rdma_address u64, rdma_rkey u32, key str
+///   placed          size u64, written u8, key str
 ///   ack             value u64, credits u32
 ///   error           code i32, message str
 ///   ping, pong      timestamp u64
@@ -225,6 +226,20 @@ struct recv_request_meta {
   std::uint32_t rdma_rkey = 0;
 
   friend bool operator==(const recv_request_meta&, const recv_request_meta&) = default;
+};
+
+/// Answers the recv_request with the header's request_id (and `key`): either the
+/// sender wrote the tensor's `size` bytes into the advertised region (`written`
+/// = 1; sent after the write on the same connection, so it arrives once the
+/// bytes are in place), or it will never write there (`written` = 0, size 0):
+/// the tensor comes, or came, in a frame of its own.
+struct placed_meta {
+  static constexpr frame_type type = frame_type::placed;
+  std::string_view key;
+  std::uint64_t size = 0;
+  std::uint8_t written = 0;
+
+  friend bool operator==(const placed_meta&, const placed_meta&) = default;
 };
 
 /// Acknowledges the request in the header's request_id.
@@ -578,6 +593,38 @@ inline std::size_t encode_meta(const recv_request_meta& m, mutable_buffer out,
   m.rdma_rkey = r.u32();
   if (!r.ok()) return make_error_code(errc::malformed_frame);
   if (m.capacity > lim.max_transfer_bytes) return make_error_code(errc::frame_too_large);
+  if (auto ec = detail::read_string(r, lim.max_key_bytes, m.key)) return ec;
+  if (auto ec = detail::finish(r)) return ec;
+  out = m;
+  return {};
+}
+
+// ---- placed ---------------------------------------------------------------------
+
+[[nodiscard]] constexpr std::size_t encoded_size(const placed_meta& m) noexcept {
+  return 8 + 1 + detail::string_size(m.key);
+}
+
+inline std::size_t encode_meta(const placed_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
+  return detail::encode_checked(detail::string_fits(m.key), encoded_size(m), out, ec, [&](byte_writer& w) {
+    w.u64(m.size);
+    w.u8(m.written);
+    detail::write_string(w, m.key);
+  });
+}
+
+/// Decodes a placed frame; errc::malformed_frame if `written` is not 0 or 1 or
+/// a declined region names a size, errc::frame_too_large if size exceeds
+/// limits::max_transfer_bytes or the key exceeds limits::max_key_bytes.
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 placed_meta& out) noexcept {
+  if (auto ec = detail::check_meta(h, h.type == placed_meta::type, meta, lim)) return ec;
+  byte_reader r(meta.first(h.meta_len));
+  placed_meta m;
+  m.size = r.u64();
+  m.written = r.u8();
+  if (!r.ok() || m.written > 1 || (m.written == 0 && m.size != 0)) return make_error_code(errc::malformed_frame);
+  if (m.size > lim.max_transfer_bytes) return make_error_code(errc::frame_too_large);
   if (auto ec = detail::read_string(r, lim.max_key_bytes, m.key)) return ec;
   if (auto ec = detail::finish(r)) return ec;
   out = m;

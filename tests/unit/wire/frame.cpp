@@ -80,7 +80,7 @@ TEST_CASE("encode_header into a dynamic span checks its size") {
 }
 
 TEST_CASE("exactly the documented frame types are known") {
-  const std::vector<int> builtin = {0x01, 0x02, 0x03, 0x04, 0x10, 0x11, 0x12, 0x13, 0x20, 0x21, 0x22, 0x23, 0x24};
+  const std::vector<int> builtin = {0x01, 0x02, 0x03, 0x04, 0x10, 0x11, 0x12, 0x13, 0x14, 0x20, 0x21, 0x22, 0x23, 0x24};
   for (int raw = 0; raw < 256; ++raw) {
     const bool is_builtin = std::find(builtin.begin(), builtin.end(), raw) != builtin.end();
     const bool is_app = raw >= 0x40 && raw <= 0x7f;
@@ -137,7 +137,7 @@ TEST_CASE("decode_header reports each defect with its own error and leaves the o
     }
   }
   SUBCASE("unknown types are unknown_frame_type") {
-    for (int t : {0x00, 0x05, 0x14, 0x25, 0x3f, 0x80, 0xff}) {
+    for (int t : {0x00, 0x05, 0x15, 0x25, 0x3f, 0x80, 0xff}) {
       header_bytes bad = good;
       bad[5] = static_cast<std::byte>(t);
       CHECK(decode(bad, out) == errc::unknown_frame_type);
