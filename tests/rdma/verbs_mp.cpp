@@ -33,7 +33,7 @@ namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
 using fusewire::test::spawn;
-using fusewire::test::succeeded;
+using fusewire::test::all_succeeded;
 
 namespace {
 
@@ -114,9 +114,7 @@ int run_exchange() {
   const pid_t ps = spawn(400, [&] { return exchange_ps(spec); });
   const pid_t a = spawn(400, [&] { return exchange_worker(spec, 0); });
   const pid_t b = spawn(400, [&] { return exchange_worker(spec, 1); });
-  bool ok = succeeded(ps, "ps:0");
-  ok = succeeded(a, "worker:0") && ok;
-  ok = succeeded(b, "worker:1") && ok;
+  bool ok = all_succeeded({{ps, "ps:0"}, {a, "worker:0"}, {b, "worker:1"}});
   return ok ? 0 : 1;
 }
 
@@ -209,27 +207,20 @@ int direct_kill_victim(const fw::cluster_spec& spec) {
   return 1;
 }
 
-int run_direct_kill() {
+// A worker SIGKILLed mid-transfer (`victim`); `ps` fails its pending receives
+// and keeps serving the survivor.
+int run_kill_scenario(int (*ps_role)(const fw::cluster_spec&), int (*victim_role)(const fw::cluster_spec&)) {
   const auto spec = rdma_cluster();
-  const pid_t ps = spawn(240, [&] { return direct_kill_ps(spec); });
-  const pid_t victim = spawn(240, [&] { return direct_kill_victim(spec); });
+  const pid_t ps = spawn(240, [&] { return ps_role(spec); });
+  const pid_t victim = spawn(240, [&] { return victim_role(spec); });
   const pid_t survivor = spawn(240, [&] { return kill_survivor(spec); });
   bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
-  ok = succeeded(ps, "ps:0") && ok;
-  ok = succeeded(survivor, "worker:1") && ok;
+  ok = all_succeeded({{ps, "ps:0"}, {survivor, "worker:1"}}) && ok;
   return ok ? 0 : 1;
 }
 
-int run_kill() {
-  const auto spec = rdma_cluster();
-  const pid_t ps = spawn(240, [&] { return kill_ps(spec); });
-  const pid_t victim = spawn(240, [&] { return kill_victim(spec); });
-  const pid_t survivor = spawn(240, [&] { return kill_survivor(spec); });
-  bool ok = fusewire::test::died_of_sigkill(victim, "worker:0");
-  ok = succeeded(ps, "ps:0") && ok;
-  ok = succeeded(survivor, "worker:1") && ok;
-  return ok ? 0 : 1;
-}
+int run_direct_kill() { return run_kill_scenario(direct_kill_ps, direct_kill_victim); }
+int run_kill() { return run_kill_scenario(kill_ps, kill_victim); }
 
 }  // namespace
 
