@@ -1,10 +1,6 @@
 // protocol::channel and the handshake over both transports, on two reactors of one group.
 #include <fusewire/protocol/channel.hpp>
 #include <fusewire/protocol/handshake.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
 
 #include <doctest/doctest.h>
 
@@ -15,15 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "../../common/tcp_transports.hpp"
+
 namespace fw = fusewire;
 namespace proto = fusewire::protocol;
 using namespace std::chrono_literals;
-
-#if FUSEWIRE_HAS_URING
-#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
-#else
-#define TRANSPORTS fw::asio_tcp
-#endif
 
 namespace {
 
