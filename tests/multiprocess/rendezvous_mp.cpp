@@ -93,6 +93,7 @@ int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
   }
   for (std::size_t n : size_classes) {
     rv::recv_result r = ep.recv_sync(ps0, "down/" + std::to_string(n), 60s);
+    if (r.ec) std::fprintf(stderr, "worker:%u recv down/%zu: %s\n", w, n, r.ec.message().c_str());
     EXPECT(!r.ec);
     auto expect = rvtest::pattern(n, seed_of(w, n));
     for (std::size_t i = 0; i < n; ++i) expect.data()[i] = ~expect.data()[i];

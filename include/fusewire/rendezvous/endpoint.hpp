@@ -36,7 +36,10 @@
 /// - Failure: a peer whose connection breaks fails the receives waiting for it
 ///   and the sends in flight to it with errc::connection_reset; the
 ///   connections of one peer process (its striping lanes) live and die
-///   together. Until it connects again, a new receive from it fails at once
+///   together: one that breaks takes the others down; one the peer closed in
+///   order (end of stream) ends alone once it delivered everything sent on it,
+///   so a peer that sends a chunked tensor and exits does not lose its tail.
+///   Until it connects again, a new receive from it fails at once
 ///   with the same error unless its tensor already arrived. An unreachable
 ///   peer fails queued sends with errc::connection_refused after
 ///   options.connect_timeout; a peer that restarts is reconnected to on the
@@ -1469,13 +1472,22 @@ class endpoint {
             "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
       }
       if (peer.empty()) return;
-      // The lanes of one peer process live and die together: a chunked transfer may use any of them.
-      for (auto i = in_.begin(); i != in_.end();) {
-        if (i->second.peer == peer && i->second.incarnation == incarnation) {
-          i->second.ch->close();
-          i = in_.erase(i);
-        } else {
-          ++i;
+      const auto same_process = [&](const auto& in) { return in.peer == peer && in.incarnation == incarnation; };
+      if (orderly) {
+        // An end of stream comes after every byte sent on that lane; the peer's other lanes may still
+        // hold chunks of a transfer (a peer that exits closes them one by one): each ends on its own.
+        for (const auto& other : in_) {
+          if (same_process(other.second)) return;
+        }
+      } else {
+        // The lanes of one peer process live and die together: a chunked transfer may use any of them.
+        for (auto i = in_.begin(); i != in_.end();) {
+          if (same_process(i->second)) {
+            i->second.ch->close();
+            i = in_.erase(i);
+          } else {
+            ++i;
+          }
         }
       }
       fail_transfers(peer, incarnation, make_error_code(errc::connection_reset));

@@ -31,19 +31,22 @@ auto wait(std::future<F>& f) {
   return f.get();
 }
 
-/// The first chunk frame of a `total`-byte transfer of two chunks, with its whole payload.
-std::vector<std::byte> first_chunk(std::string_view key, std::uint64_t total) {
+/// Chunk `index` (0 or 1) of a `total`-byte transfer of two chunks, with its whole payload
+/// (rvtest::pattern(total / 2, 3 + index)).
+std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t total, std::uint32_t index) {
   fw::wire::chunk_meta c;
   c.transfer_id = 77;
   c.total_len = total;
-  c.offset = 0;
-  c.index = 0;
+  c.offset = index * (total / 2);
+  c.index = index;
   c.count = 2;
   c.key = key;
   c.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
-  auto payload = rvtest::pattern(static_cast<std::size_t>(total / 2), 3);
+  auto payload = rvtest::pattern(static_cast<std::size_t>(total / 2), 3 + index);
   return rvtest::frame_bytes(c, payload.bytes());
 }
+
+std::vector<std::byte> first_chunk(std::string_view key, std::uint64_t total) { return chunk_frame(key, total, 0); }
 
 }  // namespace
 
@@ -164,6 +167,31 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     ps.recv(w0, "big", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
     c.shut_write();
     CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
+  }
+  SUBCASE("a lane the peer closes in order ends alone: the transfer completes on its other lane") {
+    // A peer that exits right after its last chunked send closes its lanes one by one; the
+    // chunks still on the other lanes must not be lost (a lane that BREAKS takes the others down).
+    rvtest::raw_client a(port);
+    rvtest::raw_client b(port);
+    a.send(rvtest::hello_from(w0));
+    b.send(rvtest::hello_from(w0));
+    std::promise<std::error_code> p;
+    auto f = p.get_future();
+    fw::tensor_buffer got;
+    ps.recv(w0, "big", [&p, &got](std::error_code ec, fw::tensor_buffer t) {
+      got = std::move(t);
+      p.set_value(ec);
+    }, 30s);
+    a.send(frame);
+    a.shut_write();
+    CHECK(a.closed_by_peer());  // the endpoint saw a's end of stream and let go of it
+    b.send(chunk_frame("big", total, 1));
+    REQUIRE(wait(f) == std::error_code());
+    REQUIRE(got.size() == total);
+    CHECK(std::memcmp(got.data(), rvtest::pattern(total / 2, 3).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.data() + total / 2, rvtest::pattern(total / 2, 4).data(), total / 2) == 0);
+    b.shut_write();
+    CHECK(b.closed_by_peer());
   }
   SUBCASE("the deadline passes mid-transfer: timed_out, and that peer's connection is closed") {
     rvtest::raw_client c(port);
