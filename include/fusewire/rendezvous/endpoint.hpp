@@ -1406,6 +1406,7 @@ class endpoint {
     }
 
     void deliver(std::string_view peer, std::string_view key, tensor_buffer b) {
+      if constexpr (rdma_transport<Transport>) direct_.on_delivered(peer, key);  // RDMA direct placement
       slot& s = slot_for(peer, key);
       while (!s.waiting.empty()) {
         std::shared_ptr<recv_op> op = std::move(s.waiting.front());

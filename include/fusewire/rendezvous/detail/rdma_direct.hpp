@@ -12,6 +12,11 @@
 ///   larger than options.acc_size, and the peer's ordered connection is known
 ///   (it carried a tensor already: the first step goes the normal way). At most
 ///   one advert per (peer, key) is out at a time; it goes on that connection.
+///   Nor while a tensor on that key is being read with no recv waiting for it
+///   (its header counted, its payload not yet delivered): FIFO gives that one
+///   to this recv, so an advert naming the next tensor would let the sender
+///   write into a destination the user already got back, and the recv that
+///   tensor was meant for would never complete.
 /// - The sender counts its sends per key. Tensor number `seq` may use the
 ///   advert `seq` (it is the one FIFO matches to the advertised recv); an
 ///   advert that arrives after tensor `seq` left is stale and answered
@@ -144,7 +149,7 @@ class rdma_direct {
     if (pit == rx_.end() || !pit->second.ordered || !pit->second.ordered->is_open()) return;
     rx_peer& rx = pit->second;
     rx_key& k = key_state(rx.keys, op.key);
-    if (k.op) return;
+    if (k.op || k.unsettled != 0) return;
     remote_region region;
     try {
       region = Transport::describe(op.dst);
@@ -183,11 +188,18 @@ class rdma_direct {
   /// `placed` frame (handled here, the next read posted or the connection failed).
   template <class Core, class Channel, class Inbound, class Head>
   bool on_inbound_frame(Core& core, const std::shared_ptr<Channel>& ch, const Inbound& in, const Head& head) {
+    if (!rx_.empty()) settle(in.peer, ch);
     if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) {
-      count(core, ordered_for(core, in.peer, ch), t->key);
+      rx_peer& rx = ordered_for(core, in.peer, ch);
+      // With a recv waiting the tensor is that recv's (read into its destination or delivered to it).
+      if (!has_waiting(core, in.peer, t->key)) unsettle(rx, t->key);
+      count(core, rx, t->key);
     } else if (const auto* f = std::get_if<wire::fused_meta>(&head.body)) {
       rx_peer& rx = ordered_for(core, in.peer, ch);
-      for (const wire::fused_entry& e : *f) count(core, rx, e.key);
+      for (const wire::fused_entry& e : *f) {
+        unsettle(rx, e.key);
+        count(core, rx, e.key);
+      }
     } else if (const auto* c = std::get_if<wire::chunk_meta>(&head.body)) {
       if (c->index == 0) count(core, ordered_for(core, in.peer, ch), c->key);
     } else if (const auto* p = std::get_if<wire::placed_meta>(&head.body)) {
@@ -195,6 +207,18 @@ class rdma_direct {
       return true;
     }
     return false;
+  }
+
+  /// A tensor from `peer` on `key` was read and delivered to its slot (a waiting
+  /// recv or the arrived queue): a recv posted from now on may be advertised.
+  void on_delivered(std::string_view peer, std::string_view key) {
+    if (rx_.empty()) return;
+    auto pit = rx_.find(peer);
+    if (pit == rx_.end() || pit->second.unsettled == 0) return;
+    auto kit = pit->second.keys.find(key);
+    if (kit == pit->second.keys.end() || kit->second.unsettled == 0) return;
+    --kit->second.unsettled;
+    --pit->second.unsettled;
   }
 
   /// A peer's inbound connections broke: its adverts can no longer be written to.
@@ -295,6 +319,7 @@ class rdma_direct {
  private:
   struct rx_key {
     std::uint64_t seen = 0;        ///< tensors on this key that arrived on the ordered connection
+    std::uint32_t unsettled = 0;   ///< of those, being read with no recv waiting (not yet delivered)
     std::uint64_t seq = 0;         ///< the advert's seq, while `op` is set
     std::shared_ptr<RecvOp> op;    ///< the advertised recv, until the advert is answered or lost
     bool timed_out = false;        ///< `op`'s deadline passed: it is out of the FIFO, held for the answer
@@ -302,6 +327,7 @@ class rdma_direct {
   struct rx_peer {
     std::shared_ptr<protocol::channel<typename Transport::connection_type>> ordered;
     std::unordered_map<std::string, rx_key, direct_string_hash, std::equal_to<>> keys;
+    std::uint32_t unsettled = 0;  ///< sum of the keys' `unsettled`
   };
   struct advert {
     std::uint64_t seq = 0;
@@ -341,10 +367,38 @@ class rdma_direct {
     if (rx.ordered != ch) {
       auto keys = std::move(rx.keys);
       rx.keys.clear();
+      rx.unsettled = 0;
       rx.ordered = ch;
       for (auto& [key, k] : keys) release(core, k);
     }
     return rx;
+  }
+
+  // A live recv waits on (peer, key).
+  template <class Core>
+  static bool has_waiting(Core& core, std::string_view peer, std::string_view key) {
+    auto* s = core.find_slot(peer, key);
+    if (s == nullptr) return false;
+    for (const auto& op : s->waiting) {
+      if (!op->done) return true;
+    }
+    return false;
+  }
+
+  template <class State>
+  static void unsettle(State& rx, std::string_view key) {
+    ++key_state(rx.keys, key).unsettled;
+    ++rx.unsettled;
+  }
+
+  // A frame header arrived on `ch`: every payload before it on that connection
+  // was read and delivered (a backstop; on_delivered settles them one by one).
+  template <class Channel>
+  void settle(std::string_view peer, const std::shared_ptr<Channel>& ch) {
+    auto pit = rx_.find(peer);
+    if (pit == rx_.end() || pit->second.unsettled == 0 || pit->second.ordered != ch) return;
+    for (auto& [key, k] : pit->second.keys) k.unsettled = 0;
+    pit->second.unsettled = 0;
   }
 
   // Tensor number `seen` on `key` arrived as a frame of its own: an advert for
