@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusewire's scripts need (as root), once.
-# Usage: .ci/deps.sh [build|tests|bench|demo]...   (build is always included)
+# Usage: .ci/deps.sh [build|tests|bench|peers|demo]...   (build is always included)
 set -euo pipefail
 
 build=(g++ meson ninja-build pkg-config cmake libboost-dev nlohmann-json3-dev
@@ -9,6 +9,8 @@ tests=(doctest-dev clang libclang-rt-14-dev zlib1g-dev libopenblas-dev dataset-f
 bench=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
        libzmq3-dev cppzmq-dev libcli11-dev gnuplot-nox)
 demo=(dataset-fashion-mnist zlib1g-dev libcli11-dev libopenblas-dev)
+# the peers bench/peers.sh measures fusewire against (UCX's ucx_perftest, iperf3)
+peers=(ucx-utils iperf3)
 
 want=("${build[@]}")
 for part in "$@"; do
@@ -16,8 +18,9 @@ for part in "$@"; do
     build) ;;
     tests) want+=("${tests[@]}" "${bench[@]}") ;;
     bench) want+=("${bench[@]}") ;;
+    peers) want+=("${peers[@]}") ;;
     demo) want+=("${demo[@]}") ;;
-    *) echo "deps.sh: unknown part '$part' (allowed: build tests bench demo)" >&2; exit 2 ;;
+    *) echo "deps.sh: unknown part '$part' (allowed: build tests bench peers demo)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# fusewire next to the peers it is measured against, side by side in ONE run
+# (this machine is noisy: only ratios within one run mean much):
+#
+#   10 B round trip p50, poll mode  fusewire-uring/asio vs floor:poll (busy-polling C ping-pong)
+#                                   and UCX over TCP (ucx_perftest tag_lat, UCX_TLS=tcp)
+#   10 B round trip p50, block mode fusewire-uring/asio vs floor:block, ZeroMQ, gRPC
+#   skew payload (6.03 MiB)         bandwidth and round trip vs ZeroMQ and gRPC, next to the
+#                                   TCP ceiling (iperf3, one stream) and the copy ceiling (memcpy)
+#
+# Usage: bench/peers.sh [--time SEC] [--repetitions N] [--build DIR] [--out DIR] [--quick]
+#   --time SEC        measured seconds per backend and repetition (default 3; --quick: 0.5)
+#   --repetitions N   repetitions; the table shows medians (default 3; --quick: 1)
+#   --build DIR       release build dir for fwbench and memcpy_floor (default build/bench-rel)
+#   --out DIR         where the JSON of each run goes (default DIR/peers)
+# Installs what it needs (Debian packages, as root): .ci/deps.sh bench peers. A peer whose
+# tool is missing (not root) is left out with a note. Pinned: server on the first CPU of the
+# cpuset, client on the second; under `chrt -r 1` when allowed (see bench/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=3 reps=3 build=build/bench-rel out=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --time) secs=${2:?--time needs seconds}; shift 2 ;;
+    --repetitions) reps=${2:?--repetitions needs a number}; shift 2 ;;
+    --build) build=${2:?--build needs a directory}; shift 2 ;;
+    --out) out=${2:?--out needs a directory}; shift 2 ;;
+    --quick) secs=0.5 reps=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+case $reps in ''|*[!0-9]*|0) echo "peers.sh: --repetitions '$reps' must be a whole number >= 1" >&2; exit 2 ;; esac
+if ! python3 -c "import sys; v = float(sys.argv[1]); sys.exit(0 if 0 < v <= 600 else 1)" "$secs" 2>/dev/null; then
+  echo "peers.sh: --time '$secs' must be a number of seconds, more than 0 and at most 600" >&2; exit 2
+fi
+out=${out:-$build/peers}
+
+# Packages (the peers' tools are optional: without root they are skipped).
+if ! .ci/deps.sh bench peers; then
+  echo "peers.sh: continuing with the tools that are here" >&2
+fi
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" -Dbuildtype=release -Dtests=false -Dexamples=false >/dev/null
+fi
+echo "peers: building fwbench and memcpy_floor in $build"
+ninja -C "$build" bench/fwbench bench/memcpy_floor >/dev/null
+mkdir -p "$out"
+rm -f "$out"/*.json "$out"/*.txt
+
+read -r c0 c1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[min(1, len(c) - 1)])')
+rt=()
+if chrt -r 1 true 2>/dev/null; then rt=(chrt -r 1); else echo "peers: no real-time priority here (chrt -r 1 refused): noisier numbers"; fi
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+fw=("${rt[@]}" "$build/bench/fwbench" --warmup 1 --time "$secs" --repetitions "$reps" --quiet)
+
+echo "peers: 10 B round trip, poll mode"
+"${fw[@]}" --buffers 10 --backend fusewire-uring:poll,fusewire-asio:poll,floor:poll --pin --json "$out/lat_poll.json"
+echo "peers: 10 B round trip, block mode"
+block=fusewire-uring:block,fusewire-asio:block,floor:block,zmq:block,grpc
+"${fw[@]}" --buffers 10 --backend "$block" --pin --json "$out/lat_block.json"
+echo "peers: skew payload, bandwidth and round trip"
+"${fw[@]}" --benchmark p2p-bandwidth,p2p-latency --scheme skew \
+  --backend fusewire-uring:block,fusewire-asio:block,zmq:block,grpc --json "$out/skew.json"
+skew_bytes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["payload_bytes"])' "$out/skew.json")
+
+# UCX over TCP: tag_lat's latency column is one way (half the round trip).
+if command -v ucx_perftest >/dev/null; then
+  echo "peers: UCX tag_lat 10 B over TCP (ucx_perftest)"
+  iters=$(python3 -c "import sys; print(max(1000, int(float(sys.argv[1]) * 50000)))" "$secs")
+  for ((r = 1; r <= reps; r++)); do
+    port=$(free_port)
+    UCX_TLS=tcp UCX_NET_DEVICES=lo timeout 120 "${rt[@]}" taskset -c "$c0" ucx_perftest -p "$port" \
+      >"$out/ucx_server.$r.txt" 2>&1 &
+    server=$!
+    sleep 0.5
+    UCX_TLS=tcp UCX_NET_DEVICES=lo timeout 120 "${rt[@]}" taskset -c "$c1" ucx_perftest 127.0.0.1 -p "$port" \
+      -t tag_lat -s 10 -n "$iters" -w 1000 >"$out/ucx.$r.txt" 2>&1 || echo "peers: ucx_perftest failed (see $out/ucx.$r.txt)"
+    wait "$server" 2>/dev/null || true
+  done
+else
+  echo "peers: ucx_perftest not here (Debian: ucx-utils): UCX left out"
+fi
+
+# iperf3: one TCP stream over loopback, the ceiling of any one-connection transport.
+if command -v iperf3 >/dev/null; then
+  echo "peers: iperf3, one stream over loopback"
+  whole=$(python3 -c "import math, sys; print(max(1, math.ceil(float(sys.argv[1]))))" "$secs")  # iperf3 -t: whole seconds
+  for ((r = 1; r <= reps; r++)); do
+    port=$(free_port)
+    timeout $((whole + 60)) "${rt[@]}" taskset -c "$c0" iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+    server=$!
+    sleep 0.5
+    timeout $((whole + 60)) "${rt[@]}" taskset -c "$c1" iperf3 -c 127.0.0.1 -p "$port" -t "$whole" -J >"$out/iperf3.$r.json" 2>&1 \
+      || echo "peers: iperf3 failed (see $out/iperf3.$r.json)"
+    wait "$server" 2>/dev/null || true
+  done
+else
+  echo "peers: iperf3 not here (Debian: iperf3): left out"
+fi
+
+echo "peers: memcpy of the skew payload's $skew_bytes bytes"
+"${rt[@]}" taskset -c "$c1" "$build/bench/memcpy_floor" --bytes "$skew_bytes" --time "$secs" \
+  --repetitions "$reps" >"$out/memcpy.txt"
+
+python3 - "$out" "$reps" <<'EOF'
+import glob, json, re, statistics, sys
+
+out, reps = sys.argv[1], int(sys.argv[2])
+
+def fwbench(name):
+    got = {}
+    for r in json.load(open(f"{out}/{name}.json"))["results"]:
+        got[(r["backend"], r["benchmark"])] = r["headline"]["median"]
+    return got
+
+lat_poll, lat_block, skew = fwbench("lat_poll"), fwbench("lat_block"), fwbench("skew")
+
+def ucx():
+    v = []
+    for f in glob.glob(f"{out}/ucx.*.txt"):
+        for line in open(f):
+            if line.startswith("Final:"):
+                v.append(2 * float(line.split()[2]))  # 50th percentile, one way -> round trip
+    return statistics.median(v) if v else None
+
+def iperf3():
+    v = []
+    for f in glob.glob(f"{out}/iperf3.*.json"):
+        try:
+            bps = json.load(open(f))["end"]["sum_received"]["bits_per_second"]
+            if bps > 0:
+                v.append(bps / 8e6)
+        except (ValueError, KeyError):
+            pass
+    return statistics.median(v) if v else None
+
+def memcpy():
+    m = re.search(r"median (\d+) MB/s", open(f"{out}/memcpy.txt").read())
+    return float(m.group(1)) if m else None
+
+rows = []  # (what, unit, better, {fusewire backend: value}, [(peer, value)])
+lat = "p2p-latency"
+rows.append(("10 B round trip p50, poll, pinned", "us", "lower",
+             {b: lat_poll.get((f"fusewire-{b}:poll", lat)) for b in ("uring", "asio")},
+             [("floor:poll (busy-polling C)", lat_poll.get(("floor:poll", lat))), ("UCX tcp tag_lat", ucx())]))
+rows.append(("10 B round trip p50, block, pinned", "us", "lower",
+             {b: lat_block.get((f"fusewire-{b}:block", lat)) for b in ("uring", "asio")},
+             [("floor:block (blocking C)", lat_block.get(("floor:block", lat))),
+              ("zmq:block", lat_block.get(("zmq:block", lat))), ("grpc", lat_block.get(("grpc", lat)))]))
+bw = "p2p-bandwidth"
+rows.append(("skew bandwidth, non-serialized", "MB/s", "higher",
+             {b: skew.get((f"fusewire-{b}:block", bw)) for b in ("uring", "asio")},
+             [("zmq:block", skew.get(("zmq:block", bw))), ("grpc", skew.get(("grpc", bw))),
+              ("iperf3, 1 stream (TCP ceiling)", iperf3()), ("memcpy (copy ceiling)", memcpy())]))
+rows.append(("skew round trip p50, non-serialized", "us", "lower",
+             {b: skew.get((f"fusewire-{b}:block", lat)) for b in ("uring", "asio")},
+             [("zmq:block", skew.get(("zmq:block", lat))), ("grpc", skew.get(("grpc", lat)))]))
+
+def fmt(v):
+    return "-" if v is None else (f"{v:.1f}" if v < 100 else f"{v:.0f}")
+
+print(f"\npeers: medians of {reps} repetition(s); ratio = fusewire / peer "
+      "(latency: lower is better, bandwidth: higher is better)")
+print(f"{'what':38} {'unit':5} {'uring':>8} {'asio':>8}  {'peer':32} {'peer':>8} {'uring/peer':>10} {'asio/peer':>9}")
+for what, unit, better, fws, peers in rows:
+    for i, (peer, pv) in enumerate(peers):
+        u, a = fws["uring"], fws["asio"]
+        ru = "-" if u is None or not pv else f"{u / pv:.2f}x"
+        ra = "-" if a is None or not pv else f"{a / pv:.2f}x"
+        print(f"{what if i == 0 else '':38} {unit if i == 0 else '':5} {fmt(u) if i == 0 else '':>8} "
+              f"{fmt(a) if i == 0 else '':>8}  {peer:32} {fmt(pv):>8} {ru:>10} {ra:>9}")
+EOF
