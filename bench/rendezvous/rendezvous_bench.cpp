@@ -6,13 +6,14 @@
 //          (and ZeroMQ's multipart zero-copy PAIR sockets side by side).
 //   fuse   1,000 tensors of 64 B per step to one peer, fused vs unfused: steps/s.
 //          Both runs start each step's operations through one endpoint::batch
-//          per side (--no-batch: one send/recv call per operation).
+//          per side, handed over at submit() (--stream N: in groups of N
+//          as they are added); --no-batch: one send/recv call per operation.
 //          RVBENCH_STRIPES=n sets endpoint_tuning::stripes, RVBENCH_URING_ZC=bytes
 //          uring_tcp's zero-copy threshold.
 //   idle   memory per extra connected peer (one connection each way): RSS and
 //          heap delta, measured with forked peer processes.
 //
-// Usage: rendezvous_bench [--quick] [--no-batch] [--side fused|unfused|both] [--only skew|fuse|idle] [--transport asio|uring|all]
+// Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--side fused|unfused|both] [--only skew|fuse|idle] [--transport asio|uring|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
@@ -54,6 +55,7 @@ struct settings {
   std::string only;
   std::string transport = "all";
   bool batch = true;  ///< fuse: start a step's operations through endpoint::batch
+  std::size_t stream = 0;  ///< fuse: the batches hand over every `stream` operations (0: at submit() only)
   std::string side = "both";  ///< fuse: run the fused run, the unfused run, or both (profiling one alone)
 };
 
@@ -311,10 +313,10 @@ double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_sta
       if (ec) errors.fetch_add(1);
     };
     if (batched) {
-      typename rv::endpoint<T>::batch recvs(ps);
+      typename rv::endpoint<T>::batch recvs(ps, s.stream);
       for (int k = 0; k < per_step; ++k) recvs.recv(w0, keys[k], on_recv);
       recvs.submit();
-      typename rv::endpoint<T>::batch sends(worker);
+      typename rv::endpoint<T>::batch sends(worker, s.stream);
       for (int k = 0; k < per_step; ++k) sends.send(ps0, keys[k], payload.share(), on_send);
       sends.submit();
     } else {
@@ -411,8 +413,11 @@ void run_transport(const settings& s) {
     print_rt("chunking off", skew_round_trip<T>(s, false));
   }
   if (s.only.empty() || s.only == "fuse") {
-    std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name,
-                s.batch ? "one endpoint::batch per side and step" : "one call per operation");
+    const std::string how = !s.batch     ? std::string("one call per operation")
+                            : s.stream == 0 ? std::string("one endpoint::batch per side and step")
+                                            : "one endpoint::batch per side and step, handed over every " +
+                                                  std::to_string(s.stream) + " operations";
+    std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name, how.c_str());
     rv::endpoint_stats st;
     const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, true, s.batch, &st);
     const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, false, s.batch, nullptr);
@@ -436,6 +441,14 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--no-batch") {
       s.batch = false;
+    } else if (a == "--stream" && i + 1 < argc) {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || n > 1000000) {
+        std::fprintf(stderr, "rendezvous_bench: --stream %s: give a number of operations (0 to 1000000)\n", argv[i]);
+        return 2;
+      }
+      s.stream = n;
     } else if (a == "--quick") {
       s.quick = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -449,9 +462,10 @@ int main(int argc, char** argv) {
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n"
+      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n"
                   "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
-                  "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n");
+                  "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
+                  "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() only)\n");
       return 0;
     } else {
       std::fprintf(stderr, "rendezvous_bench: unknown argument '%s' (try --help)\n", a.c_str());

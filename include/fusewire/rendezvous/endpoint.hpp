@@ -105,7 +105,6 @@
 #include <string_view>
 #include <system_error>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -123,6 +122,7 @@
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
+#include <fusewire/rendezvous/detail/slot_table.hpp>
 #include <fusewire/rendezvous/detail/small_fifo.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/fused.hpp>
@@ -415,9 +415,18 @@ class endpoint {
   /// them. If the endpoint is closed at submit(), every handler runs inline with
   /// errc::cancelled, in order. The destructor submits what is left. Not
   /// thread-safe: one batch per thread; it must not outlive its endpoint.
+  ///
+  /// Streaming (`hand_off` > 0): every `hand_off` operations added are
+  /// submitted at once, so the reactor starts them (and the peer receives
+  /// them) while the thread is still adding more; their handlers may then run
+  /// before submit() (inline from the adding call if the endpoint is closed).
+  /// Everything else above holds, per group (`rendezvous_bench --stream N`
+  /// measures it).
   class batch {
    public:
-    explicit batch(endpoint& ep) : ep_(&ep), sends_(ep.send_blocks_), recvs_(ep.recv_blocks_) {}
+    /// A batch of `ep`'s operations; `hand_off` = 0 submits only at submit(), else in groups of that many.
+    explicit batch(endpoint& ep, std::size_t hand_off = 0)
+        : ep_(&ep), hand_off_(hand_off), sends_(ep.send_blocks_), recvs_(ep.recv_blocks_) {}
     batch(const batch&) = delete;
     batch& operator=(const batch&) = delete;
     ~batch() { submit(); }
@@ -431,6 +440,7 @@ class endpoint {
       op->owned = std::move(tensor);
       ops_.push_back(
           ep_->prepare_send(peer_of(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+      streamed();
     }
 
     /// As endpoint::send (scatter-gather form): the bytes must stay valid until `h` ran.
@@ -441,6 +451,7 @@ class endpoint {
       op->sg.assign(payload.begin(), payload.end());
       ops_.push_back(
           ep_->prepare_send(peer_of(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
+      streamed();
     }
 
     /// As endpoint::recv.
@@ -448,6 +459,7 @@ class endpoint {
     void recv(const task_id& peer, std::string key, H&& h, clock::duration timeout = no_deadline) {
       ops_.push_back(ep_->prepare_recv(recvs_.make(), peer_of(peer), std::move(key), tensor_buffer(), false,
                                        recv_handler(std::forward<H>(h)), timeout));
+      streamed();
     }
 
     /// As endpoint::recv into `destination`.
@@ -456,6 +468,7 @@ class endpoint {
               clock::duration timeout = no_deadline) {
       ops_.push_back(ep_->prepare_recv(recvs_.make(), peer_of(peer), std::move(key), std::move(destination), true,
                                        recv_handler(std::forward<H>(h)), timeout));
+      streamed();
     }
 
     /// Operations collected since the last submit().
@@ -472,6 +485,10 @@ class endpoint {
     }
 
    private:
+    void streamed() {
+      if (hand_off_ != 0 && ops_.size() >= hand_off_) submit();
+    }
+
     /// Resolves `peer` once per run of operations to the same peer.
     const peer_info& peer_of(const task_id& peer) {
       if (!last_peer_ || peer.index != last_peer_->index || peer.job != last_peer_->job) {
@@ -482,6 +499,7 @@ class endpoint {
     }
 
     endpoint* ep_;
+    std::size_t hand_off_ = 0;
     std::vector<pending_op> ops_;
     std::optional<task_id> last_peer_;
     peer_info last_info_;
@@ -514,7 +532,6 @@ class endpoint {
   friend class detail::rdma_direct;  // RDMA direct placement
 
   struct send_op {
-    std::uint64_t id = 0;
     std::string peer;
     std::string key;
     tensor_buffer owned;
@@ -556,8 +573,8 @@ class endpoint {
       prev = next = nullptr;
     }
 
-    std::weak_ptr<recv_op> self;  ///< its own owner (records of a batch alias a shared block)
-    std::uint64_t id = 0;
+    std::weak_ptr<recv_op> self;  ///< its own owner, for RDMA transports only (see core::owner_of)
+    std::uint64_t slot_hash = 0;  ///< detail::slot_hash_of(peer, key), computed by the starting thread
     std::string peer;
     std::string key;
     tensor_buffer dst;
@@ -621,36 +638,6 @@ class endpoint {
     detail::small_fifo<arrival> arrived;
     detail::small_fifo<std::shared_ptr<recv_op>> waiting;
     bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
-  };
-
-  /// (peer, key) of a slot; looked up by string_view so a steady step allocates no key.
-  /// Carries its hash: a lookup's bucket walk rehashes the nodes it passes.
-  struct slot_key {
-    std::string peer;
-    std::string key;
-    std::size_t hash = 0;
-  };
-  struct slot_view {
-    std::string_view peer;
-    std::string_view key;
-  };
-  struct slot_hash {
-    using is_transparent = void;
-    std::size_t operator()(slot_view v) const noexcept {
-      const std::size_t a = std::hash<std::string_view>{}(v.peer);
-      return std::hash<std::string_view>{}(v.key) ^ (a + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
-    }
-    std::size_t operator()(const slot_key& k) const noexcept { return k.hash; }
-  };
-  struct slot_equal {
-    using is_transparent = void;
-    static slot_view view(const slot_key& k) noexcept { return {k.peer, k.key}; }
-    static slot_view view(slot_view v) noexcept { return v; }
-    template <class A, class B>
-    bool operator()(const A& a, const B& b) const noexcept {
-      const slot_view x = view(a), y = view(b);
-      return x.key == y.key && x.peer == y.peer;
-    }
   };
 
   struct inbound {
@@ -718,11 +705,11 @@ class endpoint {
         finish_transfer(x);
       }
       // Bound receives complete from their read handler (the transport still holds dst).
-      std::vector<std::shared_ptr<recv_op>> ops;
+      std::vector<std::pair<recv_op*, std::shared_ptr<recv_op>>> ops;
       for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
-        if (!op->bound && !op->xfer) ops.push_back(op->self.lock());
+        if (!op->bound && !op->xfer) ops.emplace_back(op, owner_of(*op));
       }
-      for (auto& op : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
+      for (auto& [op, keep] : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       slots_.clear();
       if constexpr (rdma_transport<Transport>) direct_.clear();  // RDMA direct placement
     }
@@ -750,7 +737,7 @@ class endpoint {
     void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
       if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       op->link(recv_ops_);
-      slot& s = slot_for(op->peer, op->key);
+      slot& s = slots_.get(op->peer, op->key, op->slot_hash);
       if (!s.arrived.empty()) {
         arrival a = std::move(s.arrived.front());
         s.arrived.pop_front();
@@ -804,24 +791,25 @@ class endpoint {
     }
 
    private:
-    static constexpr std::size_t min_slot_sweep = 4096;
+    slot* find_slot(std::string_view peer, std::string_view key) noexcept { return slots_.find(peer, key); }
 
-    slot* find_slot(std::string_view peer, std::string_view key) {
-      auto it = slots_.find(slot_view{peer, key});
-      return it == slots_.end() ? nullptr : &it->second;
+    // A started receive that is neither bound to a read nor waiting for a chunked
+    // transfer is in its slot's queue (or, for RDMA, held by the direct-placement
+    // state, which its `self` covers): its owner, found without a weak_ptr per op.
+    std::shared_ptr<recv_op> owner_of(recv_op& op) {
+      if constexpr (rdma_transport<Transport>) {
+        if (auto p = op.self.lock()) return p;
+      }
+      if (slot* s = find_slot(op.peer, op.key)) {
+        for (const std::shared_ptr<recv_op>& p : s->waiting) {
+          if (p.get() == &op) return p;
+        }
+      }
+      return nullptr;
     }
 
     // Invalidates references to empty slots only when it sweeps: callers hold no other slot.
-    slot& slot_for(std::string_view peer, std::string_view key) {
-      auto it = slots_.find(slot_view{peer, key});
-      if (it != slots_.end()) return it->second;
-      if (slots_.size() >= slot_sweep_at_) {
-        std::erase_if(slots_, [](const auto& kv) { return kv.second.empty(); });
-        slot_sweep_at_ = std::max(min_slot_sweep, 2 * slots_.size());
-      }
-      const std::size_t hash = slot_hash{}(slot_view{peer, key});
-      return slots_.emplace(slot_key{std::string(peer), std::string(key), hash}, slot{}).first->second;
-    }
+    slot& slot_for(std::string_view peer, std::string_view key) { return slots_.get(peer, key); }
 
     void log(const std::string& line) {
       const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
@@ -1018,18 +1006,25 @@ class endpoint {
         return;
       }
       if (batch.size() == 1) return write(p, std::move(batch.front()));
+      // Every entry is uint8[n]: 2 + key + descriptor (2 + 8) + size (8) bytes of meta.
       std::size_t meta_bytes = 4;
-      const auto desc_of = [](std::uint64_t n) {
-        return tensor_descriptor::make(dtype::uint8, {static_cast<std::int64_t>(n)});
-      };
-      for (auto& op : batch) meta_bytes += wire::fused_builder::entry_size(op->key, desc_of(total_size(op->sg.view())));
+      std::size_t segment_count = 0;
+      for (auto& op : batch) {
+        meta_bytes += 20 + op->key.size();
+        segment_count += op->sg.size();
+      }
       auto meta_buffer = std::make_shared<std::vector<std::byte>>(meta_bytes);
       wire::limits lim;
       lim.max_meta_bytes = static_cast<std::uint32_t>(std::min<std::size_t>(meta_bytes, 0xffffffffu));
       wire::fused_builder builder(*meta_buffer, lim);
       auto sg = std::make_shared<std::vector<const_buffer>>();
+      sg->reserve(segment_count);
+      tensor_descriptor desc;
+      desc.type = dtype::uint8;
+      desc.rank = 1;
       for (auto& op : batch) {
-        if (builder.append(op->key, desc_of(total_size(op->sg.view())))) {
+        desc.dims[0] = static_cast<std::int64_t>(total_size(op->sg.view()));
+        if (builder.append(op->key, desc)) {
           for (auto& o : batch) complete(*o, make_error_code(errc::invalid_argument));
           return;
         }
@@ -1499,12 +1494,14 @@ class endpoint {
       }
       // Until it connects again, new receives from it (with nothing already arrived) fail at once.
       down_.insert(peer);
-      std::vector<std::shared_ptr<recv_op>> failed;
+      std::vector<std::pair<recv_op*, std::shared_ptr<recv_op>>> failed;
       for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
-        if (op->peer == peer && !op->bound && !op->xfer) failed.push_back(op->self.lock());
+        if (op->peer == peer && !op->bound && !op->xfer) failed.emplace_back(op, owner_of(*op));
       }
-      for (auto& op : failed) {
-        if (slot* s = find_slot(op->peer, op->key)) s->waiting.erase(op);
+      for (auto& [op, keep] : failed) {
+        if (keep) {
+          if (slot* s = find_slot(op->peer, op->key)) s->waiting.erase(keep);
+        }
         complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
       }
     }
@@ -1568,9 +1565,8 @@ class endpoint {
     bool closing_ = false;
     std::map<std::string, out_peer> out_;
     std::map<channel_type*, inbound> in_;
-    /// Empty slots stay (a steady step reuses them) until the map doubles: then they are swept.
-    std::unordered_map<slot_key, slot, slot_hash, slot_equal> slots_;
-    std::size_t slot_sweep_at_ = min_slot_sweep;
+    /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
+    detail::slot_table<slot> slots_;
     recv_op* recv_ops_ = nullptr;  ///< started receives not completed yet (intrusive list; no allocation)
     std::set<std::string> down_;  ///< peers whose connections all broke
     std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
@@ -1602,7 +1598,6 @@ class endpoint {
 
   pending_op prepare_send(const peer_info& peer, std::string key, std::shared_ptr<send_op> op, send_handler h,
                           clock::duration timeout) {
-    op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
     op->peer = peer.name;
     op->h = std::move(h);
     pending_op p;
@@ -1615,10 +1610,10 @@ class endpoint {
 
   pending_op prepare_recv(std::shared_ptr<recv_op> op, const peer_info& peer, std::string key, tensor_buffer dst,
                           bool has_dst, recv_handler h, clock::duration timeout) {
-    op->self = op;
-    op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (rdma_transport<Transport>) op->self = op;  // RDMA direct placement
     op->peer = peer.name;
     op->key = std::move(key);
+    op->slot_hash = detail::slot_hash_of(op->peer, op->key);
     op->dst = std::move(dst);
     op->has_dst = has_dst;
     op->h = std::move(h);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <system_error>
@@ -48,19 +49,49 @@ struct fused_entry {
 
 namespace detail {
 
-/// Reads one entry (no size check against the descriptor: callers do that).
-inline std::error_code read_fused_entry(byte_reader& r, const limits& lim, fused_entry& out) noexcept {
+/// Reads one entry of a meta that decode_meta (or fused_builder) already
+/// validated: no limit or descriptor checks, only the reader's bounds.
+inline void read_trusted_fused_entry(byte_reader& r, fused_entry& out) noexcept {
+  out.key = r.chars(r.u16());
+  out.descriptor.type = static_cast<dtype>(r.u8());
+  out.descriptor.rank = r.u8();
+  const std::size_t rank = std::min<std::size_t>(out.descriptor.rank, max_rank);
+  for (std::size_t i = 0; i < rank; ++i) out.descriptor.dims[i] = r.i64();
+  out.size = r.u64();
+}
+
+/// Reads and validates one entry (key within `lim`, a valid descriptor whose
+/// byte size is the entry's size), as read_descriptor + check_payload_size
+/// with the same errors; the common rank-1 descriptor is checked inline
+/// instead of computing its byte size twice.
+inline std::error_code read_checked_fused_entry(byte_reader& r, const limits& lim, fused_entry& out) noexcept {
   if (auto ec = read_string(r, lim.max_key_bytes, out.key)) return ec;
+  if (r.remaining() >= 2 + 8 + 8) {
+    byte_reader peek = r;
+    const auto type = static_cast<dtype>(peek.u8());
+    if (peek.u8() == 1 && lim.max_rank >= 1) {
+      const std::int64_t dim = peek.i64();
+      const std::uint64_t size = peek.u64();
+      const auto elem = static_cast<std::int64_t>(dtype_size(type));
+      if (elem == 0 || dim < 0 || dim > std::numeric_limits<std::int64_t>::max() / elem ||
+          size != static_cast<std::uint64_t>(dim * elem)) {
+        return make_error_code(errc::malformed_frame);
+      }
+      out.descriptor = tensor_descriptor{};
+      out.descriptor.type = type;
+      out.descriptor.rank = 1;
+      out.descriptor.dims[0] = dim;
+      out.size = size;
+      r = peek;
+      return {};
+    }
+  }
   if (auto ec = read_descriptor(r, lim, out.descriptor)) return ec;
   out.size = r.u64();
   if (!r.ok()) return make_error_code(errc::malformed_frame);
+  if (check_payload_size(out.descriptor, out.size)) return make_error_code(errc::malformed_frame);
   return {};
 }
-
-/// Limits wide enough for any entry the format can hold (used when iterating
-/// a meta that was already validated).
-inline constexpr limits iteration_limits{.max_key_bytes = limits::string_capacity,
-                                         .max_rank = limits::rank_capacity};
 
 }  // namespace detail
 
@@ -103,8 +134,7 @@ class fused_meta {
     void load() noexcept {
       if (index_ >= count_) return;
       byte_reader r(rest_);
-      entry_ = {};
-      (void)detail::read_fused_entry(r, detail::iteration_limits, entry_);
+      detail::read_trusted_fused_entry(r, entry_);
       entry_.offset = next_offset_;
       rest_ = rest_.subspan(r.position());
     }
@@ -174,8 +204,7 @@ inline std::size_t encode_meta(const fused_meta& m, mutable_buffer out, std::err
   std::uint64_t sum = 0;
   for (std::uint32_t i = 0; i < count; ++i) {
     fused_entry e;
-    if (auto ec = detail::read_fused_entry(r, lim, e)) return ec;
-    if (check_payload_size(e.descriptor, e.size)) return make_error_code(errc::malformed_frame);
+    if (auto ec = detail::read_checked_fused_entry(r, lim, e)) return ec;
     if (e.size > h.payload_len - sum) return make_error_code(errc::malformed_frame);
     sum += e.size;
   }
@@ -255,11 +284,20 @@ class fused_builder {
 
  private:
   std::error_code check(std::string_view key, const tensor_descriptor& d, std::uint64_t& size) const noexcept {
-    if (!descriptor_encodable(d) || key.size() > lim_.max_key_bytes || d.rank > lim_.max_rank) {
+    if (!is_valid(d.type) || key.size() > lim_.max_key_bytes || d.rank > lim_.max_rank) {
       return make_error_code(errc::invalid_argument);
     }
-    std::error_code ec;
-    size = d.byte_size(ec);
+    if (d.rank == 1) {  // the common case (the rendezvous layer's uint8[n]), without byte_size's loops
+      const auto elem = static_cast<std::int64_t>(dtype_size(d.type));
+      if (d.dims[0] < 0 || d.dims[0] > std::numeric_limits<std::int64_t>::max() / elem) {
+        return make_error_code(errc::invalid_argument);
+      }
+      size = static_cast<std::uint64_t>(d.dims[0] * elem);
+    } else {
+      std::error_code ec;
+      size = d.byte_size(ec);  // with the dtype check above: descriptor_encodable(d)
+      if (ec) return make_error_code(errc::invalid_argument);
+    }
     const std::size_t entry = entry_size(key, d);
     if (capacity_ < 4 || entry > capacity_ - 4 || size > lim_.max_payload_bytes) {
       return make_error_code(errc::invalid_argument);

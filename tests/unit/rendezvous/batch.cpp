@@ -392,3 +392,56 @@ TEST_CASE_TEMPLATE("a batched operation that completes releases its handler whil
   CHECK(token.use_count() == 1);
   REQUIRE(rest.wait());
 }
+
+TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIFO holds across its groups", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  rv::endpoint<T> ps(ps0, spec, test_options());
+  rv::endpoint<T> worker(w0, spec, test_options());
+  // Receives in groups of 4: the first 8 are on the reactor after 8 adds, the last 2 are not.
+  constexpr int n = 10;
+  received got(n);
+  countdown first_eight(8), last_two(2);
+  std::atomic<int> late_calls{0};
+  typename rv::endpoint<T>::batch r(ps, 4);
+  for (int i = 0; i < n; ++i) {
+    r.recv(w0, "fifo", [&, i](std::error_code ec, fw::tensor_buffer b) {
+      got.set(static_cast<std::size_t>(i), ec, std::move(b));
+      if (i < 8) {
+        first_eight.hit();
+      } else {
+        ++late_calls;
+        last_two.hit();
+      }
+    });
+    CHECK(r.size() == static_cast<std::size_t>((i + 1) % 4));
+  }
+  // Sends in groups of 3 (the destructor hands over the last one).
+  countdown sent(n);
+  {
+    typename rv::endpoint<T>::batch s(worker, 3);
+    for (int i = 0; i < n; ++i) {
+      s.send(ps0, "fifo", rvtest::pattern(16 + static_cast<std::size_t>(i), static_cast<std::uint32_t>(i)),
+             [&](std::error_code ec) {
+               CHECK_FALSE(ec);
+               sent.hit();
+             });
+    }
+  }
+  REQUIRE(sent.wait());
+  REQUIRE(first_eight.wait());  // completed before r.submit()
+  // A marker behind the ten tensors on the ordered connection: once it is in, they all are.
+  REQUIRE_FALSE(worker.send_sync(ps0, "marker", rvtest::pattern(1, 1), 30s));
+  REQUIRE_FALSE(ps.recv_sync(w0, "marker", 30s).ec);
+  CHECK(late_calls.load() == 0);  // the last two receives were never handed over
+  r.submit();
+  REQUIRE(last_two.wait());
+  CHECK(late_calls.load() == 2);
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(got.calls[static_cast<std::size_t>(i)] == 1);
+    REQUIRE_FALSE(got.ec[static_cast<std::size_t>(i)]);
+    CHECK(rvtest::matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i),
+                          static_cast<std::uint32_t>(i)));
+  }
+}

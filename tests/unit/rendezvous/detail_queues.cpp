@@ -1,12 +1,16 @@
 // The rendezvous layer's private containers: small_fifo (the per-(peer, key)
-// queues) and op_blocks (batched operation records sharing one allocation).
+// queues), op_blocks (batched operation records sharing one allocation) and
+// slot_table (the per-(peer, key) state).
 
 #include <doctest/doctest.h>
 
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
+#include <fusewire/rendezvous/detail/slot_table.hpp>
 #include <fusewire/rendezvous/detail/small_fifo.hpp>
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace rvd = fusewire::rendezvous::detail;
@@ -129,4 +133,106 @@ TEST_CASE("op_blocks: a released block's records are reset and the block is hand
   }
   // 3 resets above; both blocks went back to the cache (3 + 3 resets), then the cache freed them (3 + 3).
   CHECK(destroyed == 15);
+}
+
+namespace {
+
+/// A slot_table value: empty unless it holds something.
+struct counter {
+  int n = 0;
+  bool empty() const noexcept { return n == 0; }
+};
+
+}  // namespace
+
+TEST_CASE("slot_table: one value per (peer, key), at a stable address through growth") {
+  rvd::slot_table<counter> t;
+  CHECK(t.find("p", "k") == nullptr);
+  counter& a = t.get("p", "k");
+  CHECK(a.n == 0);
+  a.n = 7;
+  CHECK(&t.get("p", "k") == &a);
+  CHECK(t.find("p", "k") == &a);
+  // The split between peer and key matters, and so do peer and key alone.
+  CHECK(t.find("pk", "") == nullptr);
+  CHECK(t.find("", "pk") == nullptr);
+  counter& b = t.get("ab", "c");
+  counter& c = t.get("a", "bc");
+  CHECK(&b != &c);
+  CHECK(t.size() == 3);
+  // Growth (many rehashes below the sweep limit) moves no value.
+  std::vector<counter*> where;
+  for (int i = 0; i < 3000; ++i) {
+    counter& v = t.get("worker:" + std::to_string(i % 3), "key/" + std::to_string(i));
+    v.n = i + 1;
+    where.push_back(&v);
+  }
+  CHECK(t.size() == 3003);
+  for (int i = 0; i < 3000; ++i) {
+    counter* v = t.find("worker:" + std::to_string(i % 3), "key/" + std::to_string(i));
+    REQUIRE(v == where[static_cast<std::size_t>(i)]);
+    CHECK(v->n == i + 1);
+  }
+  CHECK(t.find("p", "k")->n == 7);
+  CHECK(t.find("worker:1", "key/0") == nullptr);  // key/0 belongs to worker:0
+  // A hash computed elsewhere finds the same value.
+  CHECK(&t.get("a", "bc", rvd::slot_hash_of("a", "bc")) == &c);
+  t.clear();
+  CHECK(t.size() == 0);
+  CHECK(t.find("p", "k") == nullptr);
+  CHECK(t.get("p", "k").n == 0);
+}
+
+TEST_CASE("slot_table: reaching the sweep limit drops the empty values, never one in use") {
+  rvd::slot_table<counter> t;
+  const std::size_t limit = rvd::slot_table<counter>::min_sweep;
+  std::vector<counter*> kept;
+  for (std::size_t i = 0; i < limit; ++i) {
+    counter& v = t.get("w:0", "k" + std::to_string(i));
+    if (i % 10 == 0) {
+      v.n = static_cast<int>(i) + 1;
+      kept.push_back(&v);
+    }
+  }
+  CHECK(t.size() == limit);
+  t.get("w:0", "one more");  // sweeps first: 1 in 10 stay, plus the new one
+  const std::size_t in_use = (limit + 9) / 10;
+  CHECK(t.size() == in_use + 1);
+  for (std::size_t i = 0; i < limit; ++i) {
+    counter* v = t.find("w:0", "k" + std::to_string(i));
+    if (i % 10 == 0) {
+      REQUIRE(v == kept[i / 10]);
+      CHECK(v->n == static_cast<int>(i) + 1);
+    } else {
+      CHECK(v == nullptr);
+    }
+  }
+  // A swept key comes back empty (its entry is reused, reset).
+  CHECK(t.get("w:0", "k1").n == 0);
+  // The next sweep comes when the table is at the limit again (twice what stayed is below it):
+  // `limit` empty keys more sweep every empty one once, those added after it stay.
+  const std::size_t before = t.size();
+  CHECK(before == in_use + 2);
+  for (std::size_t i = 0; i < limit; ++i) t.get("w:1", std::to_string(i));
+  const std::size_t added_after_sweep = limit - (limit - before);
+  CHECK(t.size() == in_use + added_after_sweep);
+  CHECK(t.find("w:0", "one more") == nullptr);
+  CHECK(t.find("w:1", std::to_string(limit - 1)) != nullptr);
+  CHECK(t.find("w:1", "0") == nullptr);
+}
+
+TEST_CASE("slot_table: every byte of a key, at every length, moves the hash") {
+  for (std::size_t len = 1; len <= 24; ++len) {
+    std::string key(len, 'a');
+    std::set<std::uint64_t> seen{rvd::slot_hash_of("p", key)};
+    for (std::size_t i = 0; i < len; ++i) {
+      std::string changed = key;
+      changed[i] = 'b';
+      seen.insert(rvd::slot_hash_of("p", changed));
+    }
+    CAPTURE(len);
+    CHECK(seen.size() == len + 1);
+  }
+  CHECK(rvd::slot_hash_of("p", "") != rvd::slot_hash_of("", "p"));
+  CHECK(rvd::slot_hash_of("p", "k") != rvd::slot_hash_of("q", "k"));
 }
