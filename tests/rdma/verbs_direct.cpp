@@ -108,6 +108,20 @@ struct pair {
   bool advert_arrived(std::uint64_t count) {
     return eventually([&] { return w.rdma_stats().adverts_received >= count; });
   }
+
+  /// One direct round: a recv posted into `dst`, the worker's advert count reaching
+  /// `adverts`, then `src` (rvtest::pattern(n, seed)) sent; the tensor must land in
+  /// `dst` itself, byte-exact.
+  void direct_round(const std::string& key, const fw::tensor_buffer& dst, fw::tensor_buffer src,
+                    std::uint32_t seed, std::uint64_t adverts) {
+    auto f = post(key, dst.share());
+    REQUIRE(advert_arrived(adverts));
+    CHECK(!w.send_sync(ps0, key, std::move(src), 60s));
+    rv::recv_result r = f.get();
+    REQUIRE(!r.ec);
+    CHECK(r.buffer.data() == dst.data());  // no copy: the recv hands back its destination
+    CHECK(rvtest::matches(r.buffer, dst.size(), seed));
+  }
 };
 
 }  // namespace
@@ -123,13 +137,7 @@ TEST_CASE("a recv posted first gets the tensor RDMA-written into its destination
     fill(dst, 0xee);
     fw::tensor_buffer src = registered_pattern(p.w, n, static_cast<std::uint32_t>(n));
     const auto frames_before = p.w.stats();
-    auto f = p.post(key, dst.share());
-    REQUIRE(p.advert_arrived(n_done + 1));
-    CHECK(!p.w.send_sync(ps0, key, src.share(), 60s));
-    rv::recv_result r = f.get();
-    REQUIRE(!r.ec);
-    CHECK(r.buffer.data() == dst.data());  // no copy: the recv hands back its destination
-    CHECK(rvtest::matches(r.buffer, n, static_cast<std::uint32_t>(n)));
+    p.direct_round(key, dst, src.share(), static_cast<std::uint32_t>(n), n_done + 1);
     ++n_done;
     CHECK(p.w.rdma_stats().direct_writes == n_done);
     CHECK(p.ps.rdma_stats().placed == n_done);
@@ -149,14 +157,7 @@ TEST_CASE("an unregistered source is staged (one copy on the sender); one larger
     CAPTURE(n);
     const std::string key = "grad/" + std::to_string(n);
     fw::tensor_buffer dst = p.ps.allocate_registered(n);
-    const std::uint64_t adverts = p.w.rdma_stats().adverts_received;
-    auto f = p.post(key, dst.share());
-    REQUIRE(p.advert_arrived(adverts + 1));
-    CHECK(!p.w.send_sync(ps0, key, rvtest::pattern(n, 9), 60s));
-    rv::recv_result r = f.get();
-    REQUIRE(!r.ec);
-    CHECK(r.buffer.data() == dst.data());
-    CHECK(rvtest::matches(r.buffer, n, 9));
+    p.direct_round(key, dst, rvtest::pattern(n, 9), 9, p.w.rdma_stats().adverts_received + 1);
   }
   CHECK(p.w.rdma_stats().direct_writes == 2);
   CHECK(p.w.rdma_stats().staged_writes == 2);
@@ -284,13 +285,7 @@ TEST_CASE("a recv posted after a tensor on its key went the normal way is advert
   CHECK(p.ps.rdma_stats().adverts_sent == 0);
   fw::tensor_buffer dst = p.ps.allocate_registered(n);
   fill(dst, 0xee);
-  auto f = p.post("after", dst.share());
-  REQUIRE(p.advert_arrived(1));
-  CHECK(!p.w.send_sync(ps0, "after", registered_pattern(p.w, n, 42), 60s));
-  rv::recv_result r = f.get();
-  REQUIRE(!r.ec);
-  CHECK(r.buffer.data() == dst.data());
-  CHECK(rvtest::matches(r.buffer, n, 42));
+  p.direct_round("after", dst, registered_pattern(p.w, n, 42), 42, 1);
   CHECK(p.ps.rdma_stats().placed == 1);
   CHECK(p.w.rdma_stats().direct_writes == 1);
 }

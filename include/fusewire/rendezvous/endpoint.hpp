@@ -1006,11 +1006,14 @@ class endpoint {
         return;
       }
       if (batch.size() == 1) return write(p, std::move(batch.front()));
-      // Every entry is uint8[n]: 2 + key + descriptor (2 + 8) + size (8) bytes of meta.
+      // Every entry is uint8[n] (the meta size of an entry does not depend on n).
+      tensor_descriptor desc;
+      desc.type = dtype::uint8;
+      desc.rank = 1;
       std::size_t meta_bytes = 4;
       std::size_t segment_count = 0;
       for (auto& op : batch) {
-        meta_bytes += 20 + op->key.size();
+        meta_bytes += wire::fused_builder::entry_size(op->key, desc);
         segment_count += op->sg.size();
       }
       auto meta_buffer = std::make_shared<std::vector<std::byte>>(meta_bytes);
@@ -1019,9 +1022,6 @@ class endpoint {
       wire::fused_builder builder(*meta_buffer, lim);
       auto sg = std::make_shared<std::vector<const_buffer>>();
       sg->reserve(segment_count);
-      tensor_descriptor desc;
-      desc.type = dtype::uint8;
-      desc.rank = 1;
       for (auto& op : batch) {
         desc.dims[0] = static_cast<std::int64_t>(total_size(op->sg.view()));
         if (builder.append(op->key, desc)) {

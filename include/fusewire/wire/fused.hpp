@@ -13,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <limits>
 #include <span>
 #include <string_view>
 #include <system_error>
@@ -62,26 +61,19 @@ inline void read_trusted_fused_entry(byte_reader& r, fused_entry& out) noexcept 
 
 /// Reads and validates one entry (key within `lim`, a valid descriptor whose
 /// byte size is the entry's size), as read_descriptor + check_payload_size
-/// with the same errors; the common rank-1 descriptor is checked inline
-/// instead of computing its byte size twice.
+/// with the same errors; the common rank-1 descriptor is read inline.
 inline std::error_code read_checked_fused_entry(byte_reader& r, const limits& lim, fused_entry& out) noexcept {
   if (auto ec = read_string(r, lim.max_key_bytes, out.key)) return ec;
   if (r.remaining() >= 2 + 8 + 8) {
     byte_reader peek = r;
     const auto type = static_cast<dtype>(peek.u8());
     if (peek.u8() == 1 && lim.max_rank >= 1) {
-      const std::int64_t dim = peek.i64();
-      const std::uint64_t size = peek.u64();
-      const auto elem = static_cast<std::int64_t>(dtype_size(type));
-      if (elem == 0 || dim < 0 || dim > std::numeric_limits<std::int64_t>::max() / elem ||
-          size != static_cast<std::uint64_t>(dim * elem)) {
-        return make_error_code(errc::malformed_frame);
-      }
       out.descriptor = tensor_descriptor{};
       out.descriptor.type = type;
       out.descriptor.rank = 1;
-      out.descriptor.dims[0] = dim;
-      out.size = size;
+      out.descriptor.dims[0] = peek.i64();
+      out.size = peek.u64();
+      if (check_payload_size(out.descriptor, out.size)) return make_error_code(errc::malformed_frame);
       r = peek;
       return {};
     }
@@ -287,17 +279,9 @@ class fused_builder {
     if (!is_valid(d.type) || key.size() > lim_.max_key_bytes || d.rank > lim_.max_rank) {
       return make_error_code(errc::invalid_argument);
     }
-    if (d.rank == 1) {  // the common case (the rendezvous layer's uint8[n]), without byte_size's loops
-      const auto elem = static_cast<std::int64_t>(dtype_size(d.type));
-      if (d.dims[0] < 0 || d.dims[0] > std::numeric_limits<std::int64_t>::max() / elem) {
-        return make_error_code(errc::invalid_argument);
-      }
-      size = static_cast<std::uint64_t>(d.dims[0] * elem);
-    } else {
-      std::error_code ec;
-      size = d.byte_size(ec);  // with the dtype check above: descriptor_encodable(d)
-      if (ec) return make_error_code(errc::invalid_argument);
-    }
+    std::error_code ec;
+    size = d.byte_size(ec);  // with the dtype check above: descriptor_encodable(d), its size computed once
+    if (ec) return make_error_code(errc::invalid_argument);
     const std::size_t entry = entry_size(key, d);
     if (capacity_ < 4 || entry > capacity_ - 4 || size > lim_.max_payload_bytes) {
       return make_error_code(errc::invalid_argument);

@@ -46,8 +46,6 @@ std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t total, st
   return rvtest::frame_bytes(c, payload.bytes());
 }
 
-std::vector<std::byte> first_chunk(std::string_view key, std::uint64_t total) { return chunk_frame(key, total, 0); }
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte for byte", T, TRANSPORTS) {
@@ -142,7 +140,7 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   rvtest::log_capture log;
   rv::endpoint<T> ps(ps0, spec, test_options(), T{}, log.sink());
   constexpr std::uint64_t total = 4u << 20;
-  const auto frame = first_chunk("big", total);
+  const auto frame = chunk_frame("big", total, 0);
 
   SUBCASE("stream ends inside a chunk; the recv posted a destination") {
     rvtest::raw_client c(port);
