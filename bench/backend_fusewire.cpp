@@ -3,9 +3,9 @@
 // rendezvous API (rendezvous::endpoint<Transport>), as a trainer would use it.
 //
 // Every process is one endpoint: PS i is task ps:i, worker j is task worker:j,
-// all in one cluster spec. An endpoint sends only on connections it made, so
-// a PS connects back to each worker to reply: every task needs a fixed port
-// before anything starts (`fixed_ports`; the launcher reserves them).
+// all in one cluster spec, which names every task's address: every task needs
+// a fixed port before anything starts (`fixed_ports`; the launcher reserves
+// them). A PS replies on the connection its worker made (reverse lanes).
 //
 // Keys, per (worker, PS) pair:
 //   "size"     worker -> PS, 8 bytes (little-endian): the size of the requests
@@ -113,7 +113,7 @@ fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<e
       if (list[i].port == 0) {
         throw_error(errc::invalid_argument,
                     backend + ": " + job + " " + std::to_string(i) + " has no port (" + list[i].to_string() +
-                        "); fusewire PSs connect back to their workers, so every PS and worker needs a fixed port "
+                        "); a fusewire cluster spec names every task's address, so every PS and worker needs a fixed port "
                         "(the launcher reserves them; by hand: --cluster 'ps=host:port,...;worker=host:port,...')");
       }
       out.push_back({list[i].host, list[i].port});
@@ -195,7 +195,7 @@ class fusewire_server final : public server {
     if (c.listen.port == 0) {
       throw_error(errc::invalid_argument,
                   name + ": cannot listen on " + c.listen.to_string() +
-                      ": needs a fixed port (fusewire PSs connect back to their workers, so every task's port must "
+                      ": needs a fixed port (a fusewire cluster spec names every task's address, so every task's port must "
                       "be known before it starts; the launcher reserves them)");
     }
     std::vector<endpoint> ps = c.cluster.ps;

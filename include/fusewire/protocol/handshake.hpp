@@ -35,18 +35,24 @@ namespace protocol {
 
 /// Feature bit in hello: the connector holds a cluster token.
 inline constexpr std::uint64_t feature_token = 1;
+/// Feature bit in hello: the connector reads frames the acceptor sends back on
+/// this connection, so the acceptor may send its own tensors to the connector
+/// on it (rendezvous endpoint_tuning::reverse_lanes). Echoed in hello_ack.
+inline constexpr std::uint64_t feature_reverse = 2;
 
 /// Who this process is, as the handshake presents it.
 struct local_identity {
   task_id self;
   std::uint64_t incarnation = 0;  ///< random per process start
   std::string token;              ///< cluster token; empty = none
+  std::uint64_t features = 0;     ///< feature bits offered besides feature_token (feature_reverse)
 };
 
-/// What the acceptor learned about the connector.
+/// What one side of a handshake learned about the other.
 struct peer_identity {
   task_id task;
   std::uint64_t incarnation = 0;
+  std::uint64_t features = 0;  ///< feature bits it offered (hello) or echoed (hello_ack)
 };
 
 namespace detail {
@@ -77,9 +83,9 @@ class connector_handshake : public std::enable_shared_from_this<connector_handsh
     hello.job = me_.self.job;
     hello.task_index = me_.self.index;
     hello.incarnation = me_.incarnation;
-    hello.features = me_.token.empty() ? 0 : feature_token;
+    hello.features = (me_.token.empty() ? 0 : feature_token) | (me_.features & ~feature_token);
     ch_->write(hello, {}, [self = this->shared_from_this()](std::error_code ec) {
-      if (ec) return self->h_(ec);
+      if (ec) return self->done(ec);
       self->read_next();
     });
   }
@@ -92,33 +98,43 @@ class connector_handshake : public std::enable_shared_from_this<connector_handsh
   }
 
   void on_head(std::error_code ec, frame_head head) {
-    if (ec) return h_(ec);
-    if (const auto* err = std::get_if<wire::error_meta>(&head.body)) return h_(error_from_frame(*err));
+    if (ec) return done(ec);
+    if (const auto* err = std::get_if<wire::error_meta>(&head.body)) return done(error_from_frame(*err));
     if (const auto* ch = std::get_if<wire::auth_challenge_meta>(&head.body)) {
-      if (me_.token.empty() || answered_) return h_(make_error_code(errc::auth_failed));
+      if (me_.token.empty() || answered_) return done(make_error_code(errc::auth_failed));
       answered_ = true;
       wire::auth_response_meta resp;
-      if (auto e = handshake_mac(me_.token, "fwc1", ch->nonce, me_.self, resp.mac)) return h_(e);
-      if (auto e = random_bytes(my_nonce_)) return h_(e);
+      if (auto e = handshake_mac(me_.token, "fwc1", ch->nonce, me_.self, resp.mac)) return done(e);
+      if (auto e = random_bytes(my_nonce_)) return done(e);
       resp.nonce = my_nonce_;
       ch_->write(resp, {}, [self = this->shared_from_this()](std::error_code e) {
-        if (e) return self->h_(e);
+        if (e) return self->done(e);
         self->read_next();
       });
       return;
     }
     const auto* ack = std::get_if<wire::hello_ack_meta>(&head.body);
-    if (ack == nullptr || ack->version != wire::version) return h_(make_error_code(errc::handshake_failed));
+    if (ack == nullptr || ack->version != wire::version) return done(make_error_code(errc::handshake_failed));
     if (!me_.token.empty()) {
       wire::mac_bytes expected_mac{};
-      if (!answered_) return h_(make_error_code(errc::auth_failed));  // the acceptor has no token
-      if (auto e = handshake_mac(me_.token, "fwa1", my_nonce_, expected_, expected_mac)) return h_(e);
-      if (!equal_macs(expected_mac, ack->mac)) return h_(make_error_code(errc::auth_failed));
+      if (!answered_) return done(make_error_code(errc::auth_failed));  // the acceptor has no token
+      if (auto e = handshake_mac(me_.token, "fwa1", my_nonce_, expected_, expected_mac)) return done(e);
+      if (!equal_macs(expected_mac, ack->mac)) return done(make_error_code(errc::auth_failed));
     }
     if (ack->job != expected_.job || ack->task_index != expected_.index) {
-      return h_(make_error_code(errc::handshake_failed));
+      return done(make_error_code(errc::handshake_failed));
     }
-    h_(std::error_code{});
+    done(std::error_code{}, peer_identity{expected_, ack->incarnation, ack->features});
+  }
+
+  // The handler takes (error_code) or (error_code, peer_identity): the acceptor's identity on success.
+  void done(std::error_code ec, peer_identity who = {}) {
+    if constexpr (std::invocable<Handler&, std::error_code, peer_identity>) {
+      h_(ec, std::move(who));
+    } else {
+      (void)who;
+      h_(ec);
+    }
   }
 
   std::shared_ptr<Channel> ch_;
@@ -165,6 +181,7 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     }
     peer_.task = task_id{std::string(hello->job), hello->task_index};
     peer_.incarnation = hello->incarnation;
+    peer_.features = hello->features;
     if (!spec_->contains(peer_.task)) {
       return fail(make_error_code(errc::handshake_failed), "task " + peer_.task.to_string() + " is not in the cluster");
     }
@@ -204,8 +221,9 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     ack.job = me_.self.job;
     ack.task_index = me_.self.index;
     ack.incarnation = me_.incarnation;
+    ack.features = peer_.features & feature_reverse;
     if (!me_.token.empty()) {
-      ack.features = feature_token;
+      ack.features |= feature_token;
       if (auto e = handshake_mac(me_.token, "fwa1", peer_nonce, me_.self, ack.mac)) return fail(e, "mac");
     }
     ch_->write(ack, {}, [self = this->shared_from_this()](std::error_code e) {
@@ -224,11 +242,14 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
 }  // namespace detail
 
 /// Connector side: presents `me`, expects the acceptor to be task `expected`:
-/// `h(error_code)` once. Errors: errc::handshake_failed (wrong peer, version or
-/// an unexpected frame), errc::auth_failed (token missing or wrong on either
-/// side), or a transport/decoding error. On failure the caller closes `ch`.
+/// `h(error_code)` or `h(error_code, peer_identity)` once (the second form gets
+/// the acceptor's incarnation and echoed feature bits on success). Errors:
+/// errc::handshake_failed (wrong peer, version or an unexpected frame),
+/// errc::auth_failed (token missing or wrong on either side), or a
+/// transport/decoding error. On failure the caller closes `ch`.
 template <class Channel, class Handler>
-  requires std::invocable<Handler&, std::error_code> && std::move_constructible<Handler>
+  requires(std::invocable<Handler&, std::error_code> || std::invocable<Handler&, std::error_code, peer_identity>) &&
+          std::move_constructible<Handler>
 void handshake_connect(std::shared_ptr<Channel> ch, local_identity me, task_id expected, Handler h) {
   std::make_shared<detail::connector_handshake<Channel, Handler>>(std::move(ch), std::move(me), std::move(expected),
                                                                   std::move(h))

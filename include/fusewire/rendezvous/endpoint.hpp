@@ -5,8 +5,12 @@
 /// One endpoint per process (its task_id, the cluster_spec, options). It
 /// listens on its task's fast-path endpoint and connects to a peer on the
 /// first send to it (reconnecting with backoff, for at most
-/// options.connect_timeout). Each side sends only on the connections it made
-/// and receives on the ones it accepted, so two tasks never race to connect.
+/// options.connect_timeout). A task that has no connection to a peer but holds
+/// one the peer made to it sends on that one (endpoint_tuning::reverse_lanes:
+/// a PS replies on its worker's connection, so one connection serves both
+/// directions and TCP's acknowledgements ride on the data); otherwise it makes
+/// its own. Two tasks never race to connect: each keeps the connection it
+/// started sending on until that connection breaks.
 ///
 /// Semantics:
 /// - send(peer, key, …) and recv(peer, key, …) may come in either order.
@@ -46,12 +50,15 @@
 ///   next send (with backoff, 5 ms doubling to 500 ms); close() fails every
 ///   pending operation with errc::cancelled. Garbage or truncated frames close
 ///   that peer's connections (logged); the endpoint keeps serving the others.
-/// - Keepalive (options.keepalive = k, 0 = off): every k an idle outbound
-///   connection sends a ping, which the peer answers with a pong on the same
+///   A connection both tasks send on (reverse lanes) is both: when it breaks,
+///   our sends on it and our receives from that peer fail as above, and so do
+///   the peer's.
+/// - Keepalive (options.keepalive = k, 0 = off): every k an idle connection we
+///   send on sends a ping, which the peer answers with a pong on the same
 ///   connection; no pong within 2k drops that peer's connections (sends in
-///   flight fail with connection_reset); an inbound connection with no frame
-///   for 3k is closed (receives waiting for that peer fail). Sockets also get
-///   SO_KEEPALIVE from the transport.
+///   flight fail with connection_reset); a connection the peer sends on with
+///   no frame for 3k is closed (receives waiting for that peer fail). Sockets
+///   also get SO_KEEPALIVE from the transport.
 /// - Fusion (options.coalesce): sends of at most options.acc_size bytes to the
 ///   same peer are batched (up to acc_size bytes in all) and leave as one fused
 ///   frame at the end of the reactor tick (options.fuse_delay = 0) or at most
@@ -158,6 +165,9 @@ struct endpoint_stats {
   std::uint64_t tensors_fused = 0;       ///< tensors that left inside fused frames
   std::uint64_t chunk_frames_sent = 0;   ///< chunk frames of large tensors
   std::uint64_t keepalive_pings = 0;     ///< pings sent on idle connections
+  std::uint64_t connections_made = 0;      ///< connections this endpoint made (handshake done)
+  std::uint64_t connections_accepted = 0;  ///< connections peers made to it (handshake done)
+  std::uint64_t connections_reused = 0;    ///< times it sent to a peer on a connection that peer made
 };
 
 /// Endpoint settings that `options` does not carry.
@@ -166,6 +176,14 @@ struct endpoint_tuning {
   /// (1 to 16; 1 = chunks share the peer's one connection). Extra connections
   /// are made on the first chunked send to that peer.
   unsigned stripes = 2;
+  /// Send to a peer on a connection that peer made to us, when we have none to
+  /// it yet (a PS replies on its worker's connection): one connection per pair
+  /// of tasks instead of one per direction, and TCP's acknowledgements ride on
+  /// the data instead of travelling alone (about 2 us of a 10 B round trip on
+  /// loopback). Used when the peer allowed it too (it offers
+  /// protocol::feature_reverse in its handshake when its own tuning allows it).
+  /// RDMA transports never do (their adverts need a connection per direction).
+  bool reverse_lanes = true;
 };
 
 /// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
@@ -266,7 +284,8 @@ class endpoint {
   endpoint_stats stats() const noexcept {
     return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
             tensors_fused_.load(std::memory_order_relaxed), chunk_frames_.load(std::memory_order_relaxed),
-            pings_.load(std::memory_order_relaxed)};
+            pings_.load(std::memory_order_relaxed), made_.load(std::memory_order_relaxed),
+            accepted_.load(std::memory_order_relaxed), reused_.load(std::memory_order_relaxed)};
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   static constexpr std::string_view transport_name() noexcept { return Transport::name(); }
@@ -640,11 +659,15 @@ class endpoint {
     bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
   };
 
+  /// A connection we read the peer's frames on: one it made to us, or one we
+  /// made that it sends on too (reverse lanes).
   struct inbound {
     std::shared_ptr<channel_type> ch;
     std::string peer;  ///< empty until the handshake named it
     std::uint64_t incarnation = 0;
     clock::time_point last_frame{};
+    bool reverse = false;     ///< the peer reads our frames on it (it offered protocol::feature_reverse)
+    out_peer* out = nullptr;  ///< set while it is one of our send lanes to that peer too
   };
 
   /// Everything the reactor owns; touched only on the reactor thread.
@@ -657,6 +680,7 @@ class endpoint {
           pool_(buffer_pool_config::from(ep.opts_, 1)) {
       identity_.self = ep.self_;
       identity_.token = ep.opts_.cluster_token;
+      if (reverse_allowed()) identity_.features = protocol::feature_reverse;
       std::random_device rd;
       identity_.incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     }
@@ -724,7 +748,7 @@ class endpoint {
           if (!ec) on_send_deadline(op);
         });
       }
-      if (p.ready) return enqueue(p, std::move(op));
+      if (p.ready || (!p.connecting && adopt(p, op->peer))) return enqueue(p, std::move(op));
       p.waiting.push_back(std::move(op));
       if (!p.connecting) {
         p.connecting = true;
@@ -837,7 +861,7 @@ class endpoint {
         if (closing_) return c.close();
         if (ec) return retry(*pp, ec);
         auto ch = std::make_shared<channel_type>(std::move(c), limits_);
-        protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch](std::error_code e) {
+        protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch](std::error_code e, protocol::peer_identity who) {
           if (closing_) return ch->close();
           if (e) {
             ch->close();
@@ -852,7 +876,8 @@ class endpoint {
           pp->ready = true;
           pp->connecting = false;
           pp->last_write = detail::coarse_now();
-          watch_lane(*pp, ch);
+          ep_.made_.fetch_add(1, std::memory_order_relaxed);
+          watch_lane(*pp, ch, who.incarnation);
           auto waiting = std::move(pp->waiting);
           for (auto& op : waiting) {
             if (!op->done) enqueue(*pp, op);
@@ -880,25 +905,56 @@ class endpoint {
       for (auto& op : waiting) complete(*op, ec);
     }
 
-    // The peer answers our pings with pongs; any other frame or an error means it is gone.
-    void watch_lane(out_peer& p, std::shared_ptr<channel_type> ch) {
-      ch->read_head([this, pp = &p, ch](std::error_code ec, protocol::frame_head head) {
+    // The peer answers our pings with pongs. When we offered it reverse lanes,
+    // any other frame means it sends on this connection too: from then on the
+    // connection is read like one it made (on_frame). An error, or any other
+    // frame without that offer, means it is gone.
+    void watch_lane(out_peer& p, std::shared_ptr<channel_type> ch, std::uint64_t incarnation) {
+      ch->read_head([this, pp = &p, ch, incarnation](std::error_code ec, protocol::frame_head head) {
         if (closing_) return;
         if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: a receiver's advert
           if (!ec && head.header.type == wire::frame_type::recv_request && ch->is_open()) {
             direct_.on_advert(*this, *pp, ch, head);
-            return watch_lane(*pp, ch);
+            return watch_lane(*pp, ch, incarnation);
           }
         }
         if (!ec && head.header.type == wire::frame_type::pong) {
           if (ch->is_open()) {
             unanswered_.erase(ch.get());
-            return watch_lane(*pp, ch);
+            return watch_lane(*pp, ch, incarnation);
           }
           return;
         }
+        if (!ec && reverse_allowed() && ch->is_open() && (pp->ch == ch || std::ranges::count(pp->extra, ch) != 0)) {
+          inbound& in = in_[ch.get()];
+          in.ch = ch;
+          in.peer = pp->task.to_string();
+          in.incarnation = incarnation;
+          in.last_frame = detail::coarse_now();
+          in.out = pp;
+          down_.erase(in.peer);
+          return on_frame(ch, ec, std::move(head));
+        }
         drop_outbound(*pp, ch);
       });
+    }
+
+    bool reverse_allowed() const noexcept { return ep_.tuning_.reverse_lanes && !rdma_transport<Transport>; }
+
+    // Reverse lanes: a connection `name` made to us, on which it reads our
+    // frames, becomes our ordered lane to it (we keep it until it breaks).
+    bool adopt(out_peer& p, const std::string& name) {
+      if (!reverse_allowed()) return false;
+      for (auto& [raw, in] : in_) {
+        if (!in.reverse || in.out != nullptr || in.peer != name || !in.ch->is_open()) continue;
+        in.out = &p;
+        p.ch = in.ch;
+        p.ready = true;
+        p.last_write = detail::coarse_now();
+        ep_.reused_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      return false;
     }
 
     // The lanes of one peer live and die together: a chunked transfer may use any of them.
@@ -939,10 +995,11 @@ class endpoint {
                                [this, pp = &p, gen](std::error_code ec, connection_type c) {
                                  if (closing_ || ec || pp->generation != gen || !pp->ready) return c.close();
                                  auto ch = std::make_shared<channel_type>(std::move(c), limits_);
-                                 protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch, gen](std::error_code e) {
+                                 protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch, gen](std::error_code e, protocol::peer_identity who) {
                                    if (closing_ || e || pp->generation != gen || !pp->ready) return ch->close();
                                    pp->extra.push_back(ch);
-                                   watch_lane(*pp, ch);
+                                   ep_.made_.fetch_add(1, std::memory_order_relaxed);
+                                   watch_lane(*pp, ch, who.incarnation);
                                  });
                                });
       }
@@ -1169,6 +1226,8 @@ class endpoint {
                                      in.peer = peer.task.to_string();
                                      in.incarnation = peer.incarnation;
                                      in.last_frame = detail::coarse_now();
+                                     in.reverse = (peer.features & protocol::feature_reverse) != 0;
+                                     ep_.accepted_.fetch_add(1, std::memory_order_relaxed);
                                      down_.erase(in.peer);
                                      read_next(ch);
                                    });
@@ -1207,6 +1266,9 @@ class endpoint {
           ch->write(pong, std::span<const const_buffer>{}, [](std::error_code) {});
           return read_next(ch);
         }
+        case wire::frame_type::pong:  // an answer to our ping on a lane we send on too (reverse lanes)
+          unanswered_.erase(ch.get());
+          return read_next(ch);
         case wire::frame_type::goodbye: return inbound_failed(ch, make_error_code(errc::connection_closed));
         default:
           return inbound_failed(ch, make_error_code(errc::not_supported),
@@ -1460,8 +1522,11 @@ class endpoint {
       if (it == in_.end()) return;
       const std::string peer = it->second.peer;
       const std::uint64_t incarnation = it->second.incarnation;
+      out_peer* const out = it->second.out;
       in_.erase(it);
       ch->close();
+      // A lane we send on too (reverse lanes) takes our lanes to that peer down with it.
+      if (out != nullptr) drop_outbound(*out, ch);
       const bool orderly = ec == make_error_code(errc::connection_closed);
       if (!orderly) {
         log("closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
@@ -1477,14 +1542,17 @@ class endpoint {
         }
       } else {
         // The lanes of one peer process live and die together: a chunked transfer may use any of them.
+        std::vector<std::pair<out_peer*, std::shared_ptr<channel_type>>> outs;
         for (auto i = in_.begin(); i != in_.end();) {
           if (same_process(i->second)) {
             i->second.ch->close();
+            if (i->second.out != nullptr) outs.emplace_back(i->second.out, i->second.ch);
             i = in_.erase(i);
           } else {
             ++i;
           }
         }
+        for (auto& [o, lane] : outs) drop_outbound(*o, lane);
       }
       fail_transfers(peer, incarnation, make_error_code(errc::connection_reset));
       if constexpr (rdma_transport<Transport>) direct_.on_peer_lost(*this, peer);  // RDMA direct placement
@@ -1681,6 +1749,7 @@ class endpoint {
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
+  std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
   std::unique_ptr<group_type> group_;
   std::unique_ptr<core> core_;
   /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).

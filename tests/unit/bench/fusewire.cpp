@@ -106,15 +106,15 @@ TEST_CASE("fusewire backends: option errors name the value and what is allowed")
     server_config sc;
     sc.listen = {"127.0.0.1", 0};
     CHECK(error_of([&] { info->make_server(sc); }) ==
-          n + ": cannot listen on 127.0.0.1:0: needs a fixed port (fusewire PSs connect back to their workers, so "
-              "every task's port must be known before it starts; the launcher reserves them)");
+          n + ": cannot listen on 127.0.0.1:0: needs a fixed port (a fusewire cluster spec names every task's "
+              "address, so every task's port must be known before it starts; the launcher reserves them)");
 
     sc.listen = {"127.0.0.1", ps_port};
     sc.cluster.ps = {sc.listen};
     sc.cluster.workers = {{"127.0.0.1", worker_port}, {"127.0.0.1", 0}};
     CHECK(error_of([&] { info->make_server(sc); }) ==
-          n + ": worker 1 has no port (127.0.0.1:0); fusewire PSs connect back to their workers, so every PS and "
-              "worker needs a fixed port (the launcher reserves them; by hand: --cluster "
+          n + ": worker 1 has no port (127.0.0.1:0); a fusewire cluster spec names every task's address, so every "
+              "PS and worker needs a fixed port (the launcher reserves them; by hand: --cluster "
               "'ps=host:port,...;worker=host:port,...')");
 
     sc.cluster.workers = {{"127.0.0.1", worker_port}};
@@ -132,8 +132,8 @@ TEST_CASE("fusewire backends: option errors name the value and what is allowed")
     cc.task = 0;
     cc.ps = {{"127.0.0.1", 0}};
     CHECK(error_of([&] { info->make_client(cc); }) ==
-          n + ": PS 0 has no port (127.0.0.1:0); fusewire PSs connect back to their workers, so every PS and "
-              "worker needs a fixed port (the launcher reserves them; by hand: --cluster "
+          n + ": PS 0 has no port (127.0.0.1:0); a fusewire cluster spec names every task's address, so every "
+              "PS and worker needs a fixed port (the launcher reserves them; by hand: --cluster "
               "'ps=host:port,...;worker=host:port,...')");
   }
 }
