@@ -223,3 +223,41 @@ TEST_CASE_TEMPLATE("handshake: identity checked, tokens proven", T, TRANSPORTS) 
     CHECK(unasked.connector == auth);
   }
 }
+
+TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the acceptor and are echoed back", T,
+                   TRANSPORTS) {
+  for (const bool offer : {false, true}) {
+    for (const char* token : {"", "t0ken"}) {
+      if (*token != 0 && !proto::detail::has_crypto) continue;
+      CAPTURE(offer);
+      CAPTURE(token);
+      pair_harness<T> h;
+      std::promise<proto::peer_identity> c, a;
+      fw::cluster_spec spec = fw::cluster_spec::from_string("ps=127.0.0.1:1;worker=127.0.0.1:2");
+      h.group.submit_to(0, [&] {
+        proto::local_identity me{{"ps", 0}, 42, token};
+        proto::handshake_accept(h.server, me, spec, [&](std::error_code ec, proto::peer_identity p, std::string) {
+          CHECK_FALSE(ec);
+          a.set_value(p);
+        });
+      });
+      h.group.submit_to(1, [&] {
+        proto::local_identity me{{"worker", 0}, 7, token, offer ? proto::feature_reverse : 0};
+        proto::handshake_connect(h.client, me, fw::task_id{"ps", 0}, [&](std::error_code ec, proto::peer_identity p) {
+          CHECK_FALSE(ec);
+          c.set_value(p);
+        });
+      });
+      const proto::peer_identity acceptor_saw = pair_harness<T>::get(a.get_future());
+      const proto::peer_identity connector_saw = pair_harness<T>::get(c.get_future());
+      CHECK(acceptor_saw.task.to_string() == "worker:0");
+      CHECK(acceptor_saw.incarnation == 7);
+      CHECK(((acceptor_saw.features & proto::feature_reverse) != 0) == offer);
+      CHECK(((acceptor_saw.features & proto::feature_token) != 0) == (*token != 0));
+      CHECK(connector_saw.task.to_string() == "ps:0");
+      CHECK(connector_saw.incarnation == 42);
+      CHECK(((connector_saw.features & proto::feature_reverse) != 0) == offer);
+      CHECK(((connector_saw.features & proto::feature_token) != 0) == (*token != 0));
+    }
+  }
+}

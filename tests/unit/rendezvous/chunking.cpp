@@ -17,19 +17,8 @@
 
 namespace {
 
-fw::options test_options() {
-  fw::options o;
-  o.mode = fw::reactor_mode::block;
-  o.pool_size = 4u << 20;
-  o.connect_timeout = 2000ms;
-  return o;
-}
+fw::options test_options() { return block_options(2000ms); }
 
-template <class F>
-auto wait(std::future<F>& f) {
-  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "operation did not complete");
-  return f.get();
-}
 
 /// Chunk `index` (0 or 1) of a `total`-byte transfer of two chunks, with its whole payload
 /// (rvtest::pattern(total / 2, 3 + index)).

@@ -15,13 +15,7 @@
 
 namespace {
 
-fw::options test_options() {
-  fw::options o;
-  o.mode = fw::reactor_mode::block;
-  o.pool_size = 4u << 20;
-  o.connect_timeout = 3000ms;
-  return o;
-}
+fw::options test_options() { return block_options(); }
 
 /// Collects log lines from the reactor thread.
 struct log_capture {
@@ -42,11 +36,6 @@ struct log_capture {
   }
 };
 
-template <class F>
-auto wait(std::future<F>& f) {
-  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "operation did not complete");
-  return f.get();
-}
 
 }  // namespace
 

@@ -4,7 +4,10 @@
 // task ids of the test clusters.
 #include <fusewire/rendezvous/endpoint.hpp>
 
+#include <doctest/doctest.h>
+
 #include <chrono>
+#include <future>
 
 #include "../../common/tcp_transports.hpp"
 
@@ -15,3 +18,19 @@ using namespace std::chrono_literals;
 inline const fw::task_id ps0{"ps", 0};
 inline const fw::task_id w0{"worker", 0};
 inline const fw::task_id w1{"worker", 1};
+
+/// Block-mode reactors and a 4 MiB pool: what most endpoint tests run with.
+inline fw::options block_options(std::chrono::milliseconds connect_timeout = 3000ms) {
+  fw::options o;
+  o.mode = fw::reactor_mode::block;
+  o.pool_size = 4u << 20;
+  o.connect_timeout = connect_timeout;
+  return o;
+}
+
+/// The result of `f`; fails the test if it is not ready within 60 s.
+template <class F>
+auto wait(std::future<F>& f) {
+  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "operation did not complete");
+  return f.get();
+}

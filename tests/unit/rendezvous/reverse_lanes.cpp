@@ -19,13 +19,7 @@
 
 namespace {
 
-fw::options test_options() {
-  fw::options o;
-  o.mode = fw::reactor_mode::block;
-  o.pool_size = 4u << 20;
-  o.connect_timeout = 3000ms;
-  return o;
-}
+fw::options test_options() { return block_options(); }
 
 rv::endpoint_tuning tuning(bool reverse) {
   rv::endpoint_tuning t;
@@ -33,11 +27,6 @@ rv::endpoint_tuning tuning(bool reverse) {
   return t;
 }
 
-template <class F>
-auto wait(std::future<F>& f) {
-  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "operation did not complete");
-  return f.get();
-}
 
 /// `from` sends pattern(n, seed) under `key`; `to` receives it and checks every byte.
 template <class E>
