@@ -5,7 +5,11 @@
 /// Zero copy: async_write hands Asio the caller's buffers as one buffer
 /// sequence (writev, no gathering copy); async_read reads straight into the
 /// destination; async_read_some reads into a chunk (asio_tcp::config::read_chunk)
-/// and hands out aliases of it, so nothing is copied after the kernel.
+/// and hands out aliases of it, so nothing is copied after the kernel. An exact
+/// read below asio_tcp::config::read_ahead_below reads ahead into the chunk
+/// instead (one recv for a frame's header, meta and small payload, which the
+/// following reads then copy out); a larger one first takes what was read
+/// ahead, then reads the rest straight into its destination.
 
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +67,7 @@ struct transfer_everything {
 struct asio_options {
   std::size_t read_chunk;
   bool keepalive;
+  std::size_t read_ahead_below;
 };
 
 /// One TCP connection's state, shared by its handle and its in-flight Asio
@@ -137,6 +142,7 @@ class asio_connection_state final : public ref_counted, public closable {
     if (socket_) socket_->close(ignored);
     chunk_.reset();
     chunk_used_ = 0;
+    ahead_.clear();
     try {
       schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
       schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
@@ -171,6 +177,7 @@ class asio_connection_state final : public ref_counted, public closable {
   };
   struct read_op {
     mutable_buffer dst;
+    std::size_t filled = 0;  // exact reads: bytes already in dst
     unique_function<void(std::error_code, std::size_t)> exact;
     unique_function<void(std::error_code, tensor_buffer)> some;
     std::error_code preset;
@@ -232,27 +239,54 @@ class asio_connection_state final : public ref_counted, public closable {
 
   void enqueue_read(read_op op) {
     if (!open_) op.preset = make_error_code(errc::connection_closed);
-    const bool direct = reads_.empty() && !reading_ && open_ && !read_error_;
+    const bool direct = reads_.empty() && !reading_ && open_ && !read_error_ && ahead_.empty();
     reads_.push_back(std::move(op));
     if (direct) {
-      start_read();
+      start_read();  // Asio never completes inline
     } else {
       schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
     }
   }
 
+  /// Serves the queued reads, in order, from what was read ahead; starts an
+  /// Asio read for the first one that needs more (or fails them on an error).
   void pump_reads() {
     ref_ptr<asio_connection_state> guard(this);
     while (!reading_ && !reads_.empty()) {
-      const std::error_code ec = reads_.front().preset ? reads_.front().preset : read_failure();
+      read_op& front = reads_.front();
+      if (!front.preset && open_) {
+        if (front.some && !ahead_.empty()) {
+          read_op op = pop_read();
+          tensor_buffer b = std::move(ahead_.front());
+          ahead_.pop_front();
+          complete(op.some, std::error_code(), std::move(b));
+          continue;
+        }
+        while (front.exact && front.filled < front.dst.size() && !ahead_.empty()) {
+          tensor_buffer& b = ahead_.front();
+          const std::size_t n = std::min(b.size(), front.dst.size() - front.filled);
+          std::memcpy(front.dst.data() + front.filled, b.data(), n);
+          front.filled += n;
+          if (n == b.size()) {
+            ahead_.pop_front();
+          } else {
+            b.trim_front(n);
+          }
+        }
+        if (front.exact && front.filled == front.dst.size()) {
+          read_op op = pop_read();
+          complete(op.exact, std::error_code(), op.filled);
+          continue;
+        }
+      }
+      const std::error_code ec = front.preset ? front.preset : read_failure();
       if (!ec) {
         start_read();
         break;
       }
-      read_op op = std::move(reads_.front());
-      reads_.pop_front();
+      read_op op = pop_read();
       if (op.exact) {
-        complete(op.exact, ec, std::size_t{0});
+        complete(op.exact, ec, op.filled);
       } else {
         complete(op.some, ec, tensor_buffer());
       }
@@ -260,44 +294,52 @@ class asio_connection_state final : public ref_counted, public closable {
     release_socket_if_idle();
   }
 
+  read_op pop_read() {
+    read_op op = std::move(reads_.front());
+    reads_.pop_front();
+    return op;
+  }
+
+  // The front read needs bytes from the socket: an exact read of at least
+  // read_ahead_below bytes gets them straight into its destination; anything
+  // else reads what there is into the chunk (handed out, or read ahead).
   void start_read() {
     reading_ = true;
     read_op& op = reads_.front();
     auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
       self->on_read(ec, n);
     };
-    if (op.exact) {
-      boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data(), op.dst.size()), transfer_everything{},
-                              std::move(on_done));
+    direct_ = op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below;
+    if (direct_) {
+      boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data() + op.filled, op.dst.size() - op.filled),
+                              transfer_everything{}, std::move(on_done));
       return;
     }
     if (chunk_.size() - chunk_used_ < min_chunk_tail) {
       chunk_ = tensor_buffer::allocate(opts_.read_chunk);
       chunk_used_ = 0;
     }
-    socket_->async_read_some(boost::asio::buffer(chunk_.data() + chunk_used_, chunk_.size() - chunk_used_),
-                             std::move(on_done));
+    // Reading ahead for a small exact read takes at most read_ahead_below bytes,
+    // so a large payload behind a small header is not copied out of the chunk.
+    std::size_t room = chunk_.size() - chunk_used_;
+    if (op.exact) room = std::min(room, std::max(opts_.read_ahead_below, op.dst.size() - op.filled));
+    socket_->async_read_some(boost::asio::buffer(chunk_.data() + chunk_used_, room), std::move(on_done));
   }
 
   void on_read(const boost::system::error_code& ec, std::size_t n) {
     reading_ = false;
-    read_op op = std::move(reads_.front());
-    reads_.pop_front();
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !read_error_) read_error_ = e;
-    if (op.exact) {
-      complete(op.exact, e, n);
-    } else {
-      tensor_buffer got;
-      if (!e && n != 0) {
-        got = chunk_.share(chunk_used_, n);
-        chunk_used_ += n;
-        if (chunk_.size() - chunk_used_ < min_chunk_tail) {
-          chunk_.reset();
-          chunk_used_ = 0;
-        }
+    if (direct_) {
+      read_op op = pop_read();
+      complete(op.exact, e, op.filled + n);
+    } else if (!e && n != 0) {
+      ahead_.push_back(chunk_.share(chunk_used_, n));
+      chunk_used_ += n;
+      if (chunk_.size() - chunk_used_ < min_chunk_tail) {
+        chunk_.reset();
+        chunk_used_ = 0;
       }
-      complete(op.some, e, std::move(got));
     }
     pump_reads();
   }
@@ -325,6 +367,7 @@ class asio_connection_state final : public ref_counted, public closable {
   bool writing_ = false;
   bool connecting_ = false;
   bool read_pump_scheduled_ = false;
+  bool direct_ = false;  // the Asio read in flight reads into the front read's destination
   bool write_pump_scheduled_ = false;
   std::error_code read_error_;
   std::error_code write_error_;
@@ -332,6 +375,7 @@ class asio_connection_state final : public ref_counted, public closable {
   std::deque<write_op> writes_;
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
+  std::deque<tensor_buffer> ahead_;  // bytes read ahead, not handed out yet
 };
 
 class asio_listener_state;
@@ -482,6 +526,10 @@ class asio_tcp {
 
   struct config {
     std::size_t read_chunk = 32 * 1024;  ///< bytes async_read_some reads at most (one chunk per connection)
+    /// An exact read of fewer bytes reads ahead into the chunk (one recv for a
+    /// frame's header, meta and small payload); 0 = every exact read goes
+    /// straight into its destination.
+    std::size_t read_ahead_below = 4096;
     bool keepalive = true;               ///< SO_KEEPALIVE on every connection
     bool reuse_port = false;             ///< SO_REUSEPORT on listeners (one listener per reactor)
     int backlog = 1024;
@@ -558,7 +606,9 @@ class asio_tcp {
   }
 
  private:
-  detail::asio_options options() const noexcept { return {config_.read_chunk, config_.keepalive}; }
+  detail::asio_options options() const noexcept {
+    return {config_.read_chunk, config_.keepalive, config_.read_ahead_below};
+  }
 
   config config_;
 };

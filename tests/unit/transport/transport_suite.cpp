@@ -271,3 +271,70 @@ TEST_CASE("uring_tcp: received buffers are handed over without a copy and may di
   b.reset();
 }
 #endif
+
+TEST_CASE("asio_tcp: exact reads of mixed sizes are byte-exact with read-ahead on, off and for everything") {
+  // Sizes as a framed stream asks for them: header, meta, small and large payloads.
+  const std::size_t sizes[] = {24, 40, 10, 24, 40, 5000, 1, 70000, 24, 3000, 4095, 4096, 24, 40, 0, 200000, 7};
+  std::size_t total = 0;
+  for (std::size_t n : sizes) total += n;
+  for (std::size_t below : {std::size_t{0}, std::size_t{4096}, std::size_t{1} << 20}) {
+    CAPTURE(below);
+    fw::asio_tcp::config cfg;
+    cfg.read_ahead_below = below;
+    harness<fw::asio_tcp> h(fw::reactor_mode::block, fw::asio_tcp(cfg));
+    const auto src = pattern(total, 11);
+    using conn_t = fw::asio_tcp::connection_type;
+    std::promise<std::vector<std::byte>> got;
+    const std::uint16_t port = h.serve(0, [&](conn_t c) {
+      struct reader : std::enable_shared_from_this<reader> {
+        conn_t conn;
+        std::vector<std::byte> out;
+        std::vector<std::byte> buf;
+        const std::size_t* sizes = nullptr;
+        std::size_t count = 0, next_index = 0;
+        std::promise<std::vector<std::byte>>* done = nullptr;
+        void next() {
+          if (next_index == count) {
+            done->set_value(out);
+            conn.close();
+            return;
+          }
+          const std::size_t want = sizes[next_index++];
+          buf.assign(want, std::byte{0});
+          conn.async_read(fw::mutable_buffer(buf.data(), want),
+                          [self = this->shared_from_this(), want](std::error_code ec, std::size_t n) {
+                            REQUIRE_FALSE(ec);
+                            REQUIRE(n == want);
+                            self->out.insert(self->out.end(), self->buf.begin(), self->buf.end());
+                            self->next();
+                          });
+        }
+      };
+      auto r = std::make_shared<reader>();
+      r->conn = std::move(c);
+      r->sizes = sizes;
+      r->count = std::size(sizes);
+      r->done = &got;
+      r->next();
+    });
+    std::vector<std::byte> sink(1);
+    std::promise<std::error_code> client_eof;
+    h.group.submit_to(1, [&] {
+      h.transport.connect(harness<fw::asio_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec, conn_t c) {
+        REQUIRE_FALSE(ec);
+        auto conn = std::make_shared<conn_t>(std::move(c));
+        for (std::size_t off = 0; off < src.size(); off += 997) {  // boundaries unlike the reads'
+          const fw::const_buffer piece[] = {fw::const_buffer(src.data() + off, std::min<std::size_t>(997, src.size() - off))};
+          conn->async_write(piece, [conn](std::error_code e, std::size_t) { CHECK_FALSE(e); });
+        }
+        conn->async_read(fw::mutable_buffer(sink), [&, conn](std::error_code e, std::size_t) { client_eof.set_value(e); });
+      });
+    });
+    auto f = got.get_future();
+    const auto out = get(f);
+    REQUIRE(out.size() == src.size());
+    CHECK(std::memcmp(out.data(), src.data(), src.size()) == 0);
+    auto e = client_eof.get_future();
+    CHECK(get(e) == fw::errc::connection_closed);
+  }
+}
