@@ -317,24 +317,11 @@ TEST_CASE("asio_tcp: exact reads of mixed sizes are byte-exact with read-ahead o
       r->done = &got;
       r->next();
     });
-    std::vector<std::byte> sink(1);
-    std::promise<std::error_code> client_eof;
-    h.group.submit_to(1, [&] {
-      h.transport.connect(harness<fw::asio_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec, conn_t c) {
-        REQUIRE_FALSE(ec);
-        auto conn = std::make_shared<conn_t>(std::move(c));
-        for (std::size_t off = 0; off < src.size(); off += 997) {  // boundaries unlike the reads'
-          const fw::const_buffer piece[] = {fw::const_buffer(src.data() + off, std::min<std::size_t>(997, src.size() - off))};
-          conn->async_write(piece, [conn](std::error_code e, std::size_t) { CHECK_FALSE(e); });
-        }
-        conn->async_read(fw::mutable_buffer(sink), [&, conn](std::error_code e, std::size_t) { client_eof.set_value(e); });
-      });
-    });
+    auto e = h.write_in_pieces(port, src, 997);  // boundaries unlike the reads'
     auto f = got.get_future();
     const auto out = get(f);
     REQUIRE(out.size() == src.size());
     CHECK(std::memcmp(out.data(), src.data(), src.size()) == 0);
-    auto e = client_eof.get_future();
     CHECK(get(e) == fw::errc::connection_closed);
   }
 }

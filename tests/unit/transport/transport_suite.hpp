@@ -138,6 +138,29 @@ struct harness {
     });
   }
 
+  /// Connects from reactor 1 to `port` and writes `src` in writes of `piece`
+  /// bytes (so the reader sees boundaries unlike its reads'), then keeps the
+  /// connection until the server closes it: that read's error, as a future.
+  std::future<std::error_code> write_in_pieces(std::uint16_t port, const std::vector<std::byte>& src,
+                                               std::size_t piece) {
+    auto eof = std::make_shared<std::promise<std::error_code>>();
+    auto done = eof->get_future();
+    group.submit_to(1, [this, port, &src, piece, eof] {
+      transport.connect(here(), SUITE_HOST, port, [&src, piece, eof](std::error_code ec, conn_t c) {
+        REQUIRE_FALSE(ec);
+        auto conn = std::make_shared<conn_t>(std::move(c));
+        for (std::size_t off = 0; off < src.size(); off += piece) {
+          const fw::const_buffer one[] = {fw::const_buffer(src.data() + off, std::min(piece, src.size() - off))};
+          conn->async_write(one, [conn](std::error_code e, std::size_t) { CHECK_FALSE(e); });
+        }
+        auto sink = std::make_shared<std::byte>();
+        conn->async_read(fw::mutable_buffer(sink.get(), 1),
+                         [conn, sink, eof](std::error_code e, std::size_t) { eof->set_value(e); });
+      });
+    });
+    return done;
+  }
+
   T transport;
   group_t group;
 };
@@ -348,28 +371,11 @@ TEST_CASE_TEMPLATE("reads are served in call order across read_some and exact re
     r->done = &got;
     r->next();
   });
-  std::vector<std::byte> sink(1);
-  std::promise<std::error_code> client_eof;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-      // Many small writes: the reader sees arbitrary boundaries.
-      for (std::size_t off = 0; off < src.size(); off += 7919) {
-        const fw::const_buffer piece[] = {
-            fw::const_buffer(src.data() + off, std::min<std::size_t>(7919, src.size() - off))};
-        conn->async_write(piece, [conn](std::error_code e, std::size_t) { CHECK_FALSE(e); });
-      }
-      // Keep the connection until the server closes it.
-      conn->async_read(fw::mutable_buffer(sink),
-                       [&, conn](std::error_code e, std::size_t) { client_eof.set_value(e); });
-    });
-  });
+  auto e = h.write_in_pieces(port, src, 7919);  // many small writes: arbitrary boundaries
   auto f = got.get_future();
   const auto out = get(f);
   REQUIRE(out.size() == src.size());
   CHECK(std::memcmp(out.data(), src.data(), src.size()) == 0);
-  auto e = client_eof.get_future();
   CHECK(get(e) == fw::errc::connection_closed);
 }
 
