@@ -102,7 +102,7 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
       if (!b.empty()) sg.push_back(b);
     }
     conn_.async_write(std::span<const const_buffer>(sg.data(), sg.size()),
-                      [prefix = std::move(prefix), h = std::move(h)](std::error_code e, std::size_t) mutable {
+                      [prefix = fusewire::detail::buffer_hold(std::move(prefix)), h = std::move(h)](std::error_code e, std::size_t) mutable {
                         prefix.reset();
                         h(e);
                       });
@@ -124,10 +124,13 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
                          return h(e, frame_head{});
                        }
                        if (head.header.meta_len == 0) return self->finish_head(std::move(head), h);
+                       // The frame's header and meta wait in the channel (one read_head at a
+                       // time), so the continuation stays small enough to be stored inline.
                        head.meta = tensor_buffer::allocate(head.header.meta_len);
                        const mutable_buffer dst = head.meta.bytes();
-                       self->conn_.async_read(dst, [self, head = std::move(head), h = std::move(h)](
-                                                         std::error_code e, std::size_t) mutable {
+                       self->head_ = std::move(head);
+                       self->conn_.async_read(dst, [self, h = std::move(h)](std::error_code e, std::size_t) mutable {
+                         frame_head head = std::move(self->head_);
                          if (e) {
                            // A stream that ends inside a frame is a truncated frame.
                            if (e == make_error_code(errc::connection_closed)) e = make_error_code(errc::truncated_frame);
@@ -170,6 +173,7 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   Connection conn_;
   wire::limits limits_;
   std::array<std::byte, wire::header_size> header_bytes_{};
+  frame_head head_;  ///< the frame whose meta is being read
 };
 
 }  // namespace protocol

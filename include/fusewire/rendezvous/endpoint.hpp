@@ -85,8 +85,9 @@
 ///   are unchanged. See rendezvous/detail/rdma_direct.hpp.
 ///
 /// Threads: every public member may be called from any thread (work is handed
-/// to the reactor through its inbox); the blocking helpers must not be called
-/// on the endpoint's reactor thread.
+/// to the reactor through its inbox; called on the endpoint's reactor thread,
+/// from a handler, an operation starts at once, with no hand-off); the
+/// blocking helpers must not be called on the endpoint's reactor thread.
 
 #include <time.h>
 
@@ -799,6 +800,9 @@ class endpoint {
       if (op.timer) reactor_->cancel(op.timer);
       op.owned.reset();
       send_handler h = std::move(op.h);
+      if (initiating_ != 0) {
+        return reactor_->post([this, h = std::move(h), ec]() mutable { reactor_->invoke(h, ec); });
+      }
       reactor_->invoke(h, ec);
     }
 
@@ -811,7 +815,26 @@ class endpoint {
       op.unlink();
       op.dst.reset();
       recv_handler h = std::move(op.h);
+      if (initiating_ != 0) {
+        return reactor_->post(
+            [this, h = std::move(h), ec, b = std::move(b)]() mutable { reactor_->invoke(h, ec, std::move(b)); });
+      }
       reactor_->invoke(h, ec, std::move(b));
+    }
+
+    /// Starts operations called on the reactor thread itself, at once (no task,
+    /// no tick): what completes while they start (a tensor already arrived, a
+    /// peer known down, a batch flushed to a lost peer) completes from a posted
+    /// task, so no handler runs inline from its initiating call and a handler
+    /// that starts another operation does not recurse.
+    template <class Run>
+    void initiate(Run&& run) {
+      struct depth {
+        int& n;
+        explicit depth(int& v) : n(++v) {}
+        ~depth() { --n; }
+      } guard(initiating_);
+      run();
     }
 
    private:
@@ -1243,7 +1266,9 @@ class endpoint {
     }
 
     void read_next(const std::shared_ptr<channel_type>& ch) {
-      ch->read_head([this, ch](std::error_code ec, protocol::frame_head head) { on_frame(ch, ec, std::move(head)); });
+      // Init-captures: a copy-capture of a const& parameter would be a const
+      // member, copied (an atomic increment) on every move of the continuation.
+      ch->read_head([this, ch = ch](std::error_code ec, protocol::frame_head head) { on_frame(ch, ec, std::move(head)); });
     }
 
     void on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec, protocol::frame_head head) {
@@ -1289,7 +1314,7 @@ class endpoint {
           waiting.pop_front();
           op->bound = ch;
           const mutable_buffer dst = op->dst.bytes();
-          ch->read_payload(dst, [this, ch, op](std::error_code e) {
+          ch->read_payload(dst, [this, ch = ch, op](std::error_code e) {
             if (e || op->timed_out) {
               complete(*op, make_error_code(op->timed_out ? errc::timed_out
                                             : closing_    ? errc::cancelled
@@ -1312,7 +1337,7 @@ class endpoint {
         return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
       }
       const mutable_buffer dst = buf.bytes();
-      ch->read_payload(dst, [this, ch, peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
+      ch->read_payload(dst, [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
         if (closing_) return;
         if (e) return inbound_failed(ch, e);
         deliver(peer, key, std::move(buf));
@@ -1331,7 +1356,7 @@ class endpoint {
         return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
       }
       const mutable_buffer dst = buf.bytes();
-      ch->read_payload(dst, [this, ch, peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
+      ch->read_payload(dst, [this, ch = ch, peer = peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
         if (closing_) return;
         if (e) return inbound_failed(ch, e);
         const auto& fused = std::get<wire::fused_meta>(head.body);
@@ -1377,7 +1402,7 @@ class endpoint {
       const mutable_buffer dst =
           x->buf.bytes().subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(h.payload_len));
       ++x->reads;
-      ch->read_payload(dst, [this, ch, x](std::error_code e) {
+      ch->read_payload(dst, [this, ch = ch, x = x](std::error_code e) {
         --x->reads;
         if (e && !x->failed) {
           x->failed = true;
@@ -1631,6 +1656,7 @@ class endpoint {
     reactor_type* reactor_ = nullptr;
     typename Transport::listener_type listener_;
     bool closing_ = false;
+    int initiating_ = 0;  ///< > 0 while initiate() runs: completions are posted
     std::map<std::string, out_peer> out_;
     std::map<channel_type*, inbound> in_;
     /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
@@ -1651,7 +1677,31 @@ class endpoint {
     return r != nullptr && &r->group() == group_.get();
   }
 
-  peer_info resolve(const task_id& peer) const { return {peer.to_string(), spec_.contains(peer)}; }
+  /// A peer's name and whether the cluster has it. A thread's calls mostly name
+  /// the peer of its previous call (a worker's PS, a PS's worker): the last
+  /// answer is kept per thread, keyed by this endpoint's serial number.
+  peer_info resolve(const task_id& peer) const {
+    struct last_answer {
+      std::uint64_t endpoint = 0;
+      std::uint32_t index = 0;
+      std::string job;
+      peer_info info;
+    };
+    thread_local last_answer last;
+    if (last.endpoint == serial_ && last.index == peer.index && last.job == peer.job) return last.info;
+    peer_info info{peer.to_string(), spec_.contains(peer)};
+    last.endpoint = 0;  // until the whole answer is stored
+    last.index = peer.index;
+    last.job = peer.job;
+    last.info = info;
+    last.endpoint = serial_;
+    return info;
+  }
+
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 
   std::error_code check_send(const peer_info& peer, const std::string& key, const send_op& op) const {
     if (!peer.known || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
@@ -1712,12 +1762,22 @@ class endpoint {
 
   void start(pending_op p) {
     if (closed_.load()) return cancel_pending(p);
+    if constexpr (!rdma_transport<Transport>) {  // RDMA direct placement keeps every start posted
+      if (on_reactor()) return core_->initiate([&] { run_pending(p); });
+    }
     pending_op keep{p.send, p.recv, {}, {}};
     if (group_->submit_to(0, [this, p = std::move(p)]() mutable { run_pending(p); })) cancel_pending(keep);
   }
 
   void start_many(std::vector<pending_op> ops) {
     if (ops.empty()) return;
+    if constexpr (!rdma_transport<Transport>) {
+      if (!closed_.load() && on_reactor()) {
+        return core_->initiate([&] {
+          for (pending_op& p : ops) run_pending(p);
+        });
+      }
+    }
     if (!closed_.load()) {
       auto shared = std::make_shared<std::vector<pending_op>>(std::move(ops));
       if (!group_->submit_to(0, [this, shared] {
@@ -1741,6 +1801,7 @@ class endpoint {
     return fut.get();
   }
 
+  const std::uint64_t serial_ = next_serial();  ///< never 0, never reused in this process
   task_id self_;
   cluster_spec spec_;
   options opts_;

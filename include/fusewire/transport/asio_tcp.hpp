@@ -11,6 +11,11 @@
 /// following reads then copy out); a larger one first takes what was read
 /// ahead, then reads the rest straight into its destination.
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -174,6 +179,7 @@ class asio_connection_state final : public ref_counted, public closable {
     boost::container::small_vector<boost::asio::const_buffer, 4> buffers;
     unique_function<void(std::error_code, std::size_t)> handler;
     std::error_code preset;  // started on a closed connection
+    std::size_t written = 0;  // bytes the first, direct attempt sent
   };
   struct read_op {
     mutable_buffer dst;
@@ -219,7 +225,33 @@ class asio_connection_state final : public ref_counted, public closable {
 
   void start_write() {
     writing_ = true;
-    const write_op& op = writes_.front();
+    write_op& op = writes_.front();
+    // The kernel usually takes a small frame whole at once: one sendmsg, and the
+    // completion posted (never inline), instead of Asio's composed operation.
+    if (op.buffers.size() <= max_direct_iov) {
+      std::array<iovec, max_direct_iov> iov;
+      for (std::size_t i = 0; i < op.buffers.size(); ++i) {
+        iov[i].iov_base = const_cast<void*>(op.buffers[i].data());
+        iov[i].iov_len = op.buffers[i].size();
+      }
+      msghdr msg{};
+      msg.msg_iov = iov.data();
+      msg.msg_iovlen = op.buffers.size();
+      const ssize_t r = ::sendmsg(socket_->native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const int err = r < 0 ? errno : 0;
+      if (r < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        return post_written(boost::system::error_code(err, boost::system::system_category()));
+      }
+      if (r > 0) {
+        op.written = static_cast<std::size_t>(r);
+        std::size_t left = op.written;
+        std::size_t first = 0;
+        while (first < op.buffers.size() && left >= op.buffers[first].size()) left -= op.buffers[first++].size();
+        op.buffers.erase(op.buffers.begin(), op.buffers.begin() + static_cast<std::ptrdiff_t>(first));
+        if (op.buffers.empty()) return post_written({});
+        op.buffers.front() += left;
+      }
+    }
     boost::asio::async_write(
         *socket_, std::span<const boost::asio::const_buffer>(op.buffers.data(), op.buffers.size()),
         transfer_everything{}, [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
@@ -233,8 +265,12 @@ class asio_connection_state final : public ref_counted, public closable {
     writes_.pop_front();
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !write_error_) write_error_ = e;
-    complete(op.handler, e, n);
+    complete(op.handler, e, op.written + n);
     pump_writes();
+  }
+
+  void post_written(boost::system::error_code ec) {
+    reactor_->post([self = ref_ptr<asio_connection_state>(this), ec] { self->on_written(ec, 0); });
   }
 
   void enqueue_read(read_op op) {
@@ -357,6 +393,7 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
   static constexpr std::size_t min_chunk_tail = 2048;
+  static constexpr std::size_t max_direct_iov = 16;  ///< longer lists go to Asio at once
 
   asio_reactor* reactor_;
   std::optional<socket_type> socket_;

@@ -237,3 +237,78 @@ TEST_SUITE("thread") {
     }
   }
 }
+
+TEST_CASE("small buffers reuse the blocks their thread freed, and keep their bytes apart") {
+  using fusewire::detail::heap_owner;
+  using fusewire::detail::small_blocks;
+  // Sizes at and around the small-block limit, each filled with its own pattern.
+  const std::array<std::size_t, 5> sizes{1, 10, heap_owner::small_size - 1, heap_owner::small_size,
+                                         heap_owner::small_size + 1};
+  std::vector<const std::byte*> freed;
+  {
+    std::vector<tensor_buffer> first;
+    for (std::size_t n : sizes) first.push_back(tensor_buffer::allocate(n));
+    for (const tensor_buffer& b : first) freed.push_back(b.data());
+  }
+  std::vector<tensor_buffer> live;
+  for (std::size_t i = 0; i < 3 * small_blocks::max_blocks; ++i) {
+    const std::size_t n = sizes[i % sizes.size()];
+    tensor_buffer b = tensor_buffer::allocate(n);
+    REQUIRE(b.size() == n);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 64 == 0);
+    std::memset(b.data(), static_cast<int>(i & 0xff), n);
+    live.push_back(std::move(b));
+  }
+  // No two live buffers share bytes, and each still holds its own pattern.
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const auto expect = static_cast<std::byte>(i & 0xff);
+    CHECK(live[i].bytes().front() == expect);
+    CHECK(live[i].bytes().back() == expect);
+  }
+  if constexpr (small_blocks::enabled) {
+    // The small blocks freed above came back (LIFO), the one above the limit did not have to.
+    std::size_t reused = 0;
+    for (const tensor_buffer& b : live) {
+      for (std::size_t i = 0; i + 1 < freed.size(); ++i) reused += b.data() == freed[i] ? 1 : 0;
+    }
+    CHECK(reused == sizes.size() - 1);
+  }
+}
+
+TEST_SUITE("thread") {
+  TEST_CASE("small buffers freed on other threads and at thread exit are released once, bytes intact") {
+    // Buffers made on one thread die on others (a handler's tensor, a frame's
+    // meta), which keep their blocks or free them when they exit.
+    constexpr int rounds = 50;
+    constexpr int per_round = 3 * static_cast<int>(fusewire::detail::small_blocks::max_blocks);
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<tensor_buffer> made;
+      for (int i = 0; i < per_round; ++i) {
+        tensor_buffer b = tensor_buffer::allocate(static_cast<std::size_t>(1 + i % 150));
+        std::memset(b.data(), i & 0xff, b.size());
+        made.push_back(std::move(b));
+      }
+      std::atomic<int> bad{0};
+      std::vector<std::thread> workers;
+      for (int t = 0; t < 2; ++t) {
+        std::vector<tensor_buffer> mine;
+        for (int i = t; i < per_round; i += 2) mine.push_back(std::move(made[static_cast<std::size_t>(i)]));
+        workers.emplace_back([mine = std::move(mine), t, &bad]() mutable {
+          int i = t;
+          for (tensor_buffer& b : mine) {
+            for (std::byte x : b.bytes()) bad.fetch_add(x != static_cast<std::byte>(i & 0xff) ? 1 : 0);
+            i += 2;
+          }
+          mine.clear();  // into this thread's list (up to its bound), the rest to the heap
+          // Blocks this thread freed serve its own next small buffers.
+          for (int k = 0; k < 100; ++k) {
+            tensor_buffer again = tensor_buffer::allocate(32);
+            std::memset(again.data(), k, again.size());
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+      REQUIRE(bad.load() == 0);
+    }
+  }
+}

@@ -2,9 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -254,5 +256,126 @@ TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (swi
       CHECK(after.fused_frames_sent == 0);
       CHECK(after.tensor_frames_sent - before.tensor_frames_sent == 9);
     }
+  }
+}
+
+namespace {
+
+/// How deep the calling thread is inside a test handler: a handler that runs
+/// inline from an operation started by another handler would see depth 1.
+thread_local int handler_depth = 0;
+
+struct handler_scope {
+  std::atomic<int>& nested;
+  explicit handler_scope(std::atomic<int>& n) : nested(n) {
+    if (handler_depth++ != 0) nested.fetch_add(1);
+  }
+  ~handler_scope() { --handler_depth; }
+  handler_scope(const handler_scope&) = delete;
+  handler_scope& operator=(const handler_scope&) = delete;
+};
+
+/// Receives `left` tensors on `key` from `peer`, each receive started by the
+/// previous one's handler (on the reactor thread); then `done(errors, seeds)`.
+template <class Endpoint>
+struct recv_chain {
+  Endpoint& ep;
+  fw::task_id peer;
+  std::string key;
+  int left;
+  std::atomic<int>& nested;
+  std::vector<std::uint32_t> seeds;
+  std::vector<std::error_code> errors;
+  std::promise<void> done;
+
+  void next() {
+    ep.recv(peer, key, [this](std::error_code ec, fw::tensor_buffer b) {
+      handler_scope scope(nested);
+      errors.push_back(ec);
+      if (!ec && !b.empty()) seeds.push_back(static_cast<std::uint32_t>(b.data()[0]));
+      if (--left == 0) return done.set_value();
+      next();
+    }, 30s);
+  }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("operations started from a handler start at once, never complete inline, keep FIFO", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 1);
+  rv::endpoint<T> ps(ps0, spec, test_options());
+  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, test_options());
+  std::atomic<int> nested{0};
+
+  SUBCASE("receives whose tensors already arrived complete from the reactor, not inside the previous handler") {
+    constexpr int n = 40;
+    for (int i = 0; i < n; ++i) {
+      worker->send(ps0, "early", fw::tensor_buffer::copy_of(std::vector<std::byte>{static_cast<std::byte>(i)}),
+                   [](std::error_code) {});
+    }
+    REQUIRE_FALSE(worker->send_sync(ps0, "last", rvtest::pattern(3, 1), 30s));
+    // "last" left after every "early" on the same connection: once it is in, they are too.
+    REQUIRE_FALSE(ps.recv_sync(w0, "last", 30s).ec);
+    recv_chain<rv::endpoint<T>> chain{ps, w0, "early", n, nested, {}, {}, {}};
+    auto f = chain.done.get_future();
+    chain.next();
+    REQUIRE(f.wait_for(60s) == std::future_status::ready);
+    CHECK(nested.load() == 0);
+    REQUIRE(chain.seeds.size() == static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) CHECK(chain.seeds[static_cast<std::size_t>(i)] == static_cast<std::uint32_t>(i));
+  }
+
+  SUBCASE("a handler that retries a receive from a dead peer does not recurse") {
+    REQUIRE_FALSE(worker->send_sync(ps0, "hello", rvtest::pattern(1, 1), 30s));
+    REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
+    std::promise<std::error_code> gone;
+    auto g = gone.get_future();
+    ps.recv(w0, "never", [&gone](std::error_code ec, fw::tensor_buffer) { gone.set_value(ec); }, 30s);
+    worker.reset();
+    REQUIRE(wait(g) == fw::make_error_code(fw::errc::connection_reset));
+    // The peer is known down: each retry fails at once, from a posted task.
+    recv_chain<rv::endpoint<T>> chain{ps, w0, "never", 2000, nested, {}, {}, {}};
+    auto f = chain.done.get_future();
+    chain.next();
+    REQUIRE(f.wait_for(60s) == std::future_status::ready);
+    CHECK(nested.load() == 0);
+    REQUIRE(chain.errors.size() == 2000u);
+    for (auto ec : chain.errors) CHECK(ec == fw::make_error_code(fw::errc::connection_reset));
+  }
+
+  SUBCASE("sends a handler starts directly and through batches leave in call order") {
+    constexpr std::uint32_t n = 60;
+    std::promise<void> started;
+    auto s = started.get_future();
+    std::atomic<int> failed{0};
+    worker->recv(ps0, "go", [&](std::error_code ec, fw::tensor_buffer) {
+      handler_scope scope(nested);
+      if (ec) failed.fetch_add(1);
+      auto on_sent = [&failed, &nested](std::error_code e) {
+        handler_scope inner(nested);
+        if (e) failed.fetch_add(1);
+      };
+      typename rv::endpoint<T>::batch b(*worker);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (i % 3 == 0) {
+          b.submit();
+          worker->send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+        } else {
+          b.send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+        }
+      }
+      b.submit();
+      started.set_value();
+    }, 30s);
+    REQUIRE_FALSE(ps.send_sync(w0, "go", rvtest::pattern(1, 9), 30s));
+    REQUIRE(s.wait_for(60s) == std::future_status::ready);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      auto r = ps.recv_sync(w0, "order", 30s);
+      REQUIRE_FALSE(r.ec);
+      CHECK(rvtest::matches(r.buffer, 5 + i, i));
+    }
+    CHECK(failed.load() == 0);
+    CHECK(nested.load() == 0);
   }
 }

@@ -74,7 +74,9 @@ class unique_function<R(Args...)> {
   }
 
  private:
-  static constexpr std::size_t inline_size = 48;
+  // A continuation of two shared_ptrs, `this` and a small capture fits (the
+  // endpoint's per-frame continuations do: no heap block per message).
+  static constexpr std::size_t inline_size = 64;
 
   struct ops_table {
     R (*call)(void*, Args&&...);
