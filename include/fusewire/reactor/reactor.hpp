@@ -487,6 +487,9 @@ class basic_reactor final : private detail::engine_hooks {
   }
 
   bool run_timers() {
+    // Most ticks have no timer due for milliseconds: the coarse clock (no TSC
+    // read; a busy-polling reactor ticks millions of times a second) says so.
+    if (detail::coarse_now() + detail::coarse_lag() < timers_.not_before()) return false;
     std::vector<detail::timer_queue::callback> due;
     timers_.take_expired(clock::now(), [&](detail::timer_queue::callback cb) { due.push_back(std::move(cb)); });
     for (auto& cb : due) {

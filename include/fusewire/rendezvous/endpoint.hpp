@@ -89,8 +89,6 @@
 /// from a handler, an operation starts at once, with no hand-off); the
 /// blocking helpers must not be called on the endpoint's reactor thread.
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -126,6 +124,7 @@
 #include <fusewire/protocol/channel.hpp>
 #include <fusewire/protocol/handshake.hpp>
 #include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/reactor/detail/timer_queue.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
@@ -192,14 +191,7 @@ using log_sink = std::function<void(std::string_view)>;
 
 namespace detail {
 
-/// CLOCK_MONOTONIC (steady_clock's clock) at tick resolution (a few ms) without
-/// reading the TSC: keepalive bookkeeping stamps every frame with it.
-inline clock::time_point coarse_now() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                         std::chrono::nanoseconds(ts.tv_nsec)));
-}
+using fusewire::detail::coarse_now;  // keepalive bookkeeping stamps every frame with it
 
 /// Awaits one operation started by `Start(handler)`; resumes on the reactor thread.
 template <class Result, class Start>

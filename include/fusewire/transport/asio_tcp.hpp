@@ -39,6 +39,7 @@
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
@@ -298,17 +299,7 @@ class asio_connection_state final : public ref_counted, public closable {
           complete(op.some, std::error_code(), std::move(b));
           continue;
         }
-        while (front.exact && front.filled < front.dst.size() && !ahead_.empty()) {
-          tensor_buffer& b = ahead_.front();
-          const std::size_t n = std::min(b.size(), front.dst.size() - front.filled);
-          std::memcpy(front.dst.data() + front.filled, b.data(), n);
-          front.filled += n;
-          if (n == b.size()) {
-            ahead_.pop_front();
-          } else {
-            b.trim_front(n);
-          }
-        }
+        if (front.exact) take_received(ahead_, front.dst, front.filled);
         if (front.exact && front.filled == front.dst.size()) {
           read_op op = pop_read();
           complete(op.exact, std::error_code(), op.filled);

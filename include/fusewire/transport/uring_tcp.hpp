@@ -80,6 +80,7 @@
 #include <fusewire/reactor/uring_engine.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
@@ -405,19 +406,9 @@ class uring_connection_state final : public ref_counted, public closable {
         break;
       }
       // exact read: first what already arrived (the one copy), then straight into dst
-      while (front.filled < front.dst.size() && !stash_.empty()) {
-        tensor_buffer& b = stash_.front();
-        const std::size_t n = std::min(b.size(), front.dst.size() - front.filled);
-        std::memcpy(front.dst.data() + front.filled, b.data(), n);
-        front.filled += n;
-        stats_.bytes_copied_to_destination += n;
-        stash_bytes_ -= n;
-        if (n == b.size()) {
-          stash_.pop_front();
-        } else {
-          b.trim_front(n);
-        }
-      }
+      const std::size_t copied = take_received(stash_, front.dst, front.filled);
+      stats_.bytes_copied_to_destination += copied;
+      stash_bytes_ -= copied;
       if (front.filled == front.dst.size()) {
         read_req r = pop_read();
         complete(r.exact, std::error_code(), r.filled);

@@ -2,6 +2,8 @@
 /// The reactor's timers: a binary min-heap of deadlines with lazy deletion.
 /// Private to the reactor layer; single-threaded (the owning reactor's thread).
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -17,6 +19,29 @@
 namespace fusewire {
 inline namespace v0 {
 namespace detail {
+
+/// CLOCK_MONOTONIC (steady_clock's clock) at tick resolution (a few ms)
+/// without reading the TSC: for stamps that need no precision (keepalive
+/// bookkeeping) and to rule out that a timer is due.
+inline std::chrono::steady_clock::time_point coarse_now() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+/// How far coarse_now() may lag behind steady_clock::now(), with room to spare
+/// (twice the coarse clock's resolution; 20 ms if the kernel does not say).
+inline std::chrono::steady_clock::duration coarse_lag() noexcept {
+  static const std::chrono::steady_clock::duration lag = [] {
+    timespec res{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0 || res.tv_sec != 0) {
+      return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::milliseconds(20));
+    }
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::nanoseconds(2 * res.tv_nsec));
+  }();
+  return lag;
+}
 
 /// Timers by deadline. Cancelled entries stay in the heap until they reach the
 /// top or the heap is compacted (when dead entries outnumber live ones).
@@ -46,6 +71,11 @@ class timer_queue {
 
   bool empty() const noexcept { return live_.empty(); }
   std::size_t size() const noexcept { return live_.size(); }
+
+  /// No timer is due before this (the heap's top, cancelled or not; max() if none). Cheap.
+  clock::time_point not_before() const noexcept {
+    return heap_.empty() ? clock::time_point::max() : heap_.front().when;
+  }
 
   /// The earliest pending deadline, if any.
   std::optional<clock::time_point> next_deadline() {

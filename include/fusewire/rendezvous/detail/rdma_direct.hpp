@@ -40,8 +40,6 @@
 ///
 /// Reactor thread only, except stats().
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,6 +61,7 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/protocol/channel.hpp>
+#include <fusewire/reactor/detail/timer_queue.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/meta.hpp>
 
@@ -290,7 +289,7 @@ class rdma_direct {
     op->in_flight = true;
     direct_writes_.fetch_add(1, std::memory_order_relaxed);
     if (staged) staged_writes_.fetch_add(1, std::memory_order_relaxed);
-    p.last_write = coarse_now();
+    p.last_write = fusewire::detail::coarse_now();
     auto ch = p.ch;
     auto write_error = std::make_shared<std::error_code>();
     ch->connection().async_write_remote(src, a.region,
@@ -348,13 +347,6 @@ class rdma_direct {
     auto it = m.find(key);
     if (it != m.end()) return it->second;
     return m.emplace(std::string(key), State{}).first->second;
-  }
-
-  static std::chrono::steady_clock::time_point coarse_now() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
   }
 
   // The connection that carries the peer's tensor frames; a new one (the peer
