@@ -79,3 +79,27 @@ TEST_CASE("timer_queue take_expired: a cancelled earlier entry neither fires nor
   CHECK(fired == std::vector<int>{2, 5});
   CHECK(q.empty());
 }
+
+TEST_CASE("not_before is never later than the first live deadline; the coarse clock never runs ahead") {
+  timer_queue q;
+  CHECK(q.not_before() == timer_queue::clock::time_point::max());
+  const auto t0 = timer_queue::clock::time_point{} + 1s;
+  const auto a = q.add(t0, [](std::error_code) {});
+  q.add(t0 + 5ms, [](std::error_code) {});
+  CHECK(q.not_before() == t0);
+  (void)q.remove(a);  // cancelled but still on top: not_before stays at or before the live one
+  CHECK(q.not_before() <= t0 + 5ms);
+  CHECK(*q.next_deadline() == t0 + 5ms);
+  CHECK(q.not_before() == t0 + 5ms);
+  // The reactor skips the precise clock when coarse_now() + coarse_lag() is before not_before():
+  // that needs the coarse clock to lag steady_clock by less than coarse_lag().
+  CHECK(fusewire::detail::coarse_lag() > timer_queue::clock::duration::zero());
+  for (int i = 0; i < 1000; ++i) {
+    // Each bound is read in the order that a pause between the reads can only loosen.
+    const auto before = timer_queue::clock::now();
+    const auto coarse = fusewire::detail::coarse_now();
+    const auto after = timer_queue::clock::now();
+    CHECK(coarse <= after);
+    CHECK(before - coarse < fusewire::detail::coarse_lag());
+  }
+}
