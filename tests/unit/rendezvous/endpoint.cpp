@@ -39,6 +39,19 @@ struct log_capture {
 };
 
 
+/// `worker` (task w0) connects and says hello, `ps` waits for another tensor
+/// from it, and `worker` dies: returns that receive's error.
+template <class Endpoint>
+std::error_code lose_worker(Endpoint& ps, std::unique_ptr<Endpoint>& worker) {
+  REQUIRE_FALSE(worker->send_sync(ps0, "hello", rvtest::pattern(1, 1), 30s));
+  REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
+  std::promise<std::error_code> p;
+  auto f = p.get_future();
+  ps.recv(w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+  worker.reset();
+  return wait(f);
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", T, TRANSPORTS) {
@@ -170,13 +183,7 @@ TEST_CASE_TEMPLATE("a peer that dies fails the receives waiting for it", T, TRAN
   rv::endpoint<T> ps(ps0, spec, test_options());
   auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, test_options());
   rv::endpoint<T> other(w1, spec, test_options());
-  REQUIRE_FALSE(worker->send_sync(ps0, "hello", rvtest::pattern(1, 1), 30s));
-  REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
-  std::promise<std::error_code> p;
-  auto f = p.get_future();
-  ps.recv(w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
-  worker.reset();
-  CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
+  CHECK(lose_worker(ps, worker) == fw::make_error_code(fw::errc::connection_reset));
   // The survivor keeps serving the other worker.
   REQUIRE_FALSE(other.send_sync(ps0, "still", rvtest::pattern(777, 5), 30s));
   auto r = ps.recv_sync(w1, "still", 30s);
@@ -327,13 +334,7 @@ TEST_CASE_TEMPLATE("operations started from a handler start at once, never compl
   }
 
   SUBCASE("a handler that retries a receive from a dead peer does not recurse") {
-    REQUIRE_FALSE(worker->send_sync(ps0, "hello", rvtest::pattern(1, 1), 30s));
-    REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
-    std::promise<std::error_code> gone;
-    auto g = gone.get_future();
-    ps.recv(w0, "never", [&gone](std::error_code ec, fw::tensor_buffer) { gone.set_value(ec); }, 30s);
-    worker.reset();
-    REQUIRE(wait(g) == fw::make_error_code(fw::errc::connection_reset));
+    REQUIRE(lose_worker(ps, worker) == fw::make_error_code(fw::errc::connection_reset));
     // The peer is known down: each retry fails at once, from a posted task.
     recv_chain<rv::endpoint<T>> chain{ps, w0, "never", 2000, nested, {}, {}, {}};
     auto f = chain.done.get_future();
