@@ -57,8 +57,11 @@
 ///   send on sends a ping, which the peer answers with a pong on the same
 ///   connection; no pong within 2k drops that peer's connections (sends in
 ///   flight fail with connection_reset); a connection the peer sends on with
-///   no frame for 3k is closed (receives waiting for that peer fail). Sockets
-///   also get SO_KEEPALIVE from the transport.
+///   no frame for 3k is closed (receives waiting for that peer fail). A lane
+///   is idle when nothing was written on it for k/2, so a live peer's frames
+///   are at most about 1.5k apart. A keepalive tick that runs more than k/2
+///   late (this reactor stalled: frames may sit unread) sends its pings but
+///   judges no peer. Sockets also get SO_KEEPALIVE from the transport.
 /// - Fusion (options.coalesce): sends of at most options.acc_size bytes to the
 ///   same peer are batched (up to acc_size bytes in all) and leave as one fused
 ///   frame at the end of the reactor tick (options.fuse_delay = 0) or at most
@@ -1595,7 +1598,8 @@ class endpoint {
     // ping; a lane whose ping is unanswered after 2k is dropped (its sends fail),
     // and an inbound connection with no frame for 3k is closed (its receives fail).
     void arm_keepalive() {
-      keepalive_timer_ = reactor_->run_after(ep_.opts_.keepalive, [this](std::error_code ec) {
+      keepalive_due_ = clock::now() + ep_.opts_.keepalive;
+      keepalive_timer_ = reactor_->run_at(keepalive_due_, [this](std::error_code ec) {
         keepalive_timer_ = {};
         if (ec || closing_) return;
         keepalive_tick();
@@ -1606,6 +1610,10 @@ class endpoint {
     void keepalive_tick() {
       const auto k = ep_.opts_.keepalive;
       const auto now = detail::coarse_now();
+      // A tick that comes late means this reactor itself stalled (an overloaded
+      // host): the peers' frames may be waiting unread in our sockets, so their
+      // silence proves nothing this time. Pings still go out.
+      const bool judge = clock::now() - keepalive_due_ < k / 2;
       for (auto& [name, p] : out_) {
         if (!p.ready || !p.ch) continue;
         std::vector<std::shared_ptr<channel_type>> lanes{p.ch};
@@ -1613,7 +1621,7 @@ class endpoint {
         for (auto& lane : lanes) {
           auto u = unanswered_.find(lane.get());
           if (u != unanswered_.end()) {
-            if (now - u->second >= 2 * k) {
+            if (judge && now - u->second >= 2 * k) {
               log("peer " + name + " did not answer keepalive pings for " +
                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - u->second).count()) +
                   " ms; dropping its connections");
@@ -1622,7 +1630,9 @@ class endpoint {
             }
             continue;
           }
-          if (now - p.last_write < k) continue;
+          // Idle since about the last tick (half a period: the coarse stamps
+          // and the timer jitter must not stretch a gap to 2k).
+          if (now - p.last_write < k / 2) continue;
           wire::ping_meta ping;
           ping.timestamp = static_cast<std::uint64_t>(now.time_since_epoch().count());
           unanswered_.emplace(lane.get(), now);
@@ -1630,6 +1640,7 @@ class endpoint {
           lane->write(ping, std::span<const const_buffer>{}, [](std::error_code) {});
         }
       }
+      if (!judge) return;
       std::vector<std::shared_ptr<channel_type>> silent;
       for (auto& [raw, in] : in_) {
         if (!in.peer.empty() && now - in.last_frame >= 3 * k) silent.push_back(in.ch);
@@ -1658,6 +1669,7 @@ class endpoint {
     std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
     std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
     timer_id keepalive_timer_;
+    clock::time_point keepalive_due_{};  ///< when the armed keepalive tick should run
 
    public:
     /// RDMA direct placement (nothing for other transports).

@@ -280,6 +280,31 @@ TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped
     CHECK(log.saw("(keepalive)"));
     CHECK(c.closed_by_peer());
   }
+  SUBCASE("a reactor that stalls for several periods keeps a peer whose frames wait unread") {
+    // The PS's handler blocks its reactor for 5 periods while the worker keeps
+    // sending; when it resumes, the overdue keepalive check runs before those
+    // frames are read and must not call the worker silent.
+    std::promise<void> stalled;
+    ps.recv(w1, "stall", [&stalled](std::error_code, fw::tensor_buffer) {
+      std::this_thread::sleep_for(500ms);
+      stalled.set_value();
+    });
+    auto stalled_f = stalled.get_future();
+    REQUIRE_FALSE(worker.send_sync(ps0, "stall", rvtest::pattern(10, 3), 30s));
+    int sent = 0;
+    while (stalled_f.wait_for(20ms) != std::future_status::ready) {
+      REQUIRE_FALSE(worker.send_sync(ps0, "during" + std::to_string(sent), rvtest::pattern(10, sent), 30s));
+      ++sent;
+    }
+    CHECK(sent > 0);
+    for (int i = 0; i < sent; ++i) {
+      rv::recv_result r = ps.recv_sync(w1, "during" + std::to_string(i), 30s);
+      CHECK_FALSE(r.ec);
+      CHECK(rvtest::matches(r.buffer, 10, i));
+    }
+    CHECK_FALSE(log.saw("(keepalive)"));
+    CHECK(worker.stats().connections_made == 1);
+  }
 }
 
 TEST_CASE_TEMPLATE("a peer that restarts is reconnected to and new sends succeed", T, TRANSPORTS) {

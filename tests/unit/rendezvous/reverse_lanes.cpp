@@ -180,14 +180,14 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
 TEST_CASE_TEMPLATE("keepalive on a shared connection: pings both ways, nothing dropped while idle", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
   auto o = test_options();
-  o.keepalive = 40ms;
+  o.keepalive = 100ms;  // silence for 300 ms closes: room for a slow (sanitized, loaded) run
   rv::endpoint<T> ps(ps0, spec, o);
   rv::endpoint<T> worker(w0, spec, o);
   exchange(worker, w0, ps, ps0, "req", 10, 1);
   exchange(ps, ps0, worker, w0, "rep", 10, 2);
   // Idle for many keepalive periods: each side pings the shared connection and
   // the other answers; silence for 3 periods would close it.
-  std::this_thread::sleep_for(600ms);
+  std::this_thread::sleep_for(1000ms);
   CHECK(ps.stats().keepalive_pings > 0);
   CHECK(worker.stats().keepalive_pings > 0);
   exchange(worker, w0, ps, ps0, "req", 10, 3);
