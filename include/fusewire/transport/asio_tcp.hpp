@@ -150,7 +150,7 @@ class asio_connection_state final : public ref_counted, public closable {
     chunk_used_ = 0;
     ahead_.clear();
     try {
-      schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
+      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
       schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
     } catch (...) {
       reactor_->report("asio_tcp: could not post close completions (out of memory)");
@@ -278,10 +278,11 @@ class asio_connection_state final : public ref_counted, public closable {
     if (!open_) op.preset = make_error_code(errc::connection_closed);
     const bool direct = reads_.empty() && !reading_ && open_ && !read_error_ && ahead_.empty();
     reads_.push_back(std::move(op));
+    if (reads_pump_.running) return;  // a handler the pump called: the pump serves it next
     if (direct) {
       start_read();  // Asio never completes inline
     } else {
-      schedule(read_pump_scheduled_, &asio_connection_state::pump_reads);
+      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
     }
   }
 
@@ -289,7 +290,12 @@ class asio_connection_state final : public ref_counted, public closable {
   /// Asio read for the first one that needs more (or fails them on an error).
   void pump_reads() {
     ref_ptr<asio_connection_state> guard(this);
+    detail::read_pump::pass pass(reads_pump_);
     while (!reading_ && !reads_.empty()) {
+      if (!pass.serve()) {
+        schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
+        break;
+      }
       read_op& front = reads_.front();
       if (!front.preset && open_) {
         if (front.some && !ahead_.empty()) {
@@ -394,7 +400,7 @@ class asio_connection_state final : public ref_counted, public closable {
   bool reading_ = false;
   bool writing_ = false;
   bool connecting_ = false;
-  bool read_pump_scheduled_ = false;
+  detail::read_pump reads_pump_;
   bool direct_ = false;  // the Asio read in flight reads into the front read's destination
   bool write_pump_scheduled_ = false;
   std::error_code read_error_;

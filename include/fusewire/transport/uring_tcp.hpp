@@ -18,7 +18,11 @@
 ///   on this path. For the rest, the multishot recv is cancelled and a plain
 ///   recv(MSG_WAITALL) goes straight into dst; the multishot is re-armed when a
 ///   read needs it again. So a large payload lands in the destination without a
-///   copy except for what arrived before the read was posted.
+///   copy except for what arrived before the read was posted. The next few
+///   small exact reads after a large one (the following frames' heads) also get
+///   exact recvs, not the multishot: in a stream of large frames a re-armed
+///   multishot would drain the next payload into ring buffers before its head
+///   was even parsed, and all of it would be copied.
 /// - async_read(dst) with a smaller dst (headers, small tensors) is filled by
 ///   copying from the multishot receive: no SQE per read, one small copy.
 /// - The multishot recv stays armed between read_some calls (that is its point)
@@ -260,7 +264,7 @@ class uring_connection_state final : public ref_counted, public closable {
     stash_.clear();
     stash_bytes_ = 0;
     try {
-      schedule(pump_reads_scheduled_, &uring_connection_state::pump_reads);
+      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
       schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
     } catch (...) {
       reactor_->report("uring_tcp: could not post close completions (out of memory)");
@@ -374,7 +378,12 @@ class uring_connection_state final : public ref_counted, public closable {
 
   void pump_reads() {
     ref_ptr<uring_connection_state> guard(this);
+    detail::read_pump::pass pass(reads_pump_);
     while (!reads_.empty()) {
+      if (!pass.serve()) {
+        schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
+        break;
+      }
       if (!open_) {
         // Closed: everything not in the kernel's hands completes with cancelled, in order.
         if (direct_ == direct_kind::exact) return;
@@ -420,7 +429,8 @@ class uring_connection_state final : public ref_counted, public closable {
         continue;
       }
       if (direct_ != direct_kind::none) break;
-      if (front.dst.size() < opts_.copy_threshold && multishot_usable()) {
+      const bool small = front.dst.size() < opts_.copy_threshold;
+      if (small && bulk_credit_ == 0 && multishot_usable()) {
         // Small: wait for the multishot receive and copy (no recv SQE per read).
         if (multishot_ == multishot_state::idle) arm_multishot();
         break;
@@ -430,6 +440,15 @@ class uring_connection_state final : public ref_counted, public closable {
         multishot_ = multishot_state::cancelling;
       }
       if (multishot_ == multishot_state::cancelling) break;
+      // Right after a large read the stream is likely bulk (a chunked tensor):
+      // the next few small reads (frame heads) get exact recvs too, so that a
+      // multishot recv does not drain the next payload into ring buffers only
+      // for it to be copied again.
+      if (!small) {
+        bulk_credit_ = bulk_follow_reads;
+      } else if (bulk_credit_ != 0) {
+        --bulk_credit_;
+      }
       start_direct_recv(front);
       break;
     }
@@ -441,16 +460,18 @@ class uring_connection_state final : public ref_counted, public closable {
     }
   }
 
-  /// Straight to pump_reads() when it cannot complete anything inline (nothing
+  /// Left to the running pump when a handler it called queues this read;
+  /// straight to pump_reads() when it cannot complete anything inline (nothing
   /// queued, nothing read ahead, no error, a non-empty destination); else posted.
   void enqueue_read(read_req r) {
     const bool direct = reads_.empty() && stash_.empty() && open_ && !read_error_ &&
                         (r.some || !r.dst.empty());
     reads_.push_back(std::move(r));
+    if (reads_pump_.running) return;
     if (direct) {
       pump_reads();
     } else {
-      schedule(pump_reads_scheduled_, &uring_connection_state::pump_reads);
+      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
     }
   }
 
@@ -737,7 +758,10 @@ class uring_connection_state final : public ref_counted, public closable {
   bool connecting_ = false;
   bool ring_starved_ = false;
   bool zc_allowed_ = false;  // large writes may use SENDMSG_ZC (policy, peer, the kernel's copy reports)
-  bool pump_reads_scheduled_ = false;
+  detail::read_pump reads_pump_;
+  /// Small exact reads still to be served by exact recvs after a large one.
+  unsigned bulk_credit_ = 0;
+  static constexpr unsigned bulk_follow_reads = 4;  ///< two frames' header and meta
   bool pump_writes_scheduled_ = false;
   std::size_t kernel_ops_ = 0;  // requests + owed zero-copy notifications; holds a reference while > 0
   // Zero-copy notifications still owed, by all writes. Only these make close

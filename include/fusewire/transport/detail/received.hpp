@@ -33,6 +33,36 @@ inline std::size_t take_received(std::deque<tensor_buffer>& received, mutable_bu
   return copied;
 }
 
+/// The state of a connection's read pump (the loop that serves its queued
+/// reads in order). While the loop runs, a read queued by one of the handlers
+/// it calls is left to that loop: it is served after the handler returns (so
+/// never inline from its initiating call), in the same pass, without a posted
+/// pump and the reactor tick that would cost. A pass serves at most `budget`
+/// reads, so one busy connection cannot hold the reactor; the rest is posted.
+struct read_pump {
+  static constexpr unsigned budget = 64;
+
+  bool running = false;
+  bool scheduled = false;  ///< a pump is posted to the reactor
+
+  /// Marks one pass of the loop (restores the previous state when it ends).
+  class pass {
+   public:
+    explicit pass(read_pump& p) noexcept : pump_(p), outer_(p.running) { p.running = true; }
+    ~pass() { pump_.running = outer_; }
+    pass(const pass&) = delete;
+    pass& operator=(const pass&) = delete;
+
+    /// Counts a served read; false once the pass has used its budget.
+    bool serve() noexcept { return ++served_ < budget; }
+
+   private:
+    read_pump& pump_;
+    bool outer_;
+    unsigned served_ = 0;
+  };
+};
+
 }  // namespace detail
 }  // namespace v0
 }  // namespace fusewire
