@@ -74,10 +74,12 @@ std::uint64_t u64_of(const fusewire::tensor_buffer& t) {
   return v;
 }
 
-/// fusewire options for fwbench's transport settings; throws
-/// system_error(errc::invalid_argument) naming a setting fusewire cannot take.
-fusewire::options make_options(const std::string& backend, const transport_settings& t) {
-  fusewire::options o;
+/// fusewire options for fwbench's transport settings, on top of what the
+/// environment sets for role `r` (TF_RDMA_CHUNK_SIZE, FUSEWIRE_CHUNKING...;
+/// fwbench's own flags win); throws system_error naming a setting fusewire
+/// cannot take (errc::invalid_argument) or a bad variable (errc::invalid_config).
+fusewire::options make_options(const std::string& backend, const transport_settings& t, fusewire::role r) {
+  fusewire::options o = fusewire::options::from_env(r);
   switch (t.mode) {
     case wait_mode::poll:
       o.mode = fusewire::reactor_mode::poll;
@@ -152,7 +154,7 @@ class fusewire_server final : public server {
       : config_(c),
         name_(std::move(name)),
         peers_(make_peers(c)),
-        ep_(fw_task{"ps", c.task}, spec_for(c, name_), make_options(name_, c.transport),
+        ep_(fw_task{"ps", c.task}, spec_for(c, name_), make_options(name_, c.transport, fusewire::role::ps),
             make_transport<Transport>(c.transport)) {}
 
   // ep_ goes first (declared last): pending receives complete (cancelled)
@@ -319,7 +321,7 @@ class fusewire_client final : public client {
       : config_(c),
         name_(std::move(name)),
         ps_(make_ps_states(c)),
-        ep_(fw_task{"worker", c.task}, spec_for(c, name_), make_options(name_, c.transport),
+        ep_(fw_task{"worker", c.task}, spec_for(c, name_), make_options(name_, c.transport, fusewire::role::worker),
             make_transport<Transport>(c.transport)) {
     // Connect to every PS now (a send completes once the connection is up and
     // the bytes are in the kernel): "hello" is a size announcement of 0.
