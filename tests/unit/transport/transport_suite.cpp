@@ -85,6 +85,24 @@ zc_run zero_copy_exchange(fw::zero_copy_policy policy, std::size_t n) {
   return r;
 }
 
+/// Connects from reactor 1 to `port`, writes `src` in one async_write and
+/// returns that write's result.
+template <class Bytes>
+std::error_code write_once(harness<fw::uring_tcp>& h, std::uint16_t port, const Bytes& src) {
+  std::promise<std::error_code> wrote;
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec,
+                                                                              fw::uring_tcp_connection c) {
+      REQUIRE_FALSE(ec);
+      auto conn = std::make_shared<fw::uring_tcp_connection>(std::move(c));
+      const fw::const_buffer one[] = {fw::const_buffer(src)};
+      conn->async_write(one, [&, conn](std::error_code e, std::size_t) { wrote.set_value(e); });
+    });
+  });
+  auto w = wrote.get_future();
+  return get(w);
+}
+
 }  // namespace
 
 TEST_CASE("uring_tcp: zero_copy_policy::always sends large writes with SENDMSG_ZC, completing after the notification") {
@@ -203,18 +221,7 @@ TEST_CASE("uring_tcp: a tiny provided-buffer ring held by a slow reader neither 
     r->done = &got;
     r->next();
   });
-  std::promise<std::error_code> wrote;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec,
-                                                                              fw::uring_tcp_connection c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<fw::uring_tcp_connection>(std::move(c));
-      const fw::const_buffer one[] = {fw::const_buffer(src)};
-      conn->async_write(one, [&, conn](std::error_code e, std::size_t) { wrote.set_value(e); });
-    });
-  });
-  auto w = wrote.get_future();
-  CHECK_FALSE(get(w));
+  CHECK_FALSE(write_once(h, port, src));
   auto f = got.get_future();
   const result r = get(f);
   REQUIRE(r.data.size() == n);
@@ -261,18 +268,7 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
     r->done = &got;
     r->next();
   });
-  std::promise<std::error_code> wrote;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec,
-                                                                              fw::uring_tcp_connection c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<fw::uring_tcp_connection>(std::move(c));
-      const fw::const_buffer one[] = {fw::const_buffer(src)};
-      conn->async_write(one, [&, conn](std::error_code e, std::size_t) { wrote.set_value(e); });
-    });
-  });
-  auto w = wrote.get_future();
-  CHECK_FALSE(get(w));
+  CHECK_FALSE(write_once(h, port, src));
   auto f = got.get_future();
   const result r = get(f);
   REQUIRE(r.data.size() == src.size());
