@@ -85,6 +85,12 @@ zc_run zero_copy_exchange(fw::zero_copy_policy policy, std::size_t n) {
   return r;
 }
 
+/// What a test's reading side received, and its connection's stats then.
+struct stream_result {
+  std::vector<std::byte> data;
+  fw::uring_tcp_stats stats;
+};
+
 /// Connects from reactor 1 to `port`, writes `src` in one async_write and
 /// returns that write's result.
 template <class Bytes>
@@ -189,25 +195,21 @@ TEST_CASE("uring_tcp: a tiny provided-buffer ring held by a slow reader neither 
   harness<fw::uring_tcp> h(fw::reactor_mode::adaptive, fw::uring_tcp(), engine);
   const std::size_t n = 1u << 20;
   const auto src = pattern(n, 21);
-  struct result {
-    std::vector<std::byte> data;
-    fw::uring_tcp_stats stats;
-  };
-  std::promise<result> got;
+  std::promise<stream_result> got;
   const std::uint16_t port = h.serve(0, [&](fw::uring_tcp_connection c) {
     // Holds on to every buffer it receives, so the ring runs low.
     struct reader : std::enable_shared_from_this<reader> {
       fw::uring_tcp_connection conn;
       std::vector<fw::tensor_buffer> kept;
       std::size_t total = 0, want = 0;
-      std::promise<result>* done = nullptr;
+      std::promise<stream_result>* done = nullptr;
       void next() {
         conn.async_read_some([self = this->shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
           REQUIRE_FALSE(ec);
           self->total += b.size();
           self->kept.push_back(std::move(b));
           if (self->total < self->want) return self->next();
-          result r;
+          stream_result r;
           for (auto& k : self->kept) r.data.insert(r.data.end(), k.data(), k.data() + k.size());
           r.stats = self->conn.stats();
           self->done->set_value(std::move(r));
@@ -223,7 +225,7 @@ TEST_CASE("uring_tcp: a tiny provided-buffer ring held by a slow reader neither 
   });
   CHECK_FALSE(write_once(h, port, src));
   auto f = got.get_future();
-  const result r = get(f);
+  const stream_result r = get(f);
   REQUIRE(r.data.size() == n);
   CHECK(std::memcmp(r.data.data(), src.data(), n) == 0);
   MESSAGE("ring_buffers=", r.stats.ring_buffers, " fallback_recvs=", r.stats.fallback_recvs,
@@ -239,17 +241,13 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
   harness<fw::uring_tcp> h;
   constexpr std::size_t frames = 16, head = 16, payload = 256 * 1024;
   const auto src = pattern(frames * (head + payload), 31);
-  struct result {
-    std::vector<std::byte> data;
-    fw::uring_tcp_stats stats;
-  };
-  std::promise<result> got;
+  std::promise<stream_result> got;
   const std::uint16_t port = h.serve(0, [&](fw::uring_tcp_connection c) {
     struct reader : std::enable_shared_from_this<reader> {
       fw::uring_tcp_connection conn;
       std::vector<std::byte> data;
       std::size_t at = 0, step = 0;
-      std::promise<result>* done = nullptr;
+      std::promise<stream_result>* done = nullptr;
       void next() {
         const std::size_t n = step % 2 == 0 ? head : payload;
         conn.async_read(fw::mutable_buffer(data.data() + at, n), [self = this->shared_from_this(), n](std::error_code ec, std::size_t got) {
@@ -257,7 +255,7 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
           REQUIRE(got == n);
           self->at += n;
           if (++self->step < 2 * frames) return self->next();
-          self->done->set_value(result{std::move(self->data), self->conn.stats()});
+          self->done->set_value(stream_result{std::move(self->data), self->conn.stats()});
           self->conn.close();
         });
       }
@@ -270,7 +268,7 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
   });
   CHECK_FALSE(write_once(h, port, src));
   auto f = got.get_future();
-  const result r = get(f);
+  const stream_result r = get(f);
   REQUIRE(r.data.size() == src.size());
   CHECK(std::memcmp(r.data.data(), src.data(), src.size()) == 0);
   MESSAGE("copied_to_destination=", r.stats.bytes_copied_to_destination, " direct_recvs=", r.stats.direct_recvs,
