@@ -641,6 +641,14 @@ class endpoint {
     std::error_code error;
     tensor_buffer buf;
     std::shared_ptr<recv_op> op;
+    /// Chunks whose head arrived before chunk 0: their payloads wait in their
+    /// lanes' sockets until chunk 0 says where the tensor goes.
+    struct parked_chunk {
+      std::shared_ptr<void> lane;  ///< the channel (type-erased: incoming does not know it)
+      std::uint64_t offset = 0;
+      std::uint64_t len = 0;
+    };
+    std::vector<parked_chunk> parked;
   };
 
   /// A tensor that arrived before its recv, or a chunked one still arriving (`pending`).
@@ -1365,7 +1373,8 @@ class endpoint {
 
     // A chunk of a large tensor: its payload is read straight into the
     // transfer's buffer (the posted destination when chunk 0 found a recv of the
-    // right size waiting, else one buffer for the whole tensor).
+    // right size waiting, else one buffer for the whole tensor). A chunk whose
+    // head comes before chunk 0's parks its lane until chunk 0 has been matched.
     void on_chunk(const std::shared_ptr<channel_type>& ch, const inbound& in, const wire::chunk_meta& c,
                   const wire::frame_header& h) {
       transfer_key k{in.peer, in.incarnation, c.transfer_id};
@@ -1385,7 +1394,31 @@ class endpoint {
           return inbound_failed(ch, make_error_code(errc::malformed_frame), "chunk does not match its transfer");
         }
       }
-      if (c.index == 0 && !x->ordered) bind_transfer(x);
+      if (!x->ordered && c.index != 0) {
+        // Chunk 0 (on the ordered lane) decides which recv, and so which
+        // destination, this tensor goes to: until it comes, this lane waits
+        // with the payload unread (not staged in a buffer of its own and
+        // copied later).
+        x->parked.push_back({ch, c.offset, h.payload_len});
+        return;
+      }
+      if (c.index == 0 && !x->ordered) {
+        bind_transfer(x);
+        read_chunk(ch, x, c.offset, h.payload_len);
+        auto parked = std::move(x->parked);
+        for (auto& pc : parked) {
+          read_chunk(std::static_pointer_cast<channel_type>(pc.lane), x, pc.offset, pc.len);
+        }
+        return;
+      }
+      read_chunk(ch, x, c.offset, h.payload_len);
+    }
+
+    // Reads one chunk's payload into the transfer's buffer (the recv's
+    // destination when it has one of the right size), then the lane's next frame.
+    void read_chunk(const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::uint64_t offset,
+                    std::uint64_t len) {
+      if (x->failed || !ch->is_open()) return;
       if (x->buf.empty() && x->total != 0) {
         try {
           x->buf = tensor_buffer::allocate(static_cast<std::size_t>(x->total));
@@ -1394,8 +1427,7 @@ class endpoint {
                                 "no memory for " + std::to_string(x->total) + " bytes");
         }
       }
-      const mutable_buffer dst =
-          x->buf.bytes().subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(h.payload_len));
+      const mutable_buffer dst = x->buf.bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(len));
       ++x->reads;
       ch->read_payload(dst, [this, ch = ch, x = x](std::error_code e) {
         --x->reads;

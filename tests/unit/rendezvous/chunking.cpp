@@ -180,6 +180,42 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     b.shut_write();
     CHECK(b.closed_by_peer());
   }
+  SUBCASE("a chunk ahead of chunk 0 parks its lane until chunk 0 says where the tensor goes") {
+    // Lane b carries chunk 1 and then a small tensor; chunk 0 comes later on
+    // lane a. The receiver leaves chunk 1's payload in b's socket (no staging
+    // buffer to copy from later), so nothing behind it on b is read either.
+    rvtest::raw_client a(port);
+    rvtest::raw_client b(port);
+    a.send(rvtest::hello_from(w0));
+    b.send(rvtest::hello_from(w0));
+    fw::tensor_buffer dst = fw::tensor_buffer::allocate(total);
+    const std::byte* const where = dst.data();
+    std::promise<rv::recv_result> big, small;
+    ps.recv(w0, "big", std::move(dst), [&big](std::error_code ec, fw::tensor_buffer t) {
+      big.set_value({ec, std::move(t)});
+    }, 30s);
+    ps.recv(w0, "small", [&small](std::error_code ec, fw::tensor_buffer t) { small.set_value({ec, std::move(t)}); }, 30s);
+    fw::wire::tensor_meta t;
+    t.key = "small";
+    t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {100});
+    const std::uint64_t sizes[] = {100};
+    t.segments = fw::wire::segment_list(std::span<const std::uint64_t>(sizes));
+    b.send(chunk_frame("big", total, 1));
+    b.send(rvtest::frame_bytes(t, rvtest::pattern(100, 9).bytes()));
+    auto small_f = small.get_future();
+    CHECK(small_f.wait_for(300ms) == std::future_status::timeout);  // b is parked behind chunk 1
+    a.send(frame);
+    auto big_f = big.get_future();
+    const rv::recv_result got = wait(big_f);
+    REQUIRE_FALSE(got.ec);
+    REQUIRE(got.buffer.size() == total);
+    CHECK(got.buffer.data() == where);  // landed in the posted destination
+    CHECK(std::memcmp(got.buffer.data(), rvtest::pattern(total / 2, 3).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.buffer.data() + total / 2, rvtest::pattern(total / 2, 4).data(), total / 2) == 0);
+    const rv::recv_result s = wait(small_f);
+    CHECK_FALSE(s.ec);
+    CHECK(rvtest::matches(s.buffer, 100, 9));
+  }
   SUBCASE("the deadline passes mid-transfer: timed_out, and that peer's connection is closed") {
     rvtest::raw_client c(port);
     c.send(rvtest::hello_from(w0));
