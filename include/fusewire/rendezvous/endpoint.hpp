@@ -76,7 +76,9 @@
 ///   first chunked send; until they are up, chunks share the first). Chunks are
 ///   read straight into the posted destination when chunk 0 found a recv of
 ///   the right size waiting, else into one buffer for the whole tensor (handed
-///   over without a copy, or copied once into a destination posted later).
+///   over without a copy, or copied once into a destination posted later). A
+///   chunk whose head arrives before chunk 0's leaves its payload (and its
+///   lane's later frames) unread until chunk 0 has been matched.
 ///   A chunked tensor may be up to wire::limits::max_transfer_bytes; an
 ///   unchunked one up to options.max_frame_bytes. All lanes run on the
 ///   endpoint's one reactor thread (the kernel copies in parallel; the
