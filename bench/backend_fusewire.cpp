@@ -130,18 +130,18 @@ fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<e
 
 std::string error_message(std::error_code ec) { return ec.message(); }
 
-/// The transport object, with --zc-threshold applied where it means something.
+/// The transport object, with --zc-threshold and --local-send-buffer applied
+/// where they mean something.
 template <class Transport>
 Transport make_transport(const transport_settings& t) {
+  typename Transport::config cfg;
+  if (t.local_send_buffer) cfg.local_send_buffer = *t.local_send_buffer;
 #if FUSEWIRE_HAS_URING
   if constexpr (std::is_same_v<Transport, fusewire::uring_tcp>) {
-    fusewire::uring_tcp::config cfg;
     if (t.zc_threshold) cfg.zc_threshold = *t.zc_threshold;
-    return fusewire::uring_tcp(cfg);
   }
 #endif
-  (void)t;
-  return Transport{};
+  return Transport(cfg);
 }
 
 // ---------------------------------------------------------------------------

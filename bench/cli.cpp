@@ -74,6 +74,7 @@ struct raw_options {
   bool pin = false;
   std::string grpc_threads = "1";
   std::string zc_threshold;
+  std::string local_send_buffer;
   std::string connect_timeout = "30";
   std::string json;
   std::string csv;
@@ -114,6 +115,13 @@ transport_settings transport_from(const raw_options& o) {
       static_cast<unsigned>(parse_bounded(o.grpc_threads, "--grpc-threads", 1, 64, "gRPC takes 1 to 64 threads"));
   if (!o.zc_threshold.empty()) {
     t.zc_threshold = o.zc_threshold == "0" ? std::size_t{0} : parse_size(o.zc_threshold, "--zc-threshold");
+  }
+  if (!o.local_send_buffer.empty()) {
+    const std::size_t n = o.local_send_buffer == "0" ? 0 : parse_size(o.local_send_buffer, "--local-send-buffer");
+    if (n != 0 && (n < 4096 || n > (std::size_t{1} << 30))) {
+      bad("--local-send-buffer " + o.local_send_buffer + ": must be 0 (the kernel's autotuning) or 4K to 1024M");
+    }
+    t.local_send_buffer = n;
   }
   t.connect_timeout_s = parse_seconds(o.connect_timeout, "--connect-timeout");
   if (!(t.connect_timeout_s > 0 && t.connect_timeout_s <= 3600)) {
@@ -271,6 +279,11 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       ->group(tr);
   app.add_option("--zc-threshold", o.zc_threshold,
                  "fusewire-uring: writes of at least this size use SEND_ZC; 0 = never (default: the transport's, 64K)")
+      ->type_name("SIZE")
+      ->group(tr);
+  app.add_option("--local-send-buffer", o.local_send_buffer,
+                 "fusewire backends: SO_SNDBUF of connections to a peer on this host; 0 = the kernel's autotuning "
+                 "(default: the transport's, 256K)")
       ->type_name("SIZE")
       ->group(tr);
   app.add_option("--connect-timeout", o.connect_timeout, "Seconds a worker keeps trying to reach a PS")
@@ -486,6 +499,9 @@ std::vector<std::string> role_arguments(const role_config& c) {
   a.push_back(c.transport.fusion ? "--fusion" : "--no-fusion");
   if (c.transport.pin) a.push_back("--pin");
   if (c.transport.zc_threshold) a.insert(a.end(), {"--zc-threshold", std::to_string(*c.transport.zc_threshold)});
+  if (c.transport.local_send_buffer) {
+    a.insert(a.end(), {"--local-send-buffer", std::to_string(*c.transport.local_send_buffer)});
+  }
   if (c.managed) a.push_back("--managed");
   return a;
 }

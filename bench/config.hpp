@@ -129,6 +129,9 @@ struct transport_settings {
   /// fusewire-uring: writes of at least this many bytes use SEND_ZC (0: never);
   /// unset: the transport's default (uring_tcp::config::zc_threshold).
   std::optional<std::size_t> zc_threshold;
+  /// fusewire backends: SO_SNDBUF of connections to a peer on this host (0: the
+  /// kernel's autotuning); unset: the transport's default (local_send_buffer).
+  std::optional<std::size_t> local_send_buffer;
   double connect_timeout_s = 30;             ///< worker: give up connecting after this
   friend bool operator==(const transport_settings&, const transport_settings&) = default;
 };

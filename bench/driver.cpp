@@ -568,6 +568,7 @@ json config_json(const run_config& rc) {
           {"pin", rc.transport.pin},
           {"grpc_threads", rc.transport.grpc_threads},
           {"zc_threshold", rc.transport.zc_threshold ? json(*rc.transport.zc_threshold) : json(nullptr)},
+          {"local_send_buffer", rc.transport.local_send_buffer ? json(*rc.transport.local_send_buffer) : json(nullptr)},
           {"host", rc.host},
           {"count", rc.payload.count},
           {"sizes",

@@ -74,6 +74,7 @@ struct asio_options {
   std::size_t read_chunk;
   bool keepalive;
   std::size_t read_ahead_below;
+  std::size_t local_send_buffer;
 };
 
 /// One TCP connection's state, shared by its handle and its in-flight Asio
@@ -96,10 +97,12 @@ class asio_connection_state final : public ref_counted, public closable {
   const std::string& peer() const noexcept { return peer_; }
   int native_handle() noexcept { return socket_ ? socket_->native_handle() : -1; }
 
-  /// Applies TCP_NODELAY/SO_KEEPALIVE and remembers the peer's address.
+  /// Applies TCP_NODELAY/SO_KEEPALIVE (and SO_SNDBUF to a peer on this host)
+  /// and remembers the peer's address.
   std::error_code prepare() {
-    peer_ = peer_name(socket_->native_handle());
-    return set_stream_options(socket_->native_handle(), opts_.keepalive);
+    const int fd = socket_->native_handle();
+    peer_ = peer_name(fd);
+    return set_stream_options(fd, opts_.keepalive, send_buffer_for(peer_is_local(fd), opts_.local_send_buffer));
   }
 
   template <class H>
@@ -564,6 +567,9 @@ class asio_tcp {
     /// frame's header, meta and small payload); 0 = every exact read goes
     /// straight into its destination.
     std::size_t read_ahead_below = 4096;
+    /// SO_SNDBUF of a connection whose peer is on this host; 0: the kernel's
+    /// autotuning (see uring_tcp::config::local_send_buffer). 0, or 4 KiB to 1 GiB.
+    std::size_t local_send_buffer = 256 * 1024;
     bool keepalive = true;               ///< SO_KEEPALIVE on every connection
     bool reuse_port = false;             ///< SO_REUSEPORT on listeners (one listener per reactor)
     int backlog = 1024;
@@ -572,6 +578,7 @@ class asio_tcp {
   asio_tcp() = default;
   /// Throws std::system_error(errc::invalid_argument) for a read_chunk under 4 KiB or a backlog < 1.
   explicit asio_tcp(config cfg) : config_(cfg) {
+    detail::check_local_send_buffer("asio_tcp", config_.local_send_buffer);
     if (config_.read_chunk < 4096) {
       throw_error(errc::invalid_argument, "asio_tcp::config.read_chunk = " + std::to_string(config_.read_chunk) +
                                               ": must be at least 4096");
@@ -641,7 +648,7 @@ class asio_tcp {
 
  private:
   detail::asio_options options() const noexcept {
-    return {config_.read_chunk, config_.keepalive, config_.read_ahead_below};
+    return {config_.read_chunk, config_.keepalive, config_.read_ahead_below, config_.local_send_buffer};
   }
 
   config config_;

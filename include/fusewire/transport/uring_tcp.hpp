@@ -138,6 +138,7 @@ struct uring_options {
   std::size_t copy_threshold;
   std::size_t read_ahead;
   std::size_t fallback_read;
+  std::size_t local_send_buffer;
   bool keepalive;
   bool multishot;
 };
@@ -169,14 +170,16 @@ class uring_connection_state final : public ref_counted, public closable {
   int native_handle() const noexcept { return fd_; }
   const uring_tcp_stats& stats() const noexcept { return stats_; }
 
-  /// Applies TCP_NODELAY/SO_KEEPALIVE, records the peer (given by accept, or
-  /// asked of the socket) and decides whether large writes may use SENDMSG_ZC.
+  /// Applies TCP_NODELAY/SO_KEEPALIVE (and SO_SNDBUF to a peer on this host),
+  /// records the peer (given by accept, or asked of the socket) and decides
+  /// whether large writes may use SENDMSG_ZC.
   std::error_code prepare(const socket_address* peer = nullptr) {
     peer_ = peer != nullptr ? to_string(*peer) : peer_name(fd_);
+    const bool local = peer_is_local(fd_);
     zc_allowed_ = opts_.zc_threshold != 0 &&
                   (opts_.zero_copy == zero_copy_policy::always ||
-                   (opts_.zero_copy == zero_copy_policy::automatic && !peer_is_local(fd_)));
-    return set_stream_options(fd_, opts_.keepalive);
+                   (opts_.zero_copy == zero_copy_policy::automatic && !local));
+    return set_stream_options(fd_, opts_.keepalive, send_buffer_for(local, opts_.local_send_buffer));
   }
 
   // ---- connect --------------------------------------------------------------
@@ -1012,6 +1015,12 @@ class uring_tcp {
     /// into the destination. 8 KiB, DeepRec's zero-copy cut-off; 0: always direct.
     std::size_t copy_threshold = 8 * 1024;
     std::size_t read_ahead = 256 * 1024;   ///< unread bytes a connection may hold before its multishot recv pauses
+    /// SO_SNDBUF of a connection whose peer is on this host (loopback or one of
+    /// this host's addresses); 0: the kernel's autotuning, as for remote peers.
+    /// Over loopback an autotuned send queue of megabytes arrives out of order
+    /// and TCP's spurious retransmits halve large-tensor bandwidth (see
+    /// detail::send_buffer_for). 0, or 4 KiB to 1 GiB.
+    std::size_t local_send_buffer = 256 * 1024;
     std::size_t fallback_read = 16 * 1024; ///< heap buffer per read_some when no ring buffer can be used
     bool multishot = true;                 ///< use multishot recv with provided buffers when the kernel has them
     bool keepalive = true;                 ///< SO_KEEPALIVE on every connection
@@ -1026,6 +1035,7 @@ class uring_tcp {
       throw_error(errc::invalid_argument, "uring_tcp::config.fallback_read = " +
                                               std::to_string(config_.fallback_read) + ": must be at least 512");
     }
+    detail::check_local_send_buffer("uring_tcp", config_.local_send_buffer);
     if (config_.read_ahead == 0) {
       throw_error(errc::invalid_argument, "uring_tcp::config.read_ahead = 0: must be at least 1");
     }
@@ -1078,7 +1088,7 @@ class uring_tcp {
  private:
   detail::uring_options options() const noexcept {
     return {config_.zero_copy, config_.zc_threshold, config_.speculative_send, config_.copy_threshold, config_.read_ahead,
-            config_.fallback_read, config_.keepalive, config_.multishot};
+            config_.fallback_read, config_.local_send_buffer, config_.keepalive, config_.multishot};
   }
 
   config config_;

@@ -193,6 +193,7 @@ TEST_CASE("the launcher's arguments parse back to the same role") {
   c.transport.grpc_threads = 3;
   c.transport.connect_timeout_s = 2.5;
   c.transport.zc_threshold = 0;
+  c.transport.local_send_buffer = 131072;
   c.time.warmup_s = 0.3;
   c.time.run_s = 1.7;
   c.managed = true;
@@ -212,6 +213,7 @@ TEST_CASE("the launcher's arguments parse back to the same role") {
   REQUIRE(r.cmd.kind == command_kind::role);
   CHECK(r.cmd.role == d);
   CHECK_FALSE(r.cmd.role.transport.zc_threshold.has_value());
+  CHECK_FALSE(r.cmd.role.transport.local_send_buffer.has_value());
 }
 
 TEST_CASE("--zc-threshold: unset by default, a size, or 0 for never") {
@@ -220,6 +222,18 @@ TEST_CASE("--zc-threshold: unset by default, a size, or 0 for never") {
   CHECK(parse({"--zc-threshold", "64K"}).cmd.run.transport.zc_threshold == std::size_t{65536});
   CHECK(parse_error({"--zc-threshold", "lots"}) ==
         "--zc-threshold 'lots' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
+}
+
+TEST_CASE("--local-send-buffer: unset by default, a size from 4K to 1024M, or 0 for the kernel's autotuning") {
+  CHECK_FALSE(parse({"--backend", "floor"}).cmd.run.transport.local_send_buffer.has_value());
+  CHECK(parse({"--local-send-buffer", "0"}).cmd.run.transport.local_send_buffer == std::size_t{0});
+  CHECK(parse({"--local-send-buffer", "256K"}).cmd.run.transport.local_send_buffer == std::size_t{262144});
+  CHECK(parse_error({"--local-send-buffer", "100"}) ==
+        "--local-send-buffer 100: must be 0 (the kernel's autotuning) or 4K to 1024M");
+  CHECK(parse_error({"--local-send-buffer", "2048M"}) ==
+        "--local-send-buffer 2048M: must be 0 (the kernel's autotuning) or 4K to 1024M");
+  CHECK(parse_error({"--local-send-buffer", "big"}) ==
+        "--local-send-buffer 'big' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
 }
 
 TEST_CASE("compare: the quick defaults and its matrix") {

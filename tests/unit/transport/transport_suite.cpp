@@ -382,3 +382,106 @@ TEST_CASE("asio_tcp: exact reads of mixed sizes are byte-exact with read-ahead o
     CHECK(get(e) == fw::errc::connection_closed);
   }
 }
+
+namespace {
+
+int send_buffer_of(int fd) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  REQUIRE(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0);
+  return v;
+}
+
+/// SO_SNDBUF of both ends of a fresh loopback connection made with `t`:
+/// {connector's, acceptor's}.
+template <class T>
+std::pair<int, int> loopback_send_buffers(T t) {
+  harness<T> h(fw::reactor_mode::adaptive, std::move(t));
+  std::promise<int> accepted;
+  const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
+    accepted.set_value(send_buffer_of(c.native_handle()));
+  });
+  std::promise<int> connected;
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<T>::here(), "127.0.0.1", port, [&](std::error_code ec, typename T::connection_type c) {
+      REQUIRE_FALSE(ec);
+      connected.set_value(send_buffer_of(c.native_handle()));
+    });
+  });
+  auto c = connected.get_future();
+  auto a = accepted.get_future();
+  const int client = get(c);
+  return {client, get(a)};
+}
+
+/// SO_SNDBUF of a plain connected TCP socket to a loopback listener (the
+/// kernel's autotuned start), made without any transport.
+int plain_send_buffer() {
+  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(l >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(l, 1) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int v = send_buffer_of(c);
+  ::close(c);
+  ::close(l);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a connection to a peer on this host gets config.local_send_buffer as SO_SNDBUF; 0 leaves autotuning",
+                   T, TRANSPORTS) {
+  // The kernel caps SO_SNDBUF at net.core.wmem_max and stores twice the value.
+  long wmem_max = 0;
+  {
+    std::FILE* f = std::fopen("/proc/sys/net/core/wmem_max", "r");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fscanf(f, "%ld", &wmem_max) == 1);
+    std::fclose(f);
+  }
+  const std::size_t asked = 96 * 1024;
+  const int expected = 2 * static_cast<int>(std::min<long>(static_cast<long>(asked), wmem_max));
+  typename T::config set;
+  set.local_send_buffer = asked;
+  const auto [client, server] = loopback_send_buffers(T(set));
+  CHECK(client == expected);
+  CHECK(server == expected);
+
+  typename T::config autotuned;
+  autotuned.local_send_buffer = 0;
+  const auto [client0, server0] = loopback_send_buffers(T(autotuned));
+  const int plain = plain_send_buffer();
+  CHECK(client0 == plain);
+  CHECK(client0 != expected);
+  CHECK(server0 != expected);
+  CHECK(typename T::config{}.local_send_buffer == 256 * 1024);  // the default, as documented
+}
+
+TEST_CASE_TEMPLATE("a bad config.local_send_buffer is refused, naming the field and the allowed range", T, TRANSPORTS) {
+  for (std::size_t bad : {std::size_t{1}, std::size_t{4095}, (std::size_t{1} << 30) + 1}) {
+    CAPTURE(bad);
+    typename T::config cfg;
+    cfg.local_send_buffer = bad;
+    try {
+      T t(cfg);
+      FAIL("accepted local_send_buffer = ", bad);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == fw::errc::invalid_argument);
+      CHECK(std::string(e.what()).rfind(std::string(T::name()) + "::config.local_send_buffer = " +
+                                            std::to_string(bad) + ": must be 0",
+                                        0) == 0);
+    }
+  }
+  for (std::size_t good : {std::size_t{0}, std::size_t{4096}, std::size_t{1} << 30}) {
+    typename T::config cfg;
+    cfg.local_send_buffer = good;
+    CHECK_NOTHROW(T{cfg});
+  }
+}

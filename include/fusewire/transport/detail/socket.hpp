@@ -10,9 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -98,14 +101,41 @@ inline std::error_code from_errno(int err) noexcept {
   }
 }
 
-/// TCP_NODELAY (small frames go out at once) and SO_KEEPALIVE (dead peers are noticed).
-inline std::error_code set_stream_options(int fd, bool keepalive) noexcept {
+/// TCP_NODELAY (small frames go out at once), SO_KEEPALIVE (dead peers are
+/// noticed) and, when `send_buffer` is not 0, SO_SNDBUF (which turns the
+/// kernel's send-buffer autotuning off for this socket; the kernel caps the
+/// value at net.core.wmem_max and doubles it for its own bookkeeping).
+inline std::error_code set_stream_options(int fd, bool keepalive, std::size_t send_buffer = 0) noexcept {
   const int one = 1;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return {errno, std::system_category()};
   if (keepalive && ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) {
     return {errno, std::system_category()};
   }
+  if (send_buffer != 0) {
+    const int bytes = static_cast<int>(std::min<std::size_t>(send_buffer, std::numeric_limits<int>::max()));
+    if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes) != 0) return {errno, std::system_category()};
+  }
   return {};
+}
+
+/// The send buffer a connection asks for: `local_send_buffer` when its peer is
+/// on this host, else 0 (the kernel's autotuning). Over loopback a send queue
+/// of megabytes is drained from both CPUs (by the sender and by the ACKs the
+/// receiver's CPU processes), its segments arrive out of order, and TCP's
+/// spurious fast retransmits shrink the window; a few hundred KiB in flight
+/// avoid that. On a network path the autotuned buffer covers the
+/// bandwidth-delay product, so it is left alone.
+inline std::size_t send_buffer_for(bool peer_local, std::size_t local_send_buffer) noexcept {
+  return peer_local ? local_send_buffer : 0;
+}
+
+/// Throws std::system_error(errc::invalid_argument) naming `who`'s
+/// config.local_send_buffer unless it is 0 or 4 KiB to 1 GiB.
+inline void check_local_send_buffer(const char* who, std::size_t bytes) {
+  if (bytes != 0 && (bytes < 4096 || bytes > (std::size_t{1} << 30))) {
+    throw_error(errc::invalid_argument, std::string(who) + "::config.local_send_buffer = " + std::to_string(bytes) +
+                                            ": must be 0 (the kernel's autotuning) or 4096 to 1073741824 bytes");
+  }
 }
 
 /// A non-blocking, close-on-exec TCP socket of `family`.
