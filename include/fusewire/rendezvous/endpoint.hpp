@@ -1396,24 +1396,21 @@ class endpoint {
           return inbound_failed(ch, make_error_code(errc::malformed_frame), "chunk does not match its transfer");
         }
       }
-      if (!x->ordered && c.index != 0) {
-        // Chunk 0 (on the ordered lane) decides which recv, and so which
-        // destination, this tensor goes to: until it comes, this lane waits
-        // with the payload unread (not staged in a buffer of its own and
-        // copied later).
-        x->parked.push_back({ch, c.offset, h.payload_len});
-        return;
-      }
-      if (c.index == 0 && !x->ordered) {
-        bind_transfer(x);
-        read_chunk(ch, x, c.offset, h.payload_len);
-        auto parked = std::move(x->parked);
-        for (auto& pc : parked) {
-          read_chunk(std::static_pointer_cast<channel_type>(pc.lane), x, pc.offset, pc.len);
+      if (!x->ordered) {
+        if (c.index != 0) {
+          // Chunk 0 (on the ordered lane) decides which recv, and so which
+          // destination, this tensor goes to: until it comes, this lane waits
+          // with the payload unread (not staged in a buffer of its own and
+          // copied later).
+          x->parked.push_back({ch, c.offset, h.payload_len});
+          return;
         }
-        return;
+        bind_transfer(x);
       }
       read_chunk(ch, x, c.offset, h.payload_len);
+      for (auto& pc : std::exchange(x->parked, {})) {  // empty unless chunk 0 was just bound
+        read_chunk(std::static_pointer_cast<channel_type>(pc.lane), x, pc.offset, pc.len);
+      }
     }
 
     // Reads one chunk's payload into the transfer's buffer (the recv's

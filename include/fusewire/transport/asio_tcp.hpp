@@ -102,7 +102,7 @@ class asio_connection_state final : public ref_counted, public closable {
   std::error_code prepare() {
     const int fd = socket_->native_handle();
     peer_ = peer_name(fd);
-    return set_stream_options(fd, opts_.keepalive, send_buffer_for(peer_is_local(fd), opts_.local_send_buffer));
+    return set_stream_options(fd, opts_.keepalive, peer_is_local(fd) ? opts_.local_send_buffer : 0);
   }
 
   template <class H>

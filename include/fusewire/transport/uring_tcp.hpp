@@ -179,7 +179,7 @@ class uring_connection_state final : public ref_counted, public closable {
     zc_allowed_ = opts_.zc_threshold != 0 &&
                   (opts_.zero_copy == zero_copy_policy::always ||
                    (opts_.zero_copy == zero_copy_policy::automatic && !local));
-    return set_stream_options(fd_, opts_.keepalive, send_buffer_for(local, opts_.local_send_buffer));
+    return set_stream_options(fd_, opts_.keepalive, local ? opts_.local_send_buffer : 0);
   }
 
   // ---- connect --------------------------------------------------------------
@@ -1016,10 +1016,12 @@ class uring_tcp {
     std::size_t copy_threshold = 8 * 1024;
     std::size_t read_ahead = 256 * 1024;   ///< unread bytes a connection may hold before its multishot recv pauses
     /// SO_SNDBUF of a connection whose peer is on this host (loopback or one of
-    /// this host's addresses); 0: the kernel's autotuning, as for remote peers.
-    /// Over loopback an autotuned send queue of megabytes arrives out of order
-    /// and TCP's spurious retransmits halve large-tensor bandwidth (see
-    /// detail::send_buffer_for). 0, or 4 KiB to 1 GiB.
+    /// this host's addresses); 0: the kernel's autotuning, which connections to
+    /// other hosts always keep (it covers their bandwidth-delay product). Over
+    /// loopback an autotuned send queue of megabytes is released by ACKs, its
+    /// segments arrive out of order, and TCP's spurious fast retransmits shrink
+    /// the window (large-tensor bandwidth fell to 0.75x ZeroMQ's); a few hundred
+    /// KiB in flight avoid that. 0, or 4 KiB to 1 GiB.
     std::size_t local_send_buffer = 256 * 1024;
     std::size_t fallback_read = 16 * 1024; ///< heap buffer per read_some when no ring buffer can be used
     bool multishot = true;                 ///< use multishot recv with provided buffers when the kernel has them

@@ -118,17 +118,6 @@ inline std::error_code set_stream_options(int fd, bool keepalive, std::size_t se
   return {};
 }
 
-/// The send buffer a connection asks for: `local_send_buffer` when its peer is
-/// on this host, else 0 (the kernel's autotuning). Over loopback a send queue
-/// of megabytes is drained from both CPUs (by the sender and by the ACKs the
-/// receiver's CPU processes), its segments arrive out of order, and TCP's
-/// spurious fast retransmits shrink the window; a few hundred KiB in flight
-/// avoid that. On a network path the autotuned buffer covers the
-/// bandwidth-delay product, so it is left alone.
-inline std::size_t send_buffer_for(bool peer_local, std::size_t local_send_buffer) noexcept {
-  return peer_local ? local_send_buffer : 0;
-}
-
 /// Throws std::system_error(errc::invalid_argument) naming `who`'s
 /// config.local_send_buffer unless it is 0 or 4 KiB to 1 GiB.
 inline void check_local_send_buffer(const char* who, std::size_t bytes) {
