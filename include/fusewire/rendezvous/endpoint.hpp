@@ -122,6 +122,7 @@
 
 #include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/detail/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
@@ -135,7 +136,6 @@
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
 #include <fusewire/rendezvous/detail/slot_table.hpp>
-#include <fusewire/rendezvous/detail/small_fifo.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/fused.hpp>
 #include <fusewire/wire/meta.hpp>
@@ -660,8 +660,8 @@ class endpoint {
   };
 
   struct slot {
-    detail::small_fifo<arrival> arrived;
-    detail::small_fifo<std::shared_ptr<recv_op>> waiting;
+    fusewire::detail::small_fifo<arrival> arrived;
+    fusewire::detail::small_fifo<std::shared_ptr<recv_op>> waiting;
     bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
   };
 

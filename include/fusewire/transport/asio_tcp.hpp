@@ -14,8 +14,10 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,12 +29,13 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include <fusewire/core/detail/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/reactor/asio_engine.hpp>
@@ -75,6 +78,24 @@ struct asio_options {
   bool keepalive;
   std::size_t read_ahead_below;
   std::size_t local_send_buffer;
+};
+
+/// A write queued on an asio_connection_state (outside the class, so that its
+/// queue can check it is default-constructible while the class is incomplete).
+struct asio_write_op {
+  boost::container::small_vector<boost::asio::const_buffer, 4> buffers;
+  unique_function<void(std::error_code, std::size_t)> handler;
+  std::error_code preset;   // started on a closed connection
+  std::size_t written = 0;  // bytes sent so far
+};
+
+/// A read queued on an asio_connection_state.
+struct asio_read_op {
+  mutable_buffer dst;
+  std::size_t filled = 0;  // exact reads: bytes already in dst
+  unique_function<void(std::error_code, std::size_t)> exact;
+  unique_function<void(std::error_code, tensor_buffer)> some;
+  std::error_code preset;
 };
 
 /// One TCP connection's state, shared by its handle and its in-flight Asio
@@ -179,19 +200,8 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
  private:
-  struct write_op {
-    boost::container::small_vector<boost::asio::const_buffer, 4> buffers;
-    unique_function<void(std::error_code, std::size_t)> handler;
-    std::error_code preset;  // started on a closed connection
-    std::size_t written = 0;  // bytes the first, direct attempt sent
-  };
-  struct read_op {
-    mutable_buffer dst;
-    std::size_t filled = 0;  // exact reads: bytes already in dst
-    unique_function<void(std::error_code, std::size_t)> exact;
-    unique_function<void(std::error_code, tensor_buffer)> some;
-    std::error_code preset;
-  };
+  using write_op = asio_write_op;
+  using read_op = asio_read_op;
 
   void schedule(bool& flag, void (asio_connection_state::*pump)()) {
     if (flag) return;
@@ -229,52 +239,68 @@ class asio_connection_state final : public ref_counted, public closable {
 
   void start_write() {
     writing_ = true;
-    write_op& op = writes_.front();
-    // The kernel usually takes a small frame whole at once: one sendmsg, and the
-    // completion posted (never inline), instead of Asio's composed operation.
-    if (op.buffers.size() <= max_direct_iov) {
-      std::array<iovec, max_direct_iov> iov;
-      for (std::size_t i = 0; i < op.buffers.size(); ++i) {
-        iov[i].iov_base = const_cast<void*>(op.buffers[i].data());
-        iov[i].iov_len = op.buffers[i].size();
-      }
-      msghdr msg{};
-      msg.msg_iov = iov.data();
-      msg.msg_iovlen = op.buffers.size();
-      const ssize_t r = ::sendmsg(socket_->native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      const int err = r < 0 ? errno : 0;
-      if (r < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
-        return post_written(boost::system::error_code(err, boost::system::system_category()));
-      }
-      if (r > 0) {
-        op.written = static_cast<std::size_t>(r);
-        std::size_t left = op.written;
-        std::size_t first = 0;
-        while (first < op.buffers.size() && left >= op.buffers[first].size()) left -= op.buffers[first++].size();
-        op.buffers.erase(op.buffers.begin(), op.buffers.begin() + static_cast<std::ptrdiff_t>(first));
-        if (op.buffers.empty()) return post_written({});
-        op.buffers.front() += left;
-      }
-    }
-    boost::asio::async_write(
-        *socket_, std::span<const boost::asio::const_buffer>(op.buffers.data(), op.buffers.size()),
-        transfer_everything{}, [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
-          self->on_written(ec, n);
-        });
+    send_some();
   }
 
-  void on_written(const boost::system::error_code& ec, std::size_t n) {
+  // Sends what the socket takes of the front write, with sendmsg calls of up
+  // to IOV_MAX buffers (a fused frame's hundreds of segments go in one or two
+  // calls; Asio's composed write passes at most 16 buffers per call). All
+  // sent: the completion is posted (never inline). The socket is full: waits
+  // until it is writable and goes on.
+  void send_some() {
+    write_op& op = writes_.front();
+    while (!op.buffers.empty()) {
+      const std::size_t count = std::min<std::size_t>(op.buffers.size(), IOV_MAX);
+      iov_.resize(count);
+      std::size_t asked = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        iov_[i].iov_base = const_cast<void*>(op.buffers[i].data());
+        iov_[i].iov_len = op.buffers[i].size();
+        asked += op.buffers[i].size();
+      }
+      msghdr msg{};
+      msg.msg_iov = iov_.data();
+      msg.msg_iovlen = count;
+      const ssize_t r = ::sendmsg(socket_->native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r < 0) {
+        const int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) break;
+        return post_written(boost::system::error_code(err, boost::system::system_category()));
+      }
+      consume(op, static_cast<std::size_t>(r));
+      if (static_cast<std::size_t>(r) < asked) break;  // the send buffer is full
+    }
+    if (op.buffers.empty()) return post_written({});
+    socket_->async_wait(boost::asio::socket_base::wait_write,
+                        [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
+                          if (ec) return self->on_written(ec);
+                          if (!self->open_) return self->on_written(boost::asio::error::operation_aborted);
+                          self->send_some();
+                        });
+  }
+
+  /// Drops the first `n` bytes of `op`'s buffers (sent).
+  static void consume(write_op& op, std::size_t n) {
+    op.written += n;
+    std::size_t first = 0;
+    while (first < op.buffers.size() && n >= op.buffers[first].size()) n -= op.buffers[first++].size();
+    op.buffers.erase(op.buffers.begin(), op.buffers.begin() + static_cast<std::ptrdiff_t>(first));
+    if (!op.buffers.empty()) op.buffers.front() += n;
+  }
+
+  void on_written(const boost::system::error_code& ec) {
     writing_ = false;
     write_op op = std::move(writes_.front());
     writes_.pop_front();
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !write_error_) write_error_ = e;
-    complete(op.handler, e, op.written + n);
+    complete(op.handler, e, op.written);
     pump_writes();
   }
 
   void post_written(boost::system::error_code ec) {
-    reactor_->post([self = ref_ptr<asio_connection_state>(this), ec] { self->on_written(ec, 0); });
+    reactor_->post([self = ref_ptr<asio_connection_state>(this), ec] { self->on_written(ec); });
   }
 
   void enqueue_read(read_op op) {
@@ -393,7 +419,6 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
   static constexpr std::size_t min_chunk_tail = 2048;
-  static constexpr std::size_t max_direct_iov = 16;  ///< longer lists go to Asio at once
 
   asio_reactor* reactor_;
   std::optional<socket_type> socket_;
@@ -408,8 +433,9 @@ class asio_connection_state final : public ref_counted, public closable {
   bool write_pump_scheduled_ = false;
   std::error_code read_error_;
   std::error_code write_error_;
-  std::deque<read_op> reads_;
-  std::deque<write_op> writes_;
+  small_fifo<read_op> reads_;
+  small_fifo<write_op> writes_;
+  std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
   std::deque<tensor_buffer> ahead_;  // bytes read ahead, not handed out yet

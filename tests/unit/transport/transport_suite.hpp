@@ -327,6 +327,49 @@ TEST_CASE_TEMPLATE("a scatter-gather write of 10 buffers arrives in order; exact
   CHECK(std::memcmp(body.data(), expected.data() + 32, body.size()) == 0);
 }
 
+TEST_CASE_TEMPLATE("a write of more buffers than one sendmsg takes, to a reader that starts late, arrives whole and in order",
+                   T, TRANSPORTS) {
+  // 3,000 buffers (IOV_MAX is 1,024) of 1 B .. 2 KiB, 3 MB in all: more than
+  // the socket buffers hold before the reader starts, so the writer also waits
+  // for room mid-list.
+  harness<T> h;
+  std::vector<std::vector<std::byte>> pieces;
+  std::vector<fw::const_buffer> sg;
+  std::vector<std::byte> expected;
+  for (unsigned i = 0; i < 3000; ++i) {
+    pieces.push_back(pattern(1 + (i * 2654435761u) % 2048, i));
+    expected.insert(expected.end(), pieces.back().begin(), pieces.back().end());
+  }
+  for (auto& p : pieces) sg.emplace_back(p);
+  std::vector<std::byte> body(expected.size());
+  std::promise<std::error_code> got;
+  const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
+    auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+    harness<T>::here().run_after(100ms, [&, conn](std::error_code) {
+      conn->async_read(fw::mutable_buffer(body), [&, conn](std::error_code e, std::size_t n) {
+        CHECK(n == body.size());
+        got.set_value(e);
+        conn->close();
+      });
+    });
+  });
+  std::promise<std::pair<std::error_code, std::size_t>> wrote;
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
+      REQUIRE_FALSE(ec);
+      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+      conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
+    });
+  });
+  auto fw_ = wrote.get_future();
+  const auto w = get(fw_);
+  CHECK_FALSE(w.first);
+  CHECK(w.second == expected.size());
+  auto fg = got.get_future();
+  CHECK_FALSE(get(fg));
+  CHECK(std::memcmp(body.data(), expected.data(), body.size()) == 0);
+}
+
 TEST_CASE_TEMPLATE("reads are served in call order across read_some and exact reads", T, TRANSPORTS) {
   harness<T> h;
   const auto src = pattern(200000, 9);

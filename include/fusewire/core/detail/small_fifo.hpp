@@ -1,8 +1,11 @@
 #pragma once
-/// A FIFO for the per-(peer, key) queues of rendezvous::endpoint: nearly always
-/// empty or one element long, so its first element lives inline and a steady
-/// step touches no memory outside the slot (std::deque allocates a map and a
-/// 512-byte chunk per queue). Private to the rendezvous layer.
+/// A FIFO for queues that are nearly always empty or one element long (the
+/// per-(peer, key) queues of rendezvous::endpoint, a connection's pending reads
+/// and writes): its first element lives inline, so a steady exchange touches
+/// no memory outside its owner. std::deque allocates a map and a 512-byte
+/// chunk per queue, and a queue that keeps going 0 -> 1 -> 0 walks through its
+/// chunks, freeing one and allocating the next every few elements. Private to
+/// fusewire.
 
 #include <algorithm>
 #include <concepts>
@@ -13,7 +16,6 @@
 
 namespace fusewire {
 inline namespace v0 {
-namespace rendezvous {
 namespace detail {
 
 /// FIFO over a small_vector with a moving head: push_back, front, pop_front in
@@ -66,6 +68,5 @@ class small_fifo {
 };
 
 }  // namespace detail
-}  // namespace rendezvous
 }  // namespace v0
 }  // namespace fusewire
