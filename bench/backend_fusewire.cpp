@@ -261,8 +261,14 @@ class fusewire_server final : public server {
   void on_request(peer& p, std::size_t n, std::error_code ec, fusewire::tensor_buffer b) {
     std::erase(p.posted, n);
     if (ec) return failed(p, ec, "request");
-    // The next request of this size lands in a fresh destination while this one is answered.
+    // The answer leaves first (the worker waits for it); the next request of
+    // this size then gets a fresh destination. Both run before this reactor
+    // reads another frame, so that request still lands in it.
+    answer(p, n, std::move(b));
     post_request(p, n);
+  }
+
+  void answer(peer& p, std::size_t n, fusewire::tensor_buffer b) {
     if (config_.mode == wire_mode::raw) {
       if (config_.reply == reply_kind::echo) {
         fusewire::tensor_buffer out = b.share();
@@ -455,6 +461,21 @@ class fusewire_client final : public client {
     for (auto& s : ps_) ops += 2 + (s->announced != body_bytes ? 1 : 0);
     pending_ = ops;
 
+    // Requests leave first: posting the reply receives is then off the round
+    // trip's critical path. On the reactor thread (every exchange after the
+    // first) no reply can be read before this returns, so each lands in its
+    // posted destination; from another thread one that wins the race is
+    // handed over from the pool instead (correct, a copy slower).
+    for (std::size_t i = 0; i < ps_.size(); ++i) {
+      ps_state& s = *ps_[i];
+      if (s.announced != body_bytes) {
+        s.announced = body_bytes;
+        s.key = request_key(body_bytes);
+        ep_.send(s.id, size_key, u64_tensor(body_bytes), [this, i](std::error_code ec) { on_sent(i, ec); },
+                  timeout);
+      }
+      ep_.send(s.id, s.key, body, [this, i](std::error_code ec) { on_sent(i, ec); }, timeout);
+    }
     const std::size_t reply_bytes = config_.reply == reply_kind::echo ? total : 8;
     for (std::size_t i = 0; i < ps_.size(); ++i) {
       ps_state& s = *ps_[i];
@@ -466,16 +487,6 @@ class fusewire_client final : public client {
       } else {
         ep_.recv(s.id, reply_key, std::move(handler), timeout);
       }
-    }
-    for (std::size_t i = 0; i < ps_.size(); ++i) {
-      ps_state& s = *ps_[i];
-      if (s.announced != body_bytes) {
-        s.announced = body_bytes;
-        s.key = request_key(body_bytes);
-        ep_.send(s.id, size_key, u64_tensor(body_bytes), [this, i](std::error_code ec) { on_sent(i, ec); },
-                  timeout);
-      }
-      ep_.send(s.id, s.key, body, [this, i](std::error_code ec) { on_sent(i, ec); }, timeout);
     }
   }
 
