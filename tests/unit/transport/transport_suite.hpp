@@ -27,9 +27,11 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #ifndef TRANSPORTS
@@ -216,6 +218,23 @@ echo_result client_echo(harness<T>& h, unsigned core, std::uint16_t port, std::v
   return get(fut);
 }
 
+/// Connects from reactor 1 to `port`, writes `sg` and returns the write's
+/// (error, bytes); the write handler holds the connection until then.
+template <class T>
+std::pair<std::error_code, std::size_t> connect_and_write(harness<T>& h, std::uint16_t port,
+                                                          std::span<const fw::const_buffer> sg) {
+  std::promise<std::pair<std::error_code, std::size_t>> wrote;
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
+      REQUIRE_FALSE(ec);
+      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+      conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
+    });
+  });
+  auto f = wrote.get_future();
+  return get(f);
+}
+
 /// A port nobody listens on (bound, then closed).
 std::uint16_t closed_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -307,16 +326,7 @@ TEST_CASE_TEMPLATE("a scatter-gather write of 10 buffers arrives in order; exact
       });
     });
   });
-  std::promise<std::pair<std::error_code, std::size_t>> wrote;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-      conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
-    });
-  });
-  auto fw_ = wrote.get_future();
-  const auto w = get(fw_);
+  const auto w = connect_and_write(h, port, sg);
   CHECK_FALSE(w.first);
   CHECK(w.second == total);
   auto fg = got.get_future();
@@ -353,16 +363,7 @@ TEST_CASE_TEMPLATE("a write of more buffers than one sendmsg takes, to a reader 
       });
     });
   });
-  std::promise<std::pair<std::error_code, std::size_t>> wrote;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-      conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
-    });
-  });
-  auto fw_ = wrote.get_future();
-  const auto w = get(fw_);
+  const auto w = connect_and_write(h, port, sg);
   CHECK_FALSE(w.first);
   CHECK(w.second == expected.size());
   auto fg = got.get_future();
