@@ -2,8 +2,8 @@
 /// asio_tcp: the portable TCP transport on Boost.Asio (epoll underneath), a
 /// model of fusewire::transport. See transport/concepts.hpp for the contract.
 ///
-/// Zero copy: async_write hands Asio the caller's buffers as one buffer
-/// sequence (writev, no gathering copy); async_read reads straight into the
+/// Zero copy: async_write hands the kernel the caller's buffers as they are
+/// (sendmsg of up to IOV_MAX of them per call, no gathering copy); async_read reads straight into the
 /// destination; async_read_some reads into a chunk (asio_tcp::config::read_chunk)
 /// and hands out aliases of it, so nothing is copied after the kernel. An exact
 /// read below asio_tcp::config::read_ahead_below reads ahead into the chunk
@@ -15,7 +15,6 @@
 #include <sys/uio.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -64,9 +63,9 @@ inline std::error_code from_asio(const boost::system::error_code& ec, bool close
   return ec;  // Boost.System converts to std::error_code
 }
 
-/// Asio's composed read/write completion condition without its 64 KiB cap per
-/// system call (transfer_all hands the kernel at most 65536 bytes per
-/// readv/writev, so a 6 MB payload costs ~100 calls and as many reactor turns).
+/// Asio's composed read completion condition without its 64 KiB cap per system
+/// call (transfer_all hands the kernel at most 65536 bytes per readv, so a 6 MB
+/// payload costs ~100 calls and as many reactor turns).
 struct transfer_everything {
   std::size_t operator()(const boost::system::error_code& ec, std::size_t) const noexcept {
     return ec ? 0 : std::size_t{1} << 30;
