@@ -10,6 +10,14 @@
 /// instead (one recv for a frame's header, meta and small payload, which the
 /// following reads then copy out); a larger one first takes what was read
 /// ahead, then reads the rest straight into its destination.
+///
+/// async_release (a move to another reactor; see handoff_transport in
+/// concepts.hpp) takes the socket back from Asio (basic_socket::release(),
+/// which aborts Asio's operations on it) and hands it out once their handlers
+/// ran, non-blocking and close-on-exec whatever Asio left it as; unless the
+/// chunk holds bytes no read consumed (read ahead before the release, or by a
+/// receive Asio had finished but not yet delivered), or an exact read or a
+/// write was cut in half: then the socket is closed.
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -102,6 +110,7 @@ struct asio_read_op {
 class asio_connection_state final : public ref_counted, public closable {
  public:
   using socket_type = boost::asio::ip::tcp::socket;
+  using release_handler = unique_function<void(std::error_code, int)>;
 
   asio_connection_state(asio_reactor& reactor, socket_type socket, asio_options opts)
       : reactor_(&reactor), socket_(std::move(socket)), opts_(opts) {
@@ -110,6 +119,7 @@ class asio_connection_state final : public ref_counted, public closable {
 
   ~asio_connection_state() override {
     if (closable_linked_) reactor_->remove_closable(*this);
+    if (released_fd_ >= 0) ::close(released_fd_);
   }
 
   asio_reactor& reactor() const noexcept { return *reactor_; }
@@ -163,8 +173,12 @@ class asio_connection_state final : public ref_counted, public closable {
 
   /// Closes the socket. The operation Asio is running completes through its own
   /// handler (errc::cancelled); the queued ones after it, in call order.
+  /// During a release: the release fails with errc::cancelled and closes the socket.
   void close() noexcept {
-    if (!open_) return;
+    if (!open_) {
+      if (releasing_) abort_release();
+      return;
+    }
     open_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
     boost::system::error_code ignored;
@@ -182,6 +196,40 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
   void shutdown() noexcept override { close(); }
+
+  /// Takes the socket back from Asio without shutting it down; once the
+  /// handlers of the operations that aborted have run, `handler(error_code{},
+  /// fd)` runs, posted (see handoff_transport in concepts.hpp).
+  template <class H>
+  void async_release(H&& handler) {
+    reactor_->work_started();
+    release_handler h(std::forward<H>(handler));
+    if (!open_) {  // closed, or released (or being released) already
+      reactor_->post([self = ref_ptr<asio_connection_state>(this), h = std::move(h)]() mutable {
+        self->complete(h, make_error_code(errc::connection_closed), -1);
+      });
+      return;
+    }
+    open_ = false;
+    releasing_ = true;
+    release_handler_ = std::move(h);
+    // Still registered as closable: a stop during the release closes the socket.
+    if (!ahead_.empty()) lose_stream();
+    boost::system::error_code ec;
+    released_fd_ = socket_->release(ec);
+    if (ec) {
+      release_error_ = from_asio(ec, false);
+      released_fd_ = -1;
+      socket_->close(ec);
+    }
+    try {
+      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
+      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
+    } catch (...) {
+      reactor_->report("asio_tcp: could not post release completions (out of memory)");
+    }
+    release_socket_if_idle();
+  }
 
   /// Starts the connect; `on_done(error_code)` runs once, from Asio's handler.
   template <class F>
@@ -294,6 +342,7 @@ class asio_connection_state final : public ref_counted, public closable {
     writes_.pop_front();
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !write_error_) write_error_ = e;
+    if (releasing_ && op.written != 0 && !op.buffers.empty()) lose_stream();  // the peer got half
     complete(op.handler, e, op.written);
     pump_writes();
   }
@@ -346,6 +395,7 @@ class asio_connection_state final : public ref_counted, public closable {
         break;
       }
       read_op op = pop_read();
+      if (releasing_ && op.filled != 0) lose_stream();  // the bytes in dst would be lost to the next owner
       if (op.exact) {
         complete(op.exact, ec, op.filled);
       } else {
@@ -393,6 +443,7 @@ class asio_connection_state final : public ref_counted, public closable {
     if (e && open_ && !read_error_) read_error_ = e;
     if (direct_) {
       read_op op = pop_read();
+      if (releasing_ && e && op.filled + n != 0) lose_stream();
       complete(op.exact, e, op.filled + n);
     } else if (!e && n != 0) {
       ahead_.push_back(chunk_.share(chunk_used_, n));
@@ -406,9 +457,61 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
   /// Drops the Asio socket object once closed and idle, so nothing of this
-  /// state touches the io_context after the reactor stopped.
+  /// state touches the io_context after the reactor stopped. A release is
+  /// finished then: no Asio handler of this connection is left to run.
   void release_socket_if_idle() noexcept {
-    if (!open_ && !reading_ && !writing_ && !connecting_) socket_.reset();
+    if (open_ || reading_ || writing_ || connecting_) return;
+    socket_.reset();
+    if (releasing_ && !release_posted_) {
+      try {
+        reactor_->post([self = ref_ptr<asio_connection_state>(this)] { self->finish_release(); });
+        release_posted_ = true;
+      } catch (...) {
+        reactor_->report("asio_tcp: could not post a release's completion (out of memory)");
+      }
+    }
+  }
+
+  /// The stream is no longer at a clean boundary (bytes taken that no read
+  /// delivered, a read or write cut in half): the release must close the socket.
+  void lose_stream() noexcept {
+    if (!release_error_) release_error_ = make_error_code(errc::invalid_argument);
+  }
+
+  /// close() or the reactor's stop during a release.
+  void abort_release() noexcept {
+    if (release_error_ == errc::cancelled) return;
+    release_error_ = make_error_code(errc::cancelled);
+    if (closable_linked_) reactor_->remove_closable(*this);
+    if (released_fd_ >= 0) ::close(std::exchange(released_fd_, -1));
+  }
+
+  /// Completes what the release aborted (in call order, before its own
+  /// handler), then hands out the fd, or closes it if the release failed.
+  void finish_release() {
+    pump_reads();
+    pump_writes();
+    if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
+      release_posted_ = false;
+      release_socket_if_idle();  // posts this again
+      return;
+    }
+    releasing_ = false;
+    if (closable_linked_) reactor_->remove_closable(*this);
+    // A receive Asio had finished before the release delivered its bytes after it.
+    if (!ahead_.empty()) lose_stream();
+    std::error_code ec = release_error_;
+    int fd = std::exchange(released_fd_, -1);
+    if (!ec) ec = set_nonblocking_cloexec(fd);
+    if (ec && fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    ahead_.clear();
+    chunk_.reset();
+    chunk_used_ = 0;
+    release_handler h = std::move(release_handler_);
+    complete(h, ec, fd);
   }
 
   template <class F, class... Args>
@@ -432,6 +535,13 @@ class asio_connection_state final : public ref_counted, public closable {
   bool write_pump_scheduled_ = false;
   std::error_code read_error_;
   std::error_code write_error_;
+  release_handler release_handler_;
+  int released_fd_ = -1;         // taken back from Asio, until the release's handler has it
+  bool releasing_ = false;       // async_release under way: its handler has not run
+  bool release_posted_ = false;  // finish_release is posted
+  // Why the release must close the socket instead (invalid_argument: the
+  // stream is torn; cancelled: close() or stop); none: it hands out the fd.
+  std::error_code release_error_;
   small_fifo<read_op> reads_;
   small_fifo<write_op> writes_;
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
@@ -637,6 +747,28 @@ class asio_tcp {
       state.reset();
       op.finish(e, std::move(conn));
     });
+  }
+
+  /// Takes the connected TCP socket `fd` (released by a connection on another
+  /// reactor, say) and returns a connection on `reactor`, prepared as an
+  /// accepted one. Call it on `reactor`'s thread. On failure `fd` is closed,
+  /// `ec` says why and the connection is empty (see handoff_transport in concepts.hpp).
+  asio_tcp_connection adopt(asio_reactor& reactor, int fd, std::error_code& ec) const {
+    const int family = detail::start_adopt(reactor, "asio_tcp", fd, ec);
+    if (family < 0) return {};
+    boost::asio::ip::tcp::socket socket(reactor.engine().context());
+    boost::system::error_code bec;
+    socket.assign(family == AF_INET6 ? boost::asio::ip::tcp::v6() : boost::asio::ip::tcp::v4(), fd, bec);
+    if (bec) {
+      ::close(fd);
+      ec = detail::from_asio(bec, false);
+      return {};
+    }
+    detail::ref_ptr<detail::asio_connection_state> state(
+        new detail::asio_connection_state(reactor, std::move(socket), options()));
+    ec = state->prepare();
+    if (ec) return {};  // the socket closes fd
+    return asio_tcp_connection(std::move(state));
   }
 
   /// A listener on host:port (port 0: the kernel picks; see port()). Throws

@@ -1,6 +1,7 @@
 #pragma once
 /// The transport named requirements: `fusewire::connection`, `fusewire::listener`
-/// and `fusewire::transport` (and `rdma_transport` for one-sided writes), as C++20 concepts.
+/// and `fusewire::transport` (and `rdma_transport` for one-sided writes,
+/// `handoff_transport` for moving a connection to another reactor), as C++20 concepts.
 ///
 /// A type opts in with a tag (`using connection_concept = connection_tag;`,
 /// likewise `listener_concept`, `transport_concept`) and must then provide every
@@ -35,6 +36,46 @@
 /// - Errors: errc::connection_closed (peer closed: end of stream),
 ///   errc::connection_reset (peer vanished, broken pipe), errc::connection_refused
 ///   (connect), errc::cancelled (close/stop); other OS errors in std::system_category.
+///
+/// Hand-off (`handoff_transport`: the TCP transports, not verbs). A connection
+/// belongs to the reactor it was made on; to move it, release its socket on
+/// that reactor and adopt the descriptor on the other (carried there by the
+/// caller, e.g. through basic_reactor_group::submit_to):
+///
+/// - conn.async_release(h): `h(error_code, int fd)`, on the connection's reactor
+///   thread. The connection gives up its socket WITHOUT closing or shutting it
+///   down: every pending read and write first completes with errc::cancelled
+///   (as on close()); once the kernel let go of every buffer (io_uring: every
+///   CQE is in, the cancelled multishot recv's and zero-copy notifications
+///   included) `h({}, fd)` runs, posted, never inline. The caller then owns
+///   `fd`: open, connected, in non-blocking mode, close-on-exec. The connection
+///   is closed from then on (is_open() is false; later operations complete with
+///   errc::connection_closed). Keep the connection alive until `h` ran:
+///   destroying it closes it, which cancels the release (below).
+/// - The fd is handed out only where the stream is at a clean boundary: every
+///   byte taken from the socket was delivered by a read that completed
+///   successfully, and no write was cut off after part of it was sent. Else
+///   (bytes read ahead and not consumed; bytes a still-armed receive took
+///   before its cancellation; an exact read cancelled half-filled; a write
+///   cancelled half-sent) handing out the fd would lose or tear data: the
+///   socket is closed instead and `h(errc::invalid_argument, -1)` runs. Callers
+///   release where the protocol guarantees the peer sends nothing (e.g. in the
+///   middle of a handshake, waiting for our reply), so this error is evidence
+///   that the peer broke the protocol. Should the transport be unable to stop
+///   its operations without a shutdown (io_uring: no SQE for the cancellation),
+///   the socket is closed too and `h` gets that error.
+/// - close() (or destroying the connection, or the reactor stopping) while a
+///   release is under way (until `h` ran): `h(errc::cancelled, -1)` and the
+///   socket is closed. A second async_release, or one on a closed connection:
+///   `h(errc::connection_closed, -1)`, posted. `h` runs exactly once.
+/// - transport.adopt(reactor, fd, ec), on `reactor`'s thread (anywhere else it
+///   throws std::system_error(errc::invalid_argument) after closing `fd`):
+///   takes ownership of the connected TCP socket `fd` and returns a connection
+///   on `reactor` equivalent to one its listener would have accepted
+///   (non-blocking, close-on-exec, the transport's socket options;
+///   remote_endpoint() names the peer). On failure (`fd` is not a connected
+///   TCP socket, the reactor is stopping: errc::cancelled, an option cannot
+///   be set) `fd` is closed, `ec` says why and an empty connection is returned.
 
 #include <concepts>
 #include <cstddef>
@@ -66,6 +107,11 @@ concept io_handler = std::move_constructible<std::decay_t<H>> &&
 template <class H>
 concept read_some_handler = std::move_constructible<std::decay_t<H>> &&
                             std::invocable<std::decay_t<H>&, std::error_code, tensor_buffer>;
+
+/// A completion handler for async_release: `void(std::error_code, int fd)`.
+template <class H>
+concept release_handler = std::move_constructible<std::decay_t<H>> &&
+                          std::invocable<std::decay_t<H>&, std::error_code, int>;
 
 /// A completion handler for connect and accept: `void(std::error_code, Connection)`.
 template <class H, class Connection>
@@ -179,6 +225,23 @@ concept transport = detail::transport_opts_in<T> && detail::transport_names_type
                     connection<typename T::connection_type> && listener<typename T::listener_type> &&
                     std::same_as<typename T::listener_type::connection_type, typename T::connection_type> &&
                     detail::transport_connects<T> && detail::transport_listens<T> && detail::transport_has_name<T>;
+
+namespace detail {
+using release_handler_archetype = handler_archetype<std::error_code, int>;
+
+template <class C>
+concept connection_releases = requires(C& c, release_handler_archetype h) { c.async_release(std::move(h)); };
+template <class T>
+concept transport_adopts = requires(T& t, typename T::reactor_type& r, int fd, std::error_code& ec) {
+  { t.adopt(r, fd, ec) } -> std::same_as<typename T::connection_type>;
+};
+}  // namespace detail
+
+/// A transport whose connections can move to another reactor: `conn.async_release(h)`
+/// on one reactor, `transport.adopt(reactor, fd, ec)` on another (see the contract above).
+template <class T>
+concept handoff_transport =
+    transport<T> && detail::connection_releases<typename T::connection_type> && detail::transport_adopts<T>;
 
 /// Registered memory of a peer that the peer allowed us to write into (an
 /// address and a remote key, as the peer's `describe()` produced them).

@@ -55,6 +55,15 @@
 ///   the socket is reset (SO_LINGER 0) so the kernel drops its queued data and
 ///   releases the caller's pages instead of waiting for a peer that may never read.
 ///
+/// Releasing (async_release, for a move to another reactor; see
+/// handoff_transport in concepts.hpp)
+/// - Like close() without the shutdown: the SQEs are cancelled, and the fd is
+///   handed out once no SQE is in flight and no zero-copy notification is owed.
+///   Bytes the multishot recv (or a fallback recv) took that no read consumed,
+///   at the release or from a CQE that beat the cancellation, and exact reads or
+///   writes the cancellation cut in half, make it close the socket instead.
+///   The fd stays non-blocking (accept4, socket() and adopt() make it so).
+///
 /// Every SQE is submitted by the reactor's engine in one io_uring_enter per tick.
 
 #include <liburing.h>
@@ -147,6 +156,7 @@ struct uring_options {
 class uring_connection_state final : public ref_counted, public closable {
  public:
   using connect_handler = unique_function<void(std::error_code, uring_tcp_connection)>;
+  using release_handler = unique_function<void(std::error_code, int)>;
 
   uring_connection_state(uring_reactor& reactor, int fd, uring_options opts)
       : reactor_(&reactor), fd_(fd), opts_(opts) {
@@ -245,8 +255,12 @@ class uring_connection_state final : public ref_counted, public closable {
 
   /// Shuts the socket down and cancels its kernel operations. Handlers run in
   /// call order once the kernel is done with their buffers (posted, never inline).
+  /// During a release: the release fails with errc::cancelled and closes the socket.
   void close() noexcept {
-    if (!open_) return;
+    if (!open_) {
+      if (releasing_) abort_release();
+      return;
+    }
     open_ = false;
     closed_locally_ = true;
     if (closable_linked_) reactor_->remove_closable(*this);
@@ -276,6 +290,54 @@ class uring_connection_state final : public ref_counted, public closable {
   }
 
   void shutdown() noexcept override { close(); }
+
+  // ---- release --------------------------------------------------------------
+
+  /// Gives up the socket without shutting it down: cancels the kernel
+  /// operations as close() does, and once the kernel is done with every buffer
+  /// `handler(error_code{}, fd)` runs, posted, after the cancelled operations'
+  /// handlers (see handoff_transport in concepts.hpp).
+  template <class H>
+  void async_release(H&& handler) {
+    reactor_->work_started();
+    release_handler h(std::forward<H>(handler));
+    if (!open_) {  // closed, or released (or being released) already
+      reactor_->post([self = ref_ptr<uring_connection_state>(this), h = std::move(h)]() mutable {
+        self->complete(h, make_error_code(errc::connection_closed), -1);
+      });
+      return;
+    }
+    open_ = false;
+    closed_locally_ = true;
+    releasing_ = true;
+    release_handler_ = std::move(h);
+    // Still registered as closable: a stop during the release closes the socket.
+    if (stash_bytes_ != 0) lose_stream();
+    try {
+      if (multishot_ == multishot_state::armed) {
+        cancel(multishot_op_);
+        multishot_ = multishot_state::cancelling;
+      }
+      if (direct_ != direct_kind::none) cancel(direct_op_);
+      for (auto& w : writes_) {
+        if (w->in_flight) cancel(*w);
+      }
+    } catch (const std::system_error& e) {
+      // No SQE for a cancellation: only a shutdown ends the operations, and it
+      // leaves a socket nobody can use.
+      if (!release_error_) release_error_ = e.code();
+      ::shutdown(fd_, SHUT_RDWR);
+    }
+    stash_.clear();
+    stash_bytes_ = 0;
+    try {
+      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
+      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
+    } catch (...) {
+      reactor_->report("uring_tcp: could not post release completions (out of memory)");
+    }
+    close_fd_if_idle();
+  }
 
  private:
   enum class multishot_state { idle, armed, cancelling };
@@ -350,15 +412,66 @@ class uring_connection_state final : public ref_counted, public closable {
   /// After close(), once no request is in the kernel. If zero-copy
   /// notifications are still owed, the socket is reset (SO_LINGER 0): its queued
   /// data would otherwise pin the caller's pages (and hold back the write's
-  /// handler) until an unresponsive peer read them.
+  /// handler) until an unresponsive peer read them. A release that can still
+  /// hand the fd out keeps it, and waits for the notifications too.
   void close_fd_if_idle() noexcept {
-    if (open_ || requests_ != 0 || fd_ < 0) return;
-    if (notifications_owed_ != 0) {
-      const linger abort{1, 0};
-      ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    if (open_ || requests_ != 0) return;
+    if (fd_ >= 0 && !(releasing_ && !release_error_)) {
+      if (notifications_owed_ != 0) {
+        const linger abort{1, 0};
+        ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+      }
+      ::close(fd_);
+      fd_ = -1;
     }
-    ::close(fd_);
+    if (releasing_ && !release_posted_ && notifications_owed_ == 0) {
+      try {
+        reactor_->post([self = ref_ptr<uring_connection_state>(this)] { self->finish_release(); });
+        release_posted_ = true;
+      } catch (...) {
+        reactor_->report("uring_tcp: could not post a release's completion (out of memory)");
+      }
+    }
+  }
+
+  /// The stream is no longer at a clean boundary (bytes taken that no read
+  /// delivered, a read or write cut in half): the release must close the socket.
+  void lose_stream() noexcept {
+    if (!release_error_) release_error_ = make_error_code(errc::invalid_argument);
+  }
+
+  /// close() or the reactor's stop during a release.
+  void abort_release() noexcept {
+    if (release_error_ == errc::cancelled) return;
+    release_error_ = make_error_code(errc::cancelled);
+    if (closable_linked_) reactor_->remove_closable(*this);
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    close_fd_if_idle();
+  }
+
+  /// Posted once the kernel is done with the socket: completes what the
+  /// release cancelled (in call order, before its own handler), then hands out
+  /// the fd, or closes it if the release failed meanwhile.
+  void finish_release() {
+    pump_reads();
+    pump_writes();
+    if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
+      release_posted_ = false;
+      close_fd_if_idle();  // posts this again
+      return;
+    }
+    releasing_ = false;
+    if (closable_linked_) reactor_->remove_closable(*this);
+    const std::error_code ec = release_error_;
+    int fd = -1;
+    if (ec && fd_ >= 0) {
+      ::close(fd_);
+    } else {
+      fd = fd_;
+    }
     fd_ = -1;
+    release_handler h = std::move(release_handler_);
+    complete(h, ec, fd);
   }
 
   template <class F, class... Args>
@@ -485,6 +598,7 @@ class uring_connection_state final : public ref_counted, public closable {
   }
 
   void fail_read(read_req& r, std::error_code ec) {
+    if (releasing_ && r.filled != 0) lose_stream();  // the bytes in dst would be lost to the next owner
     if (r.exact) {
       complete(r.exact, ec, r.filled);
     } else {
@@ -533,6 +647,7 @@ class uring_connection_state final : public ref_counted, public closable {
         ++stats_.ring_buffers;
         engine().runtime_features().recv_multishot = uring_features::tri::yes;
       } else {
+        if (res > 0 && releasing_) lose_stream();  // arrived before the cancellation
         ring->discard(bid);
       }
     }
@@ -584,6 +699,7 @@ class uring_connection_state final : public ref_counted, public closable {
     } else {
       tensor_buffer got = std::move(fallback_);
       ring_starved_ = false;
+      if (res > 0 && releasing_) lose_stream();
       if (res > 0 && open_) {
         got.trim(static_cast<std::size_t>(res));
         stats_.bytes_received += static_cast<std::size_t>(res);
@@ -630,6 +746,7 @@ class uring_connection_state final : public ref_counted, public closable {
       if (!w.finished || w.in_flight || w.notifications != 0) break;
       std::unique_ptr<write_req> done = std::move(writes_.front());
       writes_.pop_front();
+      if (releasing_ && done->sent != 0 && done->sent != done->total) lose_stream();  // the peer got half
       complete(done->handler, done->result, done->sent);
     }
   }
@@ -780,6 +897,12 @@ class uring_connection_state final : public ref_counted, public closable {
   op_slot connect_op_;
   socket_address connect_addr_;
   connect_handler connect_handler_;
+  release_handler release_handler_;
+  bool releasing_ = false;       // async_release under way: its handler has not run
+  bool release_posted_ = false;  // finish_release is posted
+  // Why the release must close the socket instead (invalid_argument: the
+  // stream is torn; cancelled: close() or stop); none: it hands out the fd.
+  std::error_code release_error_;
   std::error_code read_error_;
   std::error_code write_error_;
   std::deque<read_req> reads_;
@@ -1063,6 +1186,18 @@ class uring_tcp {
     if (fd < 0) return op.fail(ec);
     detail::ref_ptr<detail::uring_connection_state> state(new detail::uring_connection_state(reactor, fd, options()));
     state->connect(addr, op.release());
+  }
+
+  /// Takes the connected TCP socket `fd` (released by a connection on another
+  /// reactor, say) and returns a connection on `reactor`, prepared as an
+  /// accepted one. Call it on `reactor`'s thread. On failure `fd` is closed,
+  /// `ec` says why and the connection is empty (see handoff_transport in concepts.hpp).
+  uring_tcp_connection adopt(uring_reactor& reactor, int fd, std::error_code& ec) const {
+    if (detail::start_adopt(reactor, "uring_tcp", fd, ec) < 0) return {};
+    detail::ref_ptr<detail::uring_connection_state> state(new detail::uring_connection_state(reactor, fd, options()));
+    ec = state->prepare();
+    if (ec) return {};  // the state closes fd
+    return uring_tcp_connection(std::move(state));
   }
 
   /// A listener on host:port (port 0: the kernel picks). Throws std::system_error naming the address.

@@ -25,6 +25,7 @@ enum piece : unsigned {
   c_read_some = 1u << 3,
   c_close = 1u << 4,
   c_endpoint = 1u << 5,
+  c_release = 1u << 6,
 };
 
 template <unsigned Missing>
@@ -55,6 +56,9 @@ struct connection : connection_base<Missing> {
   {
     return {};
   }
+  template <fw::release_handler H>
+    requires((Missing & c_release) == 0)
+  void async_release(H&&) {}
 };
 
 enum listener_piece : unsigned { l_none = 0, l_tag = 1, l_accept = 2, l_port = 4, l_close = 8 };
@@ -67,10 +71,10 @@ struct listener_base<Missing> {
   using listener_concept = fw::listener_tag;
 };
 
-template <unsigned Missing = l_none>
+template <unsigned Missing = l_none, class Connection = connection<>>
 struct listener : listener_base<Missing> {
-  using connection_type = connection<>;
-  template <fw::connection_handler<connection<>> H>
+  using connection_type = Connection;
+  template <fw::connection_handler<Connection> H>
     requires((Missing & l_accept) == 0)
   void async_accept(H&&) {}
   std::uint16_t port() const
@@ -83,7 +87,15 @@ struct listener : listener_base<Missing> {
   {}
 };
 
-enum transport_piece : unsigned { t_none = 0, t_tag = 1, t_connect = 2, t_listen = 4, t_name = 8, t_listen_ec = 16 };
+enum transport_piece : unsigned {
+  t_none = 0,
+  t_tag = 1,
+  t_connect = 2,
+  t_listen = 4,
+  t_name = 8,
+  t_listen_ec = 16,
+  t_adopt = 32,
+};
 
 template <unsigned Missing>
 struct transport_base {};
@@ -93,21 +105,26 @@ struct transport_base<Missing> {
   using transport_concept = fw::transport_tag;
 };
 
-template <unsigned Missing = t_none>
+template <unsigned Missing = t_none, class Connection = connection<>>
 struct transport : transport_base<Missing> {
   using reactor_type = reactor;
-  using connection_type = connection<>;
-  using listener_type = listener<>;
-  template <fw::connection_handler<connection<>> H>
+  using connection_type = Connection;
+  using listener_type = listener<l_none, Connection>;
+  template <fw::connection_handler<Connection> H>
     requires((Missing & t_connect) == 0)
   void connect(reactor&, std::string_view, std::uint16_t, H&&) {}
-  listener<> listen(reactor&, std::string_view, std::uint16_t)
+  listener_type listen(reactor&, std::string_view, std::uint16_t)
     requires((Missing & t_listen) == 0)
   {
     return {};
   }
-  listener<> listen(reactor&, std::string_view, std::uint16_t, std::error_code&)
+  listener_type listen(reactor&, std::string_view, std::uint16_t, std::error_code&)
     requires((Missing & t_listen_ec) == 0)
+  {
+    return {};
+  }
+  Connection adopt(reactor&, int, std::error_code&)
+    requires((Missing & t_adopt) == 0)
   {
     return {};
   }
@@ -169,14 +186,29 @@ static_assert(!fw::detail::transport_listens<archetype::transport<archetype::t_l
 static_assert(!fw::transport<archetype::transport<archetype::t_name>>);
 static_assert(!fw::transport<archetype::mismatched_transport>);
 
+// The hand-off: a transport that cannot adopt, or whose connections cannot be
+// released, is still a transport, but not a handoff_transport.
+static_assert(fw::handoff_transport<archetype::transport<>>);
+using unreleasing_transport = archetype::transport<archetype::t_none, archetype::connection<archetype::c_release>>;
+static_assert(fw::transport<unreleasing_transport>);
+static_assert(!fw::handoff_transport<unreleasing_transport>);
+static_assert(!fw::detail::connection_releases<archetype::connection<archetype::c_release>>);
+static_assert(fw::transport<archetype::transport<archetype::t_adopt>>);
+static_assert(!fw::handoff_transport<archetype::transport<archetype::t_adopt>>);
+static_assert(!fw::detail::transport_adopts<archetype::transport<archetype::t_adopt>>);
+
 // Handler concepts take exactly the documented signatures.
 static_assert(fw::io_handler<fw::detail::io_handler_archetype>);
 static_assert(!fw::io_handler<fw::detail::read_some_handler_archetype>);
 static_assert(fw::read_some_handler<fw::detail::read_some_handler_archetype>);
 static_assert(!fw::read_some_handler<fw::detail::io_handler_archetype>);
 static_assert(fw::connection_handler<fw::detail::connection_handler_archetype<int>, int>);
+static_assert(fw::release_handler<fw::detail::release_handler_archetype>);
+static_assert(!fw::release_handler<fw::detail::read_some_handler_archetype>);
 
 TEST_CASE("transport concepts are checked by archetypes at compile time") {
   CHECK(fw::connection<archetype::connection<>>);
   CHECK_FALSE(fw::connection<archetype::connection<archetype::c_read_some>>);
+  CHECK(fw::handoff_transport<archetype::transport<>>);
+  CHECK_FALSE(fw::handoff_transport<archetype::transport<archetype::t_adopt>>);
 }

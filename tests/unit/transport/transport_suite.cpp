@@ -12,12 +12,15 @@ namespace fw = fusewire;
 using namespace std::chrono_literals;
 
 static_assert(fw::transport<fw::asio_tcp>);
+static_assert(fw::handoff_transport<fw::asio_tcp>);
 #if FUSEWIRE_HAS_URING
 static_assert(fw::transport<fw::uring_tcp>);
+static_assert(fw::handoff_transport<fw::uring_tcp>);
 #define TRANSPORTS fw::asio_tcp, fw::uring_tcp
 #else
 #define TRANSPORTS fw::asio_tcp
 #endif
+#define HANDOFF_TRANSPORTS TRANSPORTS
 
 #include "transport_suite.hpp"
 

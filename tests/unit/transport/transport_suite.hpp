@@ -6,7 +6,9 @@
 //   SUITE_HOST            an expression giving the address to listen on and connect to
 //                         (default "127.0.0.1");
 //   SUITE_MAKE(T)         an expression making a transport T (default T{});
-//   SUITE_LARGEST_ECHO    the largest echo size in bytes (default 64 MiB).
+//   SUITE_LARGEST_ECHO    the largest echo size in bytes (default 64 MiB);
+//   HANDOFF_TRANSPORTS    those of TRANSPORTS that are handoff_transports (their
+//                         release/adopt tests; none if undefined).
 // Server and client run on different reactors (threads) of one group.
 #pragma once
 
@@ -15,7 +17,9 @@
 #include <fusewire/transport/concepts.hpp>
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -716,3 +720,497 @@ TEST_CASE_TEMPLATE("stopping the group completes pending operations with errc::c
   CHECK(all_cancelled.load());
 }
 
+
+#ifdef HANDOFF_TRANSPORTS
+namespace {
+
+/// A connection accepted on reactor 0 (`server`) and its peer connected from
+/// reactor 1 (`client`), for the hand-off tests. Operations run on the reactor
+/// that owns the connection and report through futures; the handles die on
+/// their reactors when the pair does.
+template <class T>
+struct handoff_pair {
+  using conn_t = typename T::connection_type;
+  using conn_ptr = std::shared_ptr<conn_t>;
+  using read_result = std::pair<std::error_code, std::vector<std::byte>>;
+  using write_result = std::pair<std::error_code, std::size_t>;
+
+  struct released {
+    std::error_code ec;
+    int fd = -1;
+    bool inline_call = false;  // the handler ran inside async_release
+    std::error_code adopt_ec;
+    bool adopted_open = false;
+    std::string adopted_peer;
+  };
+
+  explicit handoff_pair(harness<T>& harness_) : h(harness_) {
+    auto accepted = std::make_shared<std::promise<void>>();
+    auto af = accepted->get_future();
+    const std::uint16_t port = h.serve(0, [s = server, accepted](conn_t c) mutable {
+      if (!accepted) return;  // one connection
+      *s = std::move(c);
+      accepted->set_value();
+      accepted.reset();
+    });
+    auto connected = std::make_shared<std::promise<std::error_code>>();
+    auto cf = connected->get_future();
+    h.group.submit_to(1, [hp = &h, c = client, connected, port] {
+      hp->transport.connect(harness<T>::here(), SUITE_HOST, port, [c, connected](std::error_code ec, conn_t conn) {
+        *c = std::move(conn);
+        connected->set_value(ec);
+      });
+    });
+    owned = {{0, server}, {1, client}};
+    REQUIRE_FALSE(get(cf));
+    get(af);
+  }
+
+  ~handoff_pair() {
+    // Handles die on their reactors (or, should one not answer, after the group stopped).
+    bool answered = true;
+    for (auto& [core, c] : owned) {
+      auto f = h.group.submit(core, [c = c] { *c = conn_t(); });
+      answered = answered && f.wait_for(60s) == std::future_status::ready;
+    }
+    if (!answered) h.group.stop();
+  }
+
+  handoff_pair(const handoff_pair&) = delete;
+  handoff_pair& operator=(const handoff_pair&) = delete;
+
+  /// One scatter-gather write of `sg` on `c`, owned by reactor `core`.
+  std::future<write_result> write(unsigned core, conn_ptr c, std::vector<fw::const_buffer> sg) {
+    auto done = std::make_shared<std::promise<write_result>>();
+    auto f = done->get_future();
+    h.group.submit_to(core, [c, sg = std::move(sg), done] {
+      c->async_write(sg, [done](std::error_code ec, std::size_t n) { done->set_value({ec, n}); });
+    });
+    return f;
+  }
+
+  /// An exact read of `n` bytes; the bytes it filled.
+  std::future<read_result> read_exact(unsigned core, conn_ptr c, std::size_t n) {
+    auto done = std::make_shared<std::promise<read_result>>();
+    auto f = done->get_future();
+    h.group.submit_to(core, [c, n, done] {
+      auto dst = std::make_shared<std::vector<std::byte>>(n);
+      c->async_read(fw::mutable_buffer(*dst), [dst, done](std::error_code ec, std::size_t got) {
+        dst->resize(got);
+        done->set_value({ec, std::move(*dst)});
+      });
+    });
+    return f;
+  }
+
+  /// async_read_some until `n` bytes arrived, or an error; what arrived.
+  std::future<read_result> read_some(unsigned core, conn_ptr c, std::size_t n) {
+    struct reader : std::enable_shared_from_this<reader> {
+      conn_ptr conn;
+      std::size_t want = 0;
+      std::vector<std::byte> out;
+      std::promise<read_result> done;
+      void next() {
+        conn->async_read_some([self = this->shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
+          if (!ec) self->out.insert(self->out.end(), b.data(), b.data() + b.size());
+          if (ec || self->out.size() >= self->want) {
+            self->done.set_value({ec, std::move(self->out)});
+          } else {
+            self->next();
+          }
+        });
+      }
+    };
+    auto r = std::make_shared<reader>();
+    r->conn = std::move(c);
+    r->want = n;
+    auto f = r->done.get_future();
+    h.group.submit_to(core, [r] { r->next(); });
+    return f;
+  }
+
+  /// Waits (bounded) until the socket of `c` (on reactor `core`) holds at least
+  /// `n` bytes no one has received yet.
+  void wait_unread(unsigned core, conn_ptr c, int n) {
+    const auto unread = [&] {
+      return h.on(core, [c] {
+        int bytes = 0;
+        return ::ioctl(c->native_handle(), FIONREAD, &bytes) == 0 ? bytes : -1;
+      });
+    };
+    for (int i = 0; i < 6000 && unread() < n; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(unread() >= n);
+  }
+
+  /// `c.async_release(...)` on reactor `core`, then `after(c)` in the same
+  /// task. The release's handler runs `first()`, then, if it got a socket,
+  /// carries the fd to reactor `to` (submit_to, as a rendezvous endpoint
+  /// would) and adopts it into `*into` (an fd with nowhere to go is closed).
+  std::future<released> release(unsigned core, conn_ptr c, unsigned to, conn_ptr into,
+                                 std::function<void(conn_t&)> after = {}, std::function<void()> first = {}) {
+    auto done = std::make_shared<std::promise<released>>();
+    auto f = done->get_future();
+    if (into) owned.push_back({to, into});
+    h.group.submit_to(core, [hp = &h, c, to, into, done, after = std::move(after), first = std::move(first)] {
+      auto returned = std::make_shared<bool>(false);
+      c->async_release([hp, c, to, into, done, returned, first](std::error_code ec, int fd) {
+        if (first) first();
+        released r;
+        r.ec = ec;
+        r.fd = fd;
+        r.inline_call = !*returned;
+        if (fd < 0 || !into) {
+          if (fd >= 0) ::close(fd);
+          done->set_value(r);
+          return;
+        }
+        hp->group.submit_to(to, [hp, r, into, done]() mutable {
+          *into = hp->transport.adopt(harness<T>::here(), r.fd, r.adopt_ec);
+          r.adopted_open = into->is_open();
+          r.adopted_peer = into->remote_endpoint();
+          done->set_value(r);
+        });
+      });
+      *returned = true;
+      if (after) after(*c);
+    });
+    return f;
+  }
+
+  harness<T>& h;
+  conn_ptr server = std::make_shared<conn_t>();  // reactor 0
+  conn_ptr client = std::make_shared<conn_t>();  // reactor 1
+  std::vector<std::pair<unsigned, conn_ptr>> owned;  // (reactor, connection): dropped there
+};
+
+void check_wrote(std::future<std::pair<std::error_code, std::size_t>>& f, std::size_t n) {
+  const auto [ec, wrote] = get(f);
+  CHECK_FALSE(ec);
+  CHECK(wrote == n);
+}
+
+void check_read(std::future<std::pair<std::error_code, std::vector<std::byte>>>& f,
+                const std::vector<std::byte>& expected) {
+  const auto [ec, got] = get(f);
+  CHECK_FALSE(ec);
+  REQUIRE(got.size() == expected.size());
+  CHECK(std::memcmp(got.data(), expected.data(), got.size()) == 0);
+}
+
+std::vector<std::byte> concat(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  std::vector<std::byte> out(a);
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a connection released on one reactor and adopted on another goes on where it stopped, "
+                   "byte for byte" * doctest::timeout(300),
+                   T, HANDOFF_TRANSPORTS) {
+  harness<T> h;
+  handoff_pair<T> p(h);
+  // Before the move, on reactor 0: writes each way (one scatter-gather), reads of both kinds.
+  const auto a1 = pattern(1000, 1), a2 = pattern(300, 2), a3 = pattern(70000, 3);
+  const auto b1 = pattern(500, 4), b2 = pattern(20, 5), b3 = pattern(100000, 6);
+  auto wa1 = p.write(1, p.client, {fw::const_buffer(a1)});
+  auto wa23 = p.write(1, p.client, {fw::const_buffer(a2), fw::const_buffer(a3)});
+  auto ra1 = p.read_exact(0, p.server, a1.size());
+  auto ra23 = p.read_some(0, p.server, a2.size() + a3.size());
+  auto wb1 = p.write(0, p.server, {fw::const_buffer(b1)});
+  auto wb2 = p.write(0, p.server, {fw::const_buffer(b2)});
+  auto wb3 = p.write(0, p.server, {fw::const_buffer(b3)});
+  auto rb1 = p.read_exact(1, p.client, b1.size());
+  auto rb23 = p.read_some(1, p.client, b2.size() + b3.size());
+  check_wrote(wa1, a1.size());
+  check_wrote(wa23, a2.size() + a3.size());
+  check_read(ra1, a1);
+  check_read(ra23, concat(a2, a3));
+  check_wrote(wb1, b1.size());
+  check_wrote(wb2, b2.size());
+  check_wrote(wb3, b3.size());
+  check_read(rb1, b1);
+  check_read(rb23, concat(b2, b3));
+
+  // At this message boundary the server side moves to reactor 1.
+  using conn_t = typename T::connection_type;
+  const std::string peer = h.on(0, [s = p.server] { return s->remote_endpoint(); });
+  auto moved = std::make_shared<conn_t>();
+  auto rf = p.release(0, p.server, 1, moved);
+  const auto r = get(rf);
+  CHECK_FALSE(r.ec);
+  CHECK(r.fd >= 0);
+  CHECK_FALSE(r.inline_call);
+  CHECK_FALSE(r.adopt_ec);
+  CHECK(r.adopted_open);
+  CHECK(r.adopted_peer == peer);
+  // What stays behind on reactor 0 is closed.
+  CHECK_FALSE(h.on(0, [s = p.server] { return s->is_open(); }));
+  auto late = p.read_exact(0, p.server, 1);
+  CHECK(get(late).first == fw::errc::connection_closed);
+
+  // After the move, on reactor 1: writes each way, a multi-megabyte one in each
+  // direction (the large-read paths), exact reads and read_some.
+  const auto c1 = pattern(100, 7), c2 = pattern(std::size_t{4} << 20, 8), c3 = pattern(777, 9);
+  const auto d1 = pattern(std::size_t{3} << 20, 10), d2 = pattern(50, 11);
+  auto wc1 = p.write(1, p.client, {fw::const_buffer(c1)});
+  auto wc2 = p.write(1, p.client, {fw::const_buffer(c2)});
+  auto wc3 = p.write(1, p.client, {fw::const_buffer(c3)});
+  auto rc1 = p.read_exact(1, moved, c1.size());
+  auto rc2 = p.read_exact(1, moved, c2.size());
+  auto rc3 = p.read_some(1, moved, c3.size());
+  auto wd1 = p.write(1, moved, {fw::const_buffer(d1)});
+  auto wd2 = p.write(1, moved, {fw::const_buffer(d2)});
+  auto rd1 = p.read_exact(1, p.client, d1.size());
+  auto rd2 = p.read_some(1, p.client, d2.size());
+  check_wrote(wc1, c1.size());
+  check_wrote(wc2, c2.size());
+  check_wrote(wc3, c3.size());
+  check_read(rc1, c1);
+  check_read(rc2, c2);
+  check_read(rc3, c3);
+  check_wrote(wd1, d1.size());
+  check_wrote(wd2, d2.size());
+  check_read(rd1, d1);
+  check_read(rd2, d2);
+}
+
+TEST_CASE_TEMPLATE("a release with bytes read ahead but not consumed closes the socket and fails with "
+                   "errc::invalid_argument",
+                   T, HANDOFF_TRANSPORTS) {
+  harness<T> h;
+  handoff_pair<T> p(h);
+  const auto hundred = pattern(100, 12);
+  auto w = p.write(1, p.client, {fw::const_buffer(hundred)});
+  check_wrote(w, hundred.size());
+  // With all 100 bytes waiting, the receive behind a 1-byte read takes them all
+  // (asio_tcp reads ahead into its chunk, uring_tcp's multishot recv into a ring buffer).
+  p.wait_unread(0, p.server, 100);
+  auto one = p.read_exact(0, p.server, 1);
+  check_read(one, std::vector<std::byte>(hundred.begin(), hundred.begin() + 1));
+  auto rf = p.release(0, p.server, 1, std::make_shared<typename T::connection_type>());
+  const auto r = get(rf);
+  CHECK(r.ec == fw::errc::invalid_argument);
+  CHECK(r.fd == -1);
+  CHECK_FALSE(r.inline_call);
+  CHECK_FALSE(h.on(0, [s = p.server] { return s->is_open(); }));
+  // The socket was closed: the peer reads the end of the stream (or a reset).
+  auto eof = p.read_exact(1, p.client, 1);
+  const auto ec = get(eof).first;
+  CHECK((ec == fw::errc::connection_closed || ec == fw::errc::connection_reset));
+}
+
+TEST_CASE_TEMPLATE("a release completes pending reads with errc::cancelled first, then hands out a socket "
+                   "that reads on",
+                   T, HANDOFF_TRANSPORTS) {
+  // A small pending read (asio_tcp: into the chunk; uring_tcp: the multishot
+  // recv) and a large one (a receive straight into the destination).
+  for (std::size_t pending : {std::size_t{10}, std::size_t{1} << 20}) {
+    CAPTURE(pending);
+    harness<T> h;
+    handoff_pair<T> p(h);
+    struct outcome {
+      std::string order;
+      std::error_code read_ec, some_ec;
+      std::size_t read_n = 99;
+      bool some_empty = false;
+    };
+    auto o = std::make_shared<outcome>();  // reactor 0's
+    auto dst = std::make_shared<std::vector<std::byte>>(pending);
+    h.on(0, [s = p.server, o, dst] {
+      s->async_read(fw::mutable_buffer(*dst), [o, dst](std::error_code ec, std::size_t n) {
+        o->order += "r";
+        o->read_ec = ec;
+        o->read_n = n;
+      });
+      s->async_read_some([o](std::error_code ec, fw::tensor_buffer b) {
+        o->order += "s";
+        o->some_ec = ec;
+        o->some_empty = b.empty();
+      });
+    });
+    auto moved = std::make_shared<typename T::connection_type>();
+    auto rf = p.release(0, p.server, 1, moved, {}, [o] { o->order += "R"; });
+    const auto r = get(rf);
+    CHECK_FALSE(r.ec);
+    CHECK(r.fd >= 0);
+    CHECK_FALSE(r.adopt_ec);
+    CHECK(r.adopted_open);
+    const outcome got = h.on(0, [o] { return *o; });
+    CHECK(got.order == "rsR");
+    CHECK(got.read_ec == fw::errc::cancelled);
+    CHECK(got.read_n == 0);
+    CHECK(got.some_ec == fw::errc::cancelled);
+    CHECK(got.some_empty);
+
+    // What the peer sends now arrives at the adopted connection, whole; and back.
+    const auto next = pattern(5000, 13), back = pattern(10, 14);
+    auto w = p.write(1, p.client, {fw::const_buffer(next)});
+    auto rn = p.read_exact(1, moved, next.size());
+    auto wb = p.write(1, moved, {fw::const_buffer(back)});
+    auto rb = p.read_exact(1, p.client, back.size());
+    check_wrote(w, next.size());
+    check_read(rn, next);
+    check_wrote(wb, back.size());
+    check_read(rb, back);
+  }
+}
+
+TEST_CASE_TEMPLATE("a second release, or one on a closed connection, fails with errc::connection_closed; close() "
+                   "during a release cancels it and closes the socket",
+                   T, HANDOFF_TRANSPORTS) {
+  using conn_t = typename T::connection_type;
+  using released = typename handoff_pair<T>::released;
+  harness<T> h;
+  handoff_pair<T> p(h);
+
+  // Two releases at once: the second fails (posted), the first hands out the
+  // socket (adopted back on reactor 0).
+  struct second_call {
+    released r;
+    bool returned = false;
+  };
+  auto second = std::make_shared<second_call>();  // reactor 0's
+  auto second_done = std::make_shared<std::promise<void>>();
+  auto sf = second_done->get_future();
+  auto again = std::make_shared<conn_t>();
+  auto rf = p.release(0, p.server, 0, again, [second, second_done](conn_t& c) {
+    c.async_release([second, second_done](std::error_code ec, int fd) {
+      second->r.ec = ec;
+      second->r.fd = fd;
+      second->r.inline_call = !second->returned;
+      second_done->set_value();
+    });
+    second->returned = true;
+  });
+  const auto first = get(rf);
+  get(sf);
+  CHECK_FALSE(first.ec);
+  CHECK(first.fd >= 0);
+  CHECK(first.adopted_open);
+  const auto s = h.on(0, [second] { return second->r; });
+  CHECK(s.ec == fw::errc::connection_closed);
+  CHECK(s.fd == -1);
+  CHECK_FALSE(s.inline_call);
+  // And one after the release: the connection is closed.
+  auto third = p.release(0, p.server, 0, nullptr);
+  const auto t = get(third);
+  CHECK(t.ec == fw::errc::connection_closed);
+  CHECK(t.fd == -1);
+  CHECK_FALSE(t.inline_call);
+
+  // close() right after async_release: cancelled, and the socket is closed
+  // (the adopted peer reads the end of the stream).
+  auto cf = p.release(1, p.client, 1, std::make_shared<conn_t>(), [](conn_t& c) {
+    c.close();
+    CHECK_FALSE(c.is_open());
+  });
+  const auto c = get(cf);
+  CHECK(c.ec == fw::errc::cancelled);
+  CHECK(c.fd == -1);
+  CHECK_FALSE(c.inline_call);
+  auto eof = p.read_exact(0, again, 1);
+  CHECK(get(eof).first == fw::errc::connection_closed);
+  // A release of a closed (not released) connection.
+  auto closed = p.release(1, p.client, 1, nullptr);
+  const auto cl = get(closed);
+  CHECK(cl.ec == fw::errc::connection_closed);
+  CHECK(cl.fd == -1);
+  CHECK_FALSE(cl.inline_call);
+}
+
+TEST_CASE_TEMPLATE("the reactor stopping during a release cancels it and closes the socket", T, HANDOFF_TRANSPORTS) {
+  harness<T> h;
+  handoff_pair<T> p(h);
+  const int fd = h.on(0, [s = p.server] { return s->native_handle(); });
+  REQUIRE(fd >= 0);
+  auto done = std::make_shared<std::promise<std::pair<std::error_code, int>>>();
+  auto f = done->get_future();
+  // Called from a posted task, the release's completion is posted to the next
+  // tick, and the stop (which closes every connection) begins before that tick.
+  h.on(0, [&h, s = p.server, done] {
+    harness<T>::here().post([&h, s, done] {
+      h.group.stop();
+      s->async_release([s, done](std::error_code ec, int released_fd) { done->set_value({ec, released_fd}); });
+    });
+  });
+  const auto r = get(f);
+  CHECK(r.first == fw::errc::cancelled);
+  CHECK(r.second == -1);
+  h.group.stop();  // joins: nothing opens a descriptor from here on
+  errno = 0;
+  CHECK(::fcntl(fd, F_GETFD) == -1);
+  CHECK(errno == EBADF);
+}
+
+TEST_CASE_TEMPLATE("a release that cuts a write in half closes the socket and fails with errc::invalid_argument", T,
+                   HANDOFF_TRANSPORTS) {
+  harness<T> h;
+  handoff_pair<T> p(h);
+  // More than the socket buffers hold, to a peer that does not read: the write
+  // stays under way once its first bytes arrived.
+  const std::vector<std::byte> big(std::size_t{64} << 20);
+  auto w = p.write(0, p.server, {fw::const_buffer(big)});
+  p.wait_unread(1, p.client, 1);
+  auto rf = p.release(0, p.server, 1, std::make_shared<typename T::connection_type>());
+  const auto [wec, wrote] = get(w);
+  CHECK(wec == fw::errc::cancelled);
+  CHECK(wrote > 0);
+  CHECK(wrote < big.size());
+  const auto r = get(rf);
+  CHECK(r.ec == fw::errc::invalid_argument);
+  CHECK(r.fd == -1);
+}
+
+TEST_CASE_TEMPLATE("adopt takes only a connected TCP socket, closes anything else, and runs only on its "
+                   "reactor's thread",
+                   T, HANDOFF_TRANSPORTS) {
+  harness<T> h;
+  struct attempt {
+    std::error_code ec;
+    bool open = true;
+    bool closed = false;
+  };
+  // Nothing else opens a descriptor meanwhile (the reactors idle, the test thread waits).
+  const auto is_closed = [](int fd) {
+    errno = 0;
+    return ::fcntl(fd, F_GETFD) == -1 && errno == EBADF;
+  };
+  const auto tries = h.on(1, [&] {
+    std::vector<attempt> out;
+    const auto adopt = [&](int fd) {
+      attempt a;
+      auto c = h.transport.adopt(harness<T>::here(), fd, a.ec);
+      a.open = c.is_open();
+      a.closed = fd < 0 || is_closed(fd);
+      out.push_back(a);
+    };
+    int unix_pair[2] = {-1, -1};
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, unix_pair) == 0) {
+      adopt(unix_pair[0]);
+      ::close(unix_pair[1]);
+    }
+    adopt(::socket(AF_INET, SOCK_STREAM, 0));  // TCP, not connected
+    adopt(-1);
+    return out;
+  });
+  REQUIRE(tries.size() == 3);
+  for (const attempt& a : tries) {
+    CHECK(a.ec == fw::errc::invalid_argument);
+    CHECK_FALSE(a.open);
+    CHECK(a.closed);
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  try {
+    std::error_code ec;
+    (void)h.transport.adopt(h.group.at(0), fd, ec);
+    FAIL("adopt from the test thread was accepted");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == fw::errc::invalid_argument);
+    CHECK(std::string(e.what()) ==
+          std::string(T::name()) + "::adopt called off the thread of reactor 0 that owns it: invalid argument");
+  }
+  CHECK(is_closed(fd));  // taken all the same
+}
+#endif  // HANDOFF_TRANSPORTS

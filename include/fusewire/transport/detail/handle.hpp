@@ -4,7 +4,10 @@
 /// the calling thread and forward to it. Each transport derives its named
 /// handle from these and adds what is its own (constructors for its friends,
 /// counters, verbs' one-sided writes). Also the start and end that every
-/// transport's connect() shares (pending_connect). Private to the transport layer.
+/// transport's connect() shares (pending_connect), and the start of the TCP
+/// transports' adopt() (start_adopt). Private to the transport layer.
+
+#include <unistd.h>
 
 #include <concepts>
 #include <cstdint>
@@ -39,6 +42,12 @@ template <class S>
 concept fd_connection_state = requires(S& s) {
   { s.native_handle() } -> std::convertible_to<int>;
 };
+
+/// A connection state that can give up its socket (the TCP transports: see
+/// handoff_transport in concepts.hpp).
+template <class S>
+concept releasable_connection_state =
+    requires(S& s, release_handler_archetype h) { s.async_release(std::move(h)); };
 
 /// A listener state as the handles use it.
 template <class S>
@@ -97,6 +106,16 @@ class basic_connection_handle {
   /// Closes; pending operations complete with errc::cancelled. Idempotent.
   void close() noexcept {
     if (state_) state_->close();
+  }
+
+  /// Gives up the socket without closing it: `handler(error_code, fd)` once the
+  /// kernel is done with it; the connection is closed from then on. Keep this
+  /// handle until the handler ran (destroying it cancels the release). See
+  /// handoff_transport in concepts.hpp. Only where the state can.
+  template <release_handler H>
+    requires releasable_connection_state<State>
+  void async_release(H&& handler) {
+    state("async_release").async_release(std::forward<H>(handler));
   }
 
   bool is_open() const noexcept { return state_ && state_->is_open(); }
@@ -222,6 +241,25 @@ class pending_connect {
   Reactor* reactor_;
   handler_type handler_;
 };
+
+/// The start that every TCP transport's adopt() shares: on `reactor`'s thread
+/// (anywhere else it closes `fd` and throws std::system_error naming
+/// `transport`), not while the reactor stops (errc::cancelled), then
+/// adopt_stream_socket(). Returns the socket's address family, or -1 with `fd`
+/// closed and `ec` set.
+template <class Reactor>
+int start_adopt(Reactor& reactor, const char* transport, int fd, std::error_code& ec) {
+  if (!reactor.on_reactor_thread()) {
+    if (fd >= 0) ::close(fd);  // adopt() owns fd whatever happens
+    check_reactor_thread(reactor, transport, "adopt");
+  }
+  if (reactor.stopping()) {
+    if (fd >= 0) ::close(fd);
+    ec = make_error_code(errc::cancelled);
+    return -1;
+  }
+  return adopt_stream_socket(fd, ec);
+}
 
 }  // namespace detail
 }  // namespace v0

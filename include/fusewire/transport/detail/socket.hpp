@@ -203,6 +203,55 @@ inline bool peer_is_local(int fd) noexcept {
   return same_host_address(local, peer);
 }
 
+/// O_NONBLOCK and FD_CLOEXEC on `fd`: a descriptor handed between reactors is
+/// then never read blocking, nor inherited by a child that execs.
+inline std::error_code set_nonblocking_cloexec(int fd) noexcept {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ((flags & O_NONBLOCK) == 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)) {
+    return {errno, std::system_category()};
+  }
+  const int fd_flags = ::fcntl(fd, F_GETFD);
+  if (fd_flags < 0 || ((fd_flags & FD_CLOEXEC) == 0 && ::fcntl(fd, F_SETFD, fd_flags | FD_CLOEXEC) != 0)) {
+    return {errno, std::system_category()};
+  }
+  return {};
+}
+
+/// The first step of a transport's adopt(): checks that `fd` is a connected TCP
+/// socket (IPv4 or IPv6) and makes it non-blocking and close-on-exec; the TCP
+/// options are the transport's prepare(), as after an accept. Returns the
+/// address family. On failure `fd` is closed (adopt takes it either way), `ec`
+/// says why (errc::invalid_argument for anything but a connected TCP socket)
+/// and -1 is returned.
+inline int adopt_stream_socket(int fd, std::error_code& ec) noexcept {
+  ec.clear();
+  if (fd < 0) {
+    ec = make_error_code(errc::invalid_argument);
+    return -1;
+  }
+  int type = 0;
+  int protocol = 0;
+  socklen_t type_len = sizeof type;
+  socklen_t protocol_len = sizeof protocol;
+  socket_address local;
+  socket_address peer;
+  local.size = sizeof local.storage;
+  peer.size = sizeof peer.storage;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
+      ::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &protocol_len) != 0 || protocol != IPPROTO_TCP ||
+      ::getsockname(fd, local.get(), &local.size) != 0 ||
+      (local.family() != AF_INET && local.family() != AF_INET6) || ::getpeername(fd, peer.get(), &peer.size) != 0) {
+    ec = make_error_code(errc::invalid_argument);
+  } else {
+    ec = set_nonblocking_cloexec(fd);
+  }
+  if (ec) {
+    ::close(fd);
+    return -1;
+  }
+  return local.family();
+}
+
 /// The peer of a connected socket as "host:port" (empty if unknown).
 inline std::string peer_name(int fd) {
   socket_address a;
