@@ -12,8 +12,12 @@
 //          uring_tcp's zero-copy threshold.
 //   idle   memory per extra connected peer (one connection each way): RSS and
 //          heap delta, measured with forked peer processes.
+//   spread (only when asked) one PS endpoint echoes tensors for 4 worker
+//          endpoints, each driven by its own thread (send, then wait for the
+//          echo): echoes/s in all with the PS on 1 and on 2 reactors
+//          (endpoint_tuning::reactors), alternated 3 times, for 100 B and 256 KiB.
 //
-// Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--side fused|unfused|both] [--only skew|fuse|idle] [--transport asio|uring|all]
+// Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--side fused|unfused|both] [--only skew|fuse|idle|spread] [--transport asio|uring|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
@@ -404,6 +408,82 @@ void idle_memory(unsigned warm, unsigned n) {
   for (pid_t pid : kids) ::waitpid(pid, nullptr, 0);
 }
 
+/// spread: echoes per second of one PS (on `ps_reactors` reactors) serving `workers` worker threads.
+template <class T>
+double spread_run(const settings& s, unsigned ps_reactors, unsigned workers, std::size_t size, bool& ok) {
+  auto spec = cluster(workers);
+  const fw::options o = bench_options();
+  rv::endpoint_tuning pt;
+  pt.reactors = ps_reactors;
+  rv::endpoint<T> ps(ps0, spec, o, make_transport<T>(), {}, pt);
+  rv::endpoint_tuning wt;
+  wt.reactors = 1;
+  std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
+  for (unsigned i = 0; i < workers; ++i) {
+    ws.push_back(std::make_unique<rv::endpoint<T>>(fw::task_id{"worker", i}, spec, o, make_transport<T>(), rv::log_sink{}, wt));
+  }
+  std::atomic<bool> failed{false};
+  const auto cancelled = fw::make_error_code(fw::errc::cancelled);
+  std::function<void(unsigned)> arm = [&](unsigned w) {
+    ps.recv(fw::task_id{"worker", w}, "req", [&, w](std::error_code ec, fw::tensor_buffer b) {
+      if (ec) {
+        if (ec != cancelled) failed = true;
+        return;
+      }
+      arm(w);
+      ps.send(fw::task_id{"worker", w}, "resp", std::move(b), [&](std::error_code e) {
+        if (e && e != cancelled) failed = true;
+      });
+    });
+  };
+  for (unsigned i = 0; i < workers; ++i) arm(i);
+  const auto warm = 300ms;
+  const auto span = s.quick ? 1000ms : 3000ms;
+  const auto start = bench_clock::now();
+  std::atomic<std::uint64_t> echoes{0};
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < workers; ++i) {
+    threads.emplace_back([&, i] {
+      auto src = fw::tensor_buffer::allocate(size);
+      std::memset(src.data(), static_cast<int>(i), size);
+      auto dst = fw::tensor_buffer::allocate(size);
+      while (bench_clock::now() < start + warm + span) {
+        if (ws[i]->send_sync(ps0, "req", src.share(), 30s)) return (void)(failed = true);
+        auto r = ws[i]->recv_sync(ps0, "resp", dst.share(), 30s);
+        if (r.ec || std::to_integer<unsigned>(r.buffer.data()[size - 1]) != i) return (void)(failed = true);
+        const auto now = bench_clock::now();
+        if (now > start + warm && now < start + warm + span) echoes.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& w : ws) w->close();
+  ps.close();  // before `arm` goes: the pending receives complete (cancelled) now
+  if (failed) ok = false;
+  return static_cast<double>(echoes.load()) / std::chrono::duration<double>(span).count();
+}
+
+template <class T>
+void spread(const settings& s) {
+  constexpr unsigned workers = 4;
+  for (const std::size_t size : {std::size_t{100}, std::size_t{256} << 10}) {
+    std::printf("%u workers echoing %zu B through one PS endpoint (%s): echoes/s in all\n", workers, size,
+                T::name().data());
+    std::vector<double> ratios;
+    bool ok = true;
+    for (int round = 0; round < 3; ++round) {
+      const double one = spread_run<T>(s, 1, workers, size, ok);
+      const double two = spread_run<T>(s, 2, workers, size, ok);
+      ratios.push_back(two / one);
+      std::printf("  round %d: 1 reactor %9.0f   2 reactors %9.0f   -> %.2fx%s\n", round + 1, one, two, two / one,
+                  ok ? "" : "  (ERRORS)");
+      std::fflush(stdout);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("  median 2 reactors / 1 reactor = %.2fx\n", ratios[1]);
+  }
+}
+
 template <class T>
 void run_transport(const settings& s) {
   const char* name = T::name().data();
@@ -431,6 +511,7 @@ void run_transport(const settings& s) {
     std::printf("idle connection memory (%s)\n", name);
     idle_memory<T>(4, s.quick ? 12 : 36);
   }
+  if (s.only == "spread") spread<T>(s);
 }
 
 }  // namespace
@@ -462,7 +543,7 @@ int main(int argc, char** argv) {
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--only skew|fuse|idle|zmq] [--transport asio|uring|all]\n"
+      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
                   "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
                   "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
                   "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() only)\n");
@@ -472,8 +553,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (s.only != "" && s.only != "skew" && s.only != "fuse" && s.only != "idle" && s.only != "zmq") {
-    std::fprintf(stderr, "rendezvous_bench: --only %s: choose skew, fuse, idle or zmq\n", s.only.c_str());
+  if (s.only != "" && s.only != "skew" && s.only != "fuse" && s.only != "idle" && s.only != "zmq" &&
+      s.only != "spread") {
+    std::fprintf(stderr, "rendezvous_bench: --only %s: choose skew, fuse, idle, zmq or spread\n", s.only.c_str());
     return 2;
   }
   if (s.transport != "all" && s.transport != "asio" && s.transport != "uring") {
@@ -501,8 +583,8 @@ int main(int argc, char** argv) {
   }
 #endif
   if (s.only == "zmq") return 0;
-  for (const char* only : {"skew", "fuse"}) {
-    if (!s.only.empty() && s.only != only) continue;
+  for (const std::string only : {"skew", "fuse", "spread"}) {
+    if (s.only.empty() ? only == "spread" : s.only != only) continue;  // spread runs only when asked
     settings one = s;
     one.only = only;
     if (s.transport != "uring") run_transport<fw::asio_tcp>(one);

@@ -68,10 +68,10 @@ inline constexpr std::array<knob, 23> env_knobs{{
      "parameter-server reactors: true = busy-poll, false = sleep when idle; unset = adaptive"},
     {"NETWORK_WORKER_CORE_NUMBER", "",
      "worker reactor (communication thread) count, 1 to 1024, capped by the number of connections; "
-     "unset = min(16, connections)"},
+     "unset = min(16, connections) (a rendezvous endpoint: 1)"},
     {"NETWORK_PS_CORE_NUMBER", "",
      "parameter-server reactor count, 1 to 1024, capped by the number of connections; unset = "
-     "min(16, connections)"},
+     "min(16, connections) (a rendezvous endpoint: 1; ps::server always runs 1)"},
     {"WORKER_DISABLE_PIN_CORES", "true",
      "false pins each worker reactor to one CPU of the process's cpuset"},
     {"PS_DISABLE_PIN_CORES", "true",

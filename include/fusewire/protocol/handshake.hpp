@@ -55,6 +55,22 @@ struct peer_identity {
   std::uint64_t features = 0;  ///< feature bits it offered (hello) or echoed (hello_ack)
 };
 
+/// The acceptor's last handshake message, built but not sent
+/// (handshake_accept_deferred): the caller sends it with write_ack(), possibly
+/// over another channel on the same socket (after moving it to another reactor).
+struct pending_ack {
+  std::string job;            ///< meta.job views this when the ack is written
+  wire::hello_ack_meta meta;  ///< everything else of the hello_ack
+};
+
+/// Writes `ack` on `ch`: `h(error_code)` once the bytes were handed to the kernel.
+template <class Channel, class Handler>
+void write_ack(Channel& ch, const pending_ack& ack, Handler h) {
+  wire::hello_ack_meta m = ack.meta;
+  m.job = ack.job;  // encoded before write() returns: the view need not outlive the call
+  ch.write(m, {}, std::move(h));
+}
+
 namespace detail {
 
 inline std::error_code handshake_mac(std::string_view token, const char* label, const wire::nonce_bytes& nonce,
@@ -145,8 +161,8 @@ class connector_handshake : public std::enable_shared_from_this<connector_handsh
   bool answered_ = false;
 };
 
-template <class Channel, class Handler>
-class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshake<Channel, Handler>> {
+template <class Channel, class Handler, bool DeferAck>
+class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshake<Channel, Handler, DeferAck>> {
  public:
   acceptor_handshake(std::shared_ptr<Channel> ch, local_identity me, const cluster_spec& spec, Handler h)
       : ch_(std::move(ch)), me_(std::move(me)), spec_(&spec), h_(std::move(h)) {}
@@ -165,12 +181,12 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     m.code = ec.category() == error_category() ? ec.value() : static_cast<int>(errc::handshake_failed);
     m.message = std::string_view(*text).substr(0, 1000);
     ch_->write(m, {}, [self = this->shared_from_this(), text, ec](std::error_code) mutable {
-      self->h_(ec, std::move(self->peer_), *text);
+      self->report(ec, *text);
     });
   }
 
   void on_hello(std::error_code ec, frame_head head) {
-    if (ec) return h_(ec, peer_identity{}, "while reading its hello");
+    if (ec) return report(ec, "while reading its hello");
     const auto* hello = std::get_if<wire::hello_meta>(&head.body);
     if (hello == nullptr) {
       return fail(make_error_code(errc::handshake_failed),
@@ -190,7 +206,7 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     if (auto e = random_bytes(challenge.nonce)) return fail(e, "cannot make a nonce");
     nonce_ = challenge.nonce;
     ch_->write(challenge, {}, [self = this->shared_from_this()](std::error_code e) {
-      if (e) return self->h_(e, std::move(self->peer_), "sending challenge: " + e.message());
+      if (e) return self->report(e, "sending challenge: " + e.message());
       self->ch_->read_head([self](std::error_code e2, frame_head h2) { self->on_response(e2, std::move(h2)); });
     });
   }
@@ -198,9 +214,9 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
   void on_response(std::error_code ec, frame_head head) {
     if (ec) {
       const bool ended = ec == make_error_code(errc::connection_closed) || ec == make_error_code(errc::truncated_frame);
-      return h_(ended ? make_error_code(errc::auth_failed) : ec, std::move(peer_),
-                ended ? "peer " + peer_.task.to_string() + " closed instead of answering the token challenge"
-                      : "reading auth_response: " + ec.message());
+      return report(ended ? make_error_code(errc::auth_failed) : ec,
+                    ended ? "peer " + peer_.task.to_string() + " closed instead of answering the token challenge"
+                          : "reading auth_response: " + ec.message());
     }
     const auto* resp = std::get_if<wire::auth_response_meta>(&head.body);
     if (resp == nullptr) {
@@ -217,18 +233,30 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
   }
 
   void send_ack(const wire::nonce_bytes& peer_nonce) {
-    wire::hello_ack_meta ack;
+    pending_ack ack;
     ack.job = me_.self.job;
-    ack.task_index = me_.self.index;
-    ack.incarnation = me_.incarnation;
-    ack.features = peer_.features & feature_reverse;
+    ack.meta.task_index = me_.self.index;
+    ack.meta.incarnation = me_.incarnation;
+    ack.meta.features = peer_.features & feature_reverse;
     if (!me_.token.empty()) {
-      ack.features |= feature_token;
-      if (auto e = handshake_mac(me_.token, "fwa1", peer_nonce, me_.self, ack.mac)) return fail(e, "mac");
+      ack.meta.features |= feature_token;
+      if (auto e = handshake_mac(me_.token, "fwa1", peer_nonce, me_.self, ack.meta.mac)) return fail(e, "mac");
     }
-    ch_->write(ack, {}, [self = this->shared_from_this()](std::error_code e) {
-      self->h_(e, std::move(self->peer_), e ? "sending hello_ack: " + e.message() : std::string());
-    });
+    if constexpr (DeferAck) {
+      h_(std::error_code{}, std::move(peer_), std::string(), std::move(ack));
+    } else {
+      write_ack(*ch_, ack, [self = this->shared_from_this()](std::error_code e) {
+        self->report(e, e ? "sending hello_ack: " + e.message() : std::string());
+      });
+    }
+  }
+
+  void report(std::error_code ec, std::string why) {
+    if constexpr (DeferAck) {
+      h_(ec, std::move(peer_), std::move(why), pending_ack{});
+    } else {
+      h_(ec, std::move(peer_), std::move(why));
+    }
   }
 
   std::shared_ptr<Channel> ch_;
@@ -263,7 +291,24 @@ void handshake_connect(std::shared_ptr<Channel> ch, local_identity me, task_id e
 template <class Channel, class Handler>
   requires std::invocable<Handler&, std::error_code, peer_identity, std::string> && std::move_constructible<Handler>
 void handshake_accept(std::shared_ptr<Channel> ch, local_identity me, const cluster_spec& spec, Handler h) {
-  std::make_shared<detail::acceptor_handshake<Channel, Handler>>(std::move(ch), std::move(me), spec, std::move(h))
+  std::make_shared<detail::acceptor_handshake<Channel, Handler, false>>(std::move(ch), std::move(me), spec,
+                                                                        std::move(h))
+      ->start();
+}
+
+/// As handshake_accept, but stops before its last message: on success
+/// `h(error_code{}, peer_identity, "", pending_ack)` runs with the hello_ack
+/// still to be sent (write_ack); on failure `h(ec, peer_identity, why, {})`.
+/// The connector sends nothing more until it has that ack, so at that moment
+/// the socket holds no unread byte of the peer's: a caller may move the
+/// connection to another reactor (transport async_release/adopt) and send the
+/// ack from there. A peer that sends anyway broke the protocol.
+template <class Channel, class Handler>
+  requires std::invocable<Handler&, std::error_code, peer_identity, std::string, pending_ack> &&
+           std::move_constructible<Handler>
+void handshake_accept_deferred(std::shared_ptr<Channel> ch, local_identity me, const cluster_spec& spec, Handler h) {
+  std::make_shared<detail::acceptor_handshake<Channel, Handler, true>>(std::move(ch), std::move(me), spec,
+                                                                       std::move(h))
       ->start();
 }
 

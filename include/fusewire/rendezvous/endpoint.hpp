@@ -28,7 +28,7 @@
 ///   the peer's ordered connection), so a later small tensor on the same key
 ///   may COMPLETE before it, but always goes to the later recv.
 /// - Completion: send `void(std::error_code)`, recv `void(std::error_code,
-///   tensor_buffer)`, exactly once, on the endpoint's reactor thread, never
+///   tensor_buffer)`, exactly once, on the reactor thread that owns the peer, never
 ///   inline from the initiating call (unless the endpoint was already closed:
 ///   then errc::cancelled, inline). A send completes once its bytes were
 ///   handed to the kernel. Handlers must not block.
@@ -80,9 +80,18 @@
 ///   chunk whose head arrives before chunk 0's leaves its payload (and its
 ///   lane's later frames) unread until chunk 0 has been matched.
 ///   A chunked tensor may be up to wire::limits::max_transfer_bytes; an
-///   unchunked one up to options.max_frame_bytes. All lanes run on the
-///   endpoint's one reactor thread (the kernel copies in parallel; the
-///   endpoint does not spread a peer over several reactors).
+///   unchunked one up to options.max_frame_bytes. All lanes of a peer run on
+///   that peer's reactor (the kernel copies them in parallel).
+/// - Reactors (endpoint_tuning::reactors, default 1): with several, the
+///   cluster's tasks are dealt over them round-robin in spec order, and each
+///   reactor owns its peers' connections, pending operations, timers, pool
+///   share and handlers; nothing is shared between reactors. Reactor 0
+///   listens; a connection it accepts for another reactor's peer moves there
+///   (its socket is released and adopted, transport handoff_transport) before
+///   the last handshake message, so the peer's first frame is read by its
+///   owner. An operation started on another thread, or in a handler of
+///   another reactor, reaches the owner through that reactor's inbox. The
+///   log sink may then be called from several reactor threads at once.
 /// - Payloads are raw bytes (described on the wire as uint8[n]).
 /// - RDMA (an rdma_transport such as verbs): a recv posted into registered
 ///   memory (allocate_registered) above options.acc_size is advertised to the
@@ -90,9 +99,11 @@
 ///   are unchanged. See rendezvous/detail/rdma_direct.hpp.
 ///
 /// Threads: every public member may be called from any thread (work is handed
-/// to the reactor through its inbox; called on the endpoint's reactor thread,
+/// to the peer's reactor through its inbox; called on that reactor's thread,
 /// from a handler, an operation starts at once, with no hand-off); the
-/// blocking helpers must not be called on the endpoint's reactor thread.
+/// blocking helpers must not be called on any of the endpoint's reactor threads.
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -189,6 +200,14 @@ struct endpoint_tuning {
   /// protocol::feature_reverse in its handshake when its own tuning allows it).
   /// RDMA transports never do (their adverts need a connection per direction).
   bool reverse_lanes = true;
+  /// Reactors (threads) the endpoint runs. Each owns a share of the peers (the
+  /// cluster's tasks dealt round-robin in spec order): all of one peer's
+  /// connections, operations, timers and completion handlers live on its
+  /// reactor, and the reactors share nothing. 0 = options.cores when set
+  /// (NETWORK_WORKER_CORE_NUMBER / NETWORK_PS_CORE_NUMBER), else 1. Capped by
+  /// the number of peers. Transports whose connections cannot move between
+  /// reactors (handoff_transport), RDMA ones among them, always run 1.
+  unsigned reactors = 0;
 };
 
 /// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
@@ -197,6 +216,21 @@ using log_sink = std::function<void(std::string_view)>;
 namespace detail {
 
 using fusewire::detail::coarse_now;  // keepalive bookkeeping stamps every frame with it
+
+/// A socket on its way from one reactor to another: closed unless someone took it.
+class owned_fd {
+ public:
+  explicit owned_fd(int fd) noexcept : fd_(fd) {}
+  owned_fd(owned_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  owned_fd& operator=(owned_fd&&) = delete;
+  ~owned_fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
 
 /// Awaits one operation started by `Start(handler)`; resumes on the reactor thread.
 template <class Result, class Start>
@@ -252,17 +286,31 @@ class endpoint {
       throw_error(errc::not_supported, "options.cluster_token is set but this build has no libcrypto "
                                        "(FUSEWIRE_HAS_CRYPTO); rebuild with OpenSSL or unset the token");
     }
+    if (tuning_.reactors > 1024) {
+      throw_error(errc::invalid_config, "endpoint_tuning.reactors = " + std::to_string(tuning_.reactors) +
+                                            ": must be 0 (options.cores, else 1) to 1024");
+    }
+    shards_ = reactor_count();
+    unsigned position = 0;  // the tasks in spec order: a job's task i is at its base + i
+    for (const task_id& t : spec_.tasks()) {
+      if (t.index == 0) job_base_.emplace(t.job, position);
+      ++position;
+    }
     reactor_config cfg = make_reactor_config(opts_, 1);
-    cfg.count = 1;
+    cfg.count = shards_;
     group_ = std::make_unique<group_type>(cfg);
-    core_ = std::make_unique<core>(*this, std::move(log));
-    auto started = group_->submit(0, [this, here]() -> std::error_code {
-      return core_->start(here);
-    });
-    const std::error_code ec = started.get();
+    for (unsigned i = 0; i < shards_; ++i) cores_.push_back(std::make_unique<core>(*this, i, log));
+    std::error_code ec;
+    for (unsigned i = 0; i < shards_; ++i) {
+      // Reactor 0 listens; an accepted connection moves to its peer's reactor after the handshake.
+      auto started = group_->submit(i, [this, i, here]() -> std::error_code {
+        return cores_[i]->start(i == 0 ? &here : nullptr);
+      });
+      if (const std::error_code e = started.get(); e && !ec) ec = e;
+    }
     if (ec) {
       group_->stop();
-      core_.reset();
+      cores_.clear();
       throw std::system_error(ec, "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
     }
   }
@@ -274,7 +322,7 @@ class endpoint {
   ~endpoint() {
     close();
     group_->join();
-    core_.reset();
+    cores_.clear();
   }
 
   const task_id& self() const noexcept { return self_; }
@@ -286,6 +334,8 @@ class endpoint {
             accepted_.load(std::memory_order_relaxed), reused_.load(std::memory_order_relaxed)};
   }
   const cluster_spec& spec() const noexcept { return spec_; }
+  /// Reactors (threads) it runs (endpoint_tuning::reactors).
+  unsigned reactors() const noexcept { return shards_; }
   static constexpr std::string_view transport_name() noexcept { return Transport::name(); }
 
   // ---- RDMA direct placement (rendezvous/detail/rdma_direct.hpp) ----
@@ -299,13 +349,13 @@ class endpoint {
     requires rdma_transport<Transport>
   {
     if (on_reactor()) throw_error(errc::invalid_argument, "endpoint::allocate_registered: called on the reactor thread");
-    return group_->submit(0, [this, n] { return core_->direct_.allocate(*core_, n); }).get();
+    return group_->submit(0, [this, n] { return cores_[0]->direct_.allocate(*cores_[0], n); }).get();
   }
   /// Counters of the direct-placement path.
   direct_stats rdma_stats() const noexcept
     requires rdma_transport<Transport>
   {
-    return core_->direct_.stats();
+    return cores_[0]->direct_.stats();
   }
   // ---- end RDMA direct placement ----
 
@@ -415,11 +465,13 @@ class endpoint {
     std::shared_ptr<recv_op> recv;  ///< set for a recv
     std::error_code error;          ///< completes with this on the reactor instead of starting
     clock::duration timeout{};
+    unsigned shard = 0;  ///< the reactor that owns the peer
   };
   /// A peer as an operation needs it: its name and whether the cluster has it.
   struct peer_info {
     std::string name;
     bool known = false;
+    unsigned shard = 0;  ///< the reactor that owns it
   };
 
  public:
@@ -530,15 +582,24 @@ class endpoint {
   void close() {
     if (closed_.exchange(true)) return;
     if (on_reactor()) {
-      core_->shutdown();
+      // The other reactors shut their cores down from their inboxes: a stopping
+      // group keeps every reactor turning until all of them are quiescent.
+      const unsigned here = reactor_type::current()->index();
+      for (unsigned i = 0; i < shards_; ++i) {
+        if (i != here) (void)group_->submit_to(i, [this, i] { cores_[i]->shutdown(); });
+      }
+      cores_[here]->shutdown();
       group_->stop();
       return;
     }
-    auto done = group_->submit(0, [this] { core_->shutdown(); });
-    try {
-      done.get();
-    } catch (const std::system_error&) {
-      // The reactor already stopped: nothing is pending.
+    std::vector<std::future<void>> done;
+    for (unsigned i = 0; i < shards_; ++i) done.push_back(group_->submit(i, [this, i] { cores_[i]->shutdown(); }));
+    for (auto& d : done) {
+      try {
+        d.get();
+      } catch (const std::system_error&) {
+        // That reactor already stopped: nothing is pending on it.
+      }
     }
     group_->stop();
   }
@@ -679,16 +740,18 @@ class endpoint {
   /// Everything the reactor owns; touched only on the reactor thread.
   class core {
    public:
-    core(endpoint& ep, log_sink log)
+    core(endpoint& ep, unsigned index, log_sink log)
         : ep_(ep),
+          index_(index),
           log_(std::move(log)),
           limits_(protocol::limits_for(ep.opts_.max_frame_bytes)),
-          pool_(buffer_pool_config::from(ep.opts_, 1)) {
+          pool_(pool_config(ep.opts_, ep.shards_)) {
       identity_.self = ep.self_;
       identity_.token = ep.opts_.cluster_token;
       if (reverse_allowed()) identity_.features = protocol::feature_reverse;
-      std::random_device rd;
-      identity_.incarnation = (std::uint64_t{rd()} << 32) ^ rd();
+      // One per process, not per core: a peer keys chunked transfers by it, and
+      // their lanes may have been handshaken by different reactors.
+      identity_.incarnation = ep.incarnation_;
     }
 
     core(const core&) = delete;
@@ -699,12 +762,15 @@ class endpoint {
       while (recv_ops_ != nullptr) recv_ops_->unlink();
     }
 
-    std::error_code start(const fusewire::endpoint& here) {
+    /// On its reactor; `here` = where to listen (reactor 0's core only).
+    std::error_code start(const fusewire::endpoint* here) {
       reactor_ = reactor_type::current();
-      std::error_code ec;
-      listener_ = ep_.transport_.listen(*reactor_, here.host, here.port, ec);
-      if (ec) return ec;
-      accept();
+      if (here != nullptr) {
+        std::error_code ec;
+        listener_ = ep_.transport_.listen(*reactor_, here->host, here->port, ec);
+        if (ec) return ec;
+        accept();
+      }
       if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
       return {};
     }
@@ -712,6 +778,7 @@ class endpoint {
     void shutdown() {
       if (closing_) return;
       closing_ = true;
+      if (reactor_ == nullptr) return;  // never started (another reactor failed to)
       listener_.close();
       if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
       for (auto& [name, p] : out_) {
@@ -1240,26 +1307,80 @@ class endpoint {
         accept();
         auto ch = std::make_shared<channel_type>(std::move(c), limits_);
         in_.emplace(ch.get(), inbound{ch, {}});
-        protocol::handshake_accept(ch, identity_, ep_.spec_,
-                                   [this, ch](std::error_code e, protocol::peer_identity peer, std::string why) {
-                                     if (closing_) return;
-                                     if (e) {
-                                       log("refused connection from " + remote(*ch) + ": " + e.message() +
-                                           (why.empty() ? std::string() : " (" + why + ")"));
-                                       ch->close();
-                                       in_.erase(ch.get());
-                                       return;
-                                     }
-                                     inbound& in = in_[ch.get()];
-                                     in.peer = peer.task.to_string();
-                                     in.incarnation = peer.incarnation;
-                                     in.last_frame = detail::coarse_now();
-                                     in.reverse = (peer.features & protocol::feature_reverse) != 0;
-                                     ep_.accepted_.fetch_add(1, std::memory_order_relaxed);
-                                     down_.erase(in.peer);
-                                     read_next(ch);
-                                   });
+        protocol::handshake_accept_deferred(
+            ch, identity_, ep_.spec_,
+            [this, ch](std::error_code e, protocol::peer_identity peer, std::string why, protocol::pending_ack ack) {
+              if (closing_) return;
+              if (e) {
+                log("refused connection from " + remote(*ch) + ": " + e.message() +
+                    (why.empty() ? std::string() : " (" + why + ")"));
+                ch->close();
+                in_.erase(ch.get());
+                return;
+              }
+              const unsigned owner = ep_.shard_of(peer.task);
+              if (owner == index_) return admit(ch, std::move(peer), std::move(ack));
+              if constexpr (handoff_transport<Transport>) hand_off(ch, owner, std::move(peer), std::move(ack));
+            });
       });
+    }
+
+    // The peer is verified and waits for our hello_ack; once that is written,
+    // its frames are read here.
+    void admit(const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer, protocol::pending_ack ack) {
+      in_.try_emplace(ch.get(), inbound{ch, {}});
+      protocol::write_ack(*ch, ack, [this, ch, peer = std::move(peer)](std::error_code e) {
+        if (closing_) return;
+        if (e) {
+          log("sending hello_ack to " + peer.task.to_string() + " (" + remote(*ch) + ") failed: " + e.message());
+          ch->close();
+          in_.erase(ch.get());
+          return;
+        }
+        inbound& in = in_[ch.get()];
+        in.peer = peer.task.to_string();
+        in.incarnation = peer.incarnation;
+        in.last_frame = detail::coarse_now();
+        in.reverse = (peer.features & protocol::feature_reverse) != 0;
+        ep_.accepted_.fetch_add(1, std::memory_order_relaxed);
+        down_.erase(in.peer);
+        read_next(ch);
+      });
+    }
+
+    // A connection accepted here whose peer another reactor owns: its socket
+    // moves there (the peer sends nothing until it has our hello_ack, which the
+    // owner sends), so every frame of that peer is read where its receives wait.
+    void hand_off(const std::shared_ptr<channel_type>& ch, unsigned owner, protocol::peer_identity peer,
+                  protocol::pending_ack ack)
+      requires handoff_transport<Transport>
+    {
+      in_.erase(ch.get());
+      ch->connection().async_release([this, ch, owner, peer = std::move(peer), ack = std::move(ack)](
+                                         std::error_code e, int fd) mutable {
+        detail::owned_fd socket(fd);
+        if (closing_ || e == make_error_code(errc::cancelled)) return;
+        if (e) {
+          return log("refused connection from " + peer.task.to_string() + " (" + remote(*ch) +
+                     "): it sent before the handshake ended (" + e.message() + ")");
+        }
+        core* target = ep_.cores_[owner].get();
+        // Refused (the endpoint is stopping): the task dies unrun and closes the socket.
+        (void)ep_.group_->submit_to(owner, [target, socket = std::move(socket), peer = std::move(peer),
+                                            ack = std::move(ack)]() mutable {
+          target->take_accepted(std::move(socket), std::move(peer), std::move(ack));
+        });
+      });
+    }
+
+    void take_accepted(detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
+      requires handoff_transport<Transport>
+    {
+      if (closing_) return;
+      std::error_code ec;
+      connection_type c = ep_.transport_.adopt(*reactor_, socket.release(), ec);
+      if (ec) return log("cannot take over the connection from " + peer.task.to_string() + ": " + ec.message());
+      admit(std::make_shared<channel_type>(std::move(c), limits_), std::move(peer), std::move(ack));
     }
 
     static std::string remote(channel_type& ch) {
@@ -1695,7 +1816,15 @@ class endpoint {
       }
     }
 
+    // This core's share of options.pool_size (one pool per reactor, nothing shared).
+    static buffer_pool_config pool_config(const options& o, unsigned shards) {
+      buffer_pool_config c = buffer_pool_config::from(o, 1);
+      c.total_bytes = std::max(c.block_size, o.pool_size / shards / c.block_size * c.block_size);
+      return c;
+    }
+
     endpoint& ep_;
+    unsigned index_;  ///< its reactor's index in the group
     log_sink log_;
     wire::limits limits_;
     buffer_pool pool_;
@@ -1737,13 +1866,41 @@ class endpoint {
     };
     thread_local last_answer last;
     if (last.endpoint == serial_ && last.index == peer.index && last.job == peer.job) return last.info;
-    peer_info info{peer.to_string(), spec_.contains(peer)};
+    peer_info info{peer.to_string(), spec_.contains(peer), 0};
+    if (info.known) info.shard = shard_of(peer);
     last.endpoint = 0;  // until the whole answer is stored
     last.index = peer.index;
     last.job = peer.job;
     last.info = info;
     last.endpoint = serial_;
     return info;
+  }
+
+  /// How many reactors to run (see endpoint_tuning::reactors).
+  unsigned reactor_count() const noexcept {
+    if constexpr (!handoff_transport<Transport> || rdma_transport<Transport>) {
+      return 1;
+    } else {
+      const unsigned asked = tuning_.reactors != 0 ? tuning_.reactors : std::max(1u, opts_.cores);
+      const std::size_t peers = spec_.size() > 1 ? spec_.size() - 1 : 1;
+      return static_cast<unsigned>(std::min<std::size_t>(asked, peers));
+    }
+  }
+
+  /// The reactor that owns task `t` (one of the cluster's): the tasks dealt
+  /// round-robin in spec order, so a PS's workers (or a worker's PSs) spread
+  /// evenly. Both ends of a connection compute it for their own side only.
+  unsigned shard_of(const task_id& t) const {
+    if (shards_ == 1) return 0;
+    auto it = job_base_.find(t.job);
+    const unsigned base = it != job_base_.end() ? it->second : 0;
+    return (base + t.index) % shards_;
+  }
+
+  /// True on the reactor that owns shard `shard`.
+  bool on_shard(unsigned shard) const noexcept {
+    reactor_type* r = reactor_type::current();
+    return r != nullptr && &r->group() == group_.get() && r->index() == shard;
   }
 
   static std::uint64_t next_serial() noexcept {
@@ -1771,6 +1928,7 @@ class endpoint {
     if (!p.error) op->key = std::move(key);
     p.send = std::move(op);
     p.timeout = timeout;
+    p.shard = peer.shard;
     return p;
   }
 
@@ -1789,17 +1947,19 @@ class endpoint {
     }
     p.recv = std::move(op);
     p.timeout = timeout;
+    p.shard = peer.shard;
     return p;
   }
 
   /// Reactor thread.
   void run_pending(pending_op& p) {
+    core& c = *cores_[p.shard];
     if (p.send) {
-      if (p.error) return core_->complete(*p.send, p.error);
-      return core_->post_send(std::move(p.send), p.timeout);
+      if (p.error) return c.complete(*p.send, p.error);
+      return c.post_send(std::move(p.send), p.timeout);
     }
-    if (p.error) return core_->complete(*p.recv, p.error, tensor_buffer());
-    core_->post_recv(std::move(p.recv), p.timeout);
+    if (p.error) return c.complete(*p.recv, p.error, tensor_buffer());
+    c.post_recv(std::move(p.recv), p.timeout);
   }
 
   /// The endpoint is closed: the handler runs inline with errc::cancelled.
@@ -1811,24 +1971,38 @@ class endpoint {
   void start(pending_op p) {
     if (closed_.load()) return cancel_pending(p);
     if constexpr (!rdma_transport<Transport>) {  // RDMA direct placement keeps every start posted
-      if (on_reactor()) return core_->initiate([&] { run_pending(p); });
+      if (on_shard(p.shard)) return cores_[p.shard]->initiate([&] { run_pending(p); });
     }
-    pending_op keep{p.send, p.recv, {}, {}};
-    if (group_->submit_to(0, [this, p = std::move(p)]() mutable { run_pending(p); })) cancel_pending(keep);
+    pending_op keep{p.send, p.recv, {}, {}, 0};
+    const unsigned shard = p.shard;
+    if (group_->submit_to(shard, [this, p = std::move(p)]() mutable { run_pending(p); })) cancel_pending(keep);
   }
 
+  /// Hands `ops` to their peers' reactors: one task per reactor, each in the order added.
   void start_many(std::vector<pending_op> ops) {
     if (ops.empty()) return;
+    const unsigned first = ops.front().shard;
+    if (std::ranges::all_of(ops, [first](const pending_op& p) { return p.shard == first; })) {
+      return start_on(first, std::move(ops));
+    }
+    std::vector<std::vector<pending_op>> by_shard(shards_);
+    for (pending_op& p : ops) by_shard[p.shard].push_back(std::move(p));
+    for (unsigned i = 0; i < shards_; ++i) {
+      if (!by_shard[i].empty()) start_on(i, std::move(by_shard[i]));
+    }
+  }
+
+  void start_on(unsigned shard, std::vector<pending_op> ops) {
     if constexpr (!rdma_transport<Transport>) {
-      if (!closed_.load() && on_reactor()) {
-        return core_->initiate([&] {
+      if (!closed_.load() && on_shard(shard)) {
+        return cores_[shard]->initiate([&] {
           for (pending_op& p : ops) run_pending(p);
         });
       }
     }
     if (!closed_.load()) {
       auto shared = std::make_shared<std::vector<pending_op>>(std::move(ops));
-      if (!group_->submit_to(0, [this, shared] {
+      if (!group_->submit_to(shard, [this, shared] {
             for (pending_op& p : *shared) run_pending(p);
           })) {
         return;
@@ -1859,8 +2033,14 @@ class endpoint {
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
+  unsigned shards_ = 1;  ///< reactors in group_, one core each
+  const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
+    std::random_device rd;
+    return (std::uint64_t{rd()} << 32) ^ rd();
+  }();
+  std::map<std::string, unsigned, std::less<>> job_base_;  ///< a job's first task's position in spec order
   std::unique_ptr<group_type> group_;
-  std::unique_ptr<core> core_;
+  std::vector<std::unique_ptr<core>> cores_;
   /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).
   std::shared_ptr<typename detail::op_blocks<send_op>::cache_type> send_blocks_ =
       std::make_shared<typename detail::op_blocks<send_op>::cache_type>();

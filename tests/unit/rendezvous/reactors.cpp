@@ -1,0 +1,260 @@
+// rendezvous::endpoint with several reactors (endpoint_tuning::reactors): the
+// peers are dealt over the reactors, an accepted connection moves to its
+// peer's reactor after the handshake, and everything of one peer (handlers
+// included) happens on that reactor's thread.
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "endpoint_fixture.hpp"
+#include "raw_peer.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+constexpr unsigned workers = 4;
+
+fw::task_id worker(unsigned i) { return {"worker", i}; }
+
+/// The threads each peer's handlers ran on.
+struct thread_log {
+  std::mutex m;
+  std::map<std::string, std::set<std::thread::id>> by_peer;
+  void note(const fw::task_id& peer) {
+    std::lock_guard lock(m);
+    by_peer[peer.to_string()].insert(std::this_thread::get_id());
+  }
+  /// Every peer's handlers ran on one thread; returns how many threads there were in all.
+  std::size_t threads() {
+    std::lock_guard lock(m);
+    std::set<std::thread::id> all;
+    for (auto& [peer, ids] : by_peer) {
+      CAPTURE(peer);
+      CHECK(ids.size() == 1);
+      all.insert(ids.begin(), ids.end());
+    }
+    return all.size();
+  }
+};
+
+rv::endpoint_tuning with_reactors(unsigned n, bool reverse = true) {
+  rv::endpoint_tuning t;
+  t.reactors = n;
+  t.reverse_lanes = reverse;
+  return t;
+}
+
+/// Sizes that take every path: fused, plain, pool-sized, above the pool block, chunked (chunk_size 256 KiB).
+const std::vector<std::size_t> sizes{1, 100, 5000, 70000, 700000, 3u << 20};
+
+fw::options multi_options() {
+  fw::options o = block_options();
+  o.chunk_size = 256 << 10;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers on one thread, every size intact", T,
+                   TRANSPORTS) {
+  for (const bool reverse : {true, false}) {
+    CAPTURE(reverse);
+    auto spec = rvtest::loopback_cluster(1, workers);
+    fw::options opts = multi_options();
+    if (reverse) opts.cluster_token = "s3cret";  // handed-off connections authenticate like any other
+    rv::endpoint<T> ps(ps0, spec, opts, T{}, {}, with_reactors(2, reverse));
+    REQUIRE(ps.reactors() == 2);
+    std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
+    for (unsigned i = 0; i < workers; ++i) {
+      ws.push_back(
+          std::make_unique<rv::endpoint<T>>(worker(i), spec, opts, T{}, rv::log_sink{}, with_reactors(0, reverse)));
+    }
+    thread_log threads;
+    std::atomic<int> ps_failures{0};
+    // Each worker sends every size; the PS receives each (every other one into
+    // a posted destination) and echoes it back; the worker checks the echo.
+    std::vector<std::future<std::error_code>> echoes;
+    for (unsigned i = 0; i < workers; ++i) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const std::size_t n = sizes[k];
+        const auto seed = static_cast<std::uint32_t>(i * 100 + k);
+        const std::string key = "t" + std::to_string(k);
+        auto on_recv = [&ps, &threads, &ps_failures, i, key, n, seed](std::error_code ec, fw::tensor_buffer b) {
+          threads.note(worker(i));
+          if (ec || !rvtest::matches(b, n, seed)) return (void)++ps_failures;
+          ps.send(worker(i), "echo/" + key, std::move(b), [&threads, &ps_failures, i](std::error_code e) {
+            threads.note(worker(i));
+            if (e) ++ps_failures;
+          });
+        };
+        if (k % 2 == 0) {
+          ps.recv(worker(i), key, fw::tensor_buffer::allocate(n), std::move(on_recv), 60s);
+        } else {
+          ps.recv(worker(i), key, std::move(on_recv), 60s);
+        }
+        ws[i]->send(ps0, key, rvtest::pattern(n, seed), [](std::error_code) {}, 60s);
+        auto echoed = std::make_shared<std::promise<std::error_code>>();
+        echoes.push_back(echoed->get_future());
+        ws[i]->recv(ps0, "echo/" + key,
+                    [echoed, n, seed](std::error_code ec, fw::tensor_buffer b) {
+                      if (!ec && !rvtest::matches(b, n, seed)) ec = make_error_code(fw::errc::malformed_frame);
+                      echoed->set_value(ec);
+                    },
+                    60s);
+      }
+    }
+    for (auto& f : echoes) CHECK_FALSE(wait(f));
+    CHECK(ps_failures.load() == 0);
+    CHECK(threads.threads() == 2);
+    CHECK(ps.stats().connections_accepted >= workers);
+  }
+}
+
+TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the other reactor; batches span both", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, workers);
+  rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, {}, with_reactors(2));
+  std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
+  for (unsigned i = 0; i < workers; ++i) ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, multi_options()));
+
+  // A request from worker 0 makes the PS send to every worker from worker 0's handler.
+  std::vector<std::future<rv::recv_result>> got;
+  for (unsigned i = 0; i < workers; ++i) {
+    auto p = std::make_shared<std::promise<rv::recv_result>>();
+    got.push_back(p->get_future());
+    ws[i]->recv(ps0, "fanout", [p](std::error_code ec, fw::tensor_buffer b) { p->set_value({ec, std::move(b)}); }, 60s);
+  }
+  ps.recv(w0, "go", [&ps](std::error_code ec, fw::tensor_buffer) {
+    if (ec) return;
+    for (unsigned i = 0; i < workers; ++i) ps.send(worker(i), "fanout", rvtest::pattern(64 + i, i), [](std::error_code) {});
+  }, 60s);
+  REQUIRE_FALSE(ws[0]->send_sync(ps0, "go", rvtest::pattern(1, 1), 60s));
+  for (unsigned i = 0; i < workers; ++i) {
+    auto r = wait(got[i]);
+    REQUIRE_FALSE(r.ec);
+    CHECK(rvtest::matches(r.buffer, 64 + i, i));
+  }
+
+  // One batch with interleaved operations for every worker: per-(peer, key) FIFO holds on each reactor.
+  constexpr unsigned per_worker = 30;
+  std::vector<std::future<std::error_code>> sends;
+  {
+    typename rv::endpoint<T>::batch b(ps);
+    for (unsigned j = 0; j < per_worker; ++j) {
+      for (unsigned i = 0; i < workers; ++i) {
+        auto p = std::make_shared<std::promise<std::error_code>>();
+        sends.push_back(p->get_future());
+        b.send(worker(i), "fifo", rvtest::pattern(10 + j, i * 1000 + j), [p](std::error_code ec) { p->set_value(ec); });
+      }
+    }
+  }
+  for (unsigned i = 0; i < workers; ++i) {
+    for (unsigned j = 0; j < per_worker; ++j) {
+      auto r = ws[i]->recv_sync(ps0, "fifo", 60s);
+      REQUIRE_FALSE(r.ec);
+      CHECK(rvtest::matches(r.buffer, 10 + j, i * 1000 + j));
+    }
+  }
+  for (auto& f : sends) CHECK_FALSE(wait(f));
+}
+
+TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close() cancels every reactor's", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, workers);
+  auto ps = std::make_unique<rv::endpoint<T>>(ps0, spec, multi_options(), T{}, rv::log_sink{}, with_reactors(2));
+  std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
+  for (unsigned i = 0; i < workers; ++i) {
+    ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, multi_options()));
+    REQUIRE_FALSE(ws[i]->send_sync(ps0, "hello", rvtest::pattern(1, i), 60s));
+    REQUIRE_FALSE(ps->recv_sync(worker(i), "hello", 60s).ec);
+  }
+  // Worker 0 (on one reactor) and worker 1 (on the other) die; their waiting receives fail.
+  std::vector<std::future<std::error_code>> waits;
+  for (unsigned i = 0; i < workers; ++i) {
+    auto p = std::make_shared<std::promise<std::error_code>>();
+    waits.push_back(p->get_future());
+    ps->recv(worker(i), "later", [p](std::error_code ec, fw::tensor_buffer) { p->set_value(ec); }, 60s);
+  }
+  ws[0].reset();
+  ws[1].reset();
+  CHECK(wait(waits[0]) == fw::errc::connection_reset);
+  CHECK(wait(waits[1]) == fw::errc::connection_reset);
+  // The others still serve, on both reactors.
+  for (unsigned i = 2; i < workers; ++i) {
+    REQUIRE_FALSE(ws[i]->send_sync(ps0, "later", rvtest::pattern(77, i), 60s));
+    CHECK_FALSE(wait(waits[i]));
+  }
+  // Pending receives on both reactors end with cancelled, exactly once.
+  std::atomic<int> calls{0};
+  std::vector<std::future<std::error_code>> pending;
+  for (unsigned i = 2; i < workers; ++i) {
+    auto p = std::make_shared<std::promise<std::error_code>>();
+    pending.push_back(p->get_future());
+    ps->recv(worker(i), "never", [p, &calls](std::error_code ec, fw::tensor_buffer) {
+      ++calls;
+      p->set_value(ec);
+    });
+  }
+  ps->close();
+  for (auto& f : pending) CHECK(wait(f) == fw::errc::cancelled);
+  ps.reset();
+  CHECK(calls.load() == 2);
+}
+
+TEST_CASE_TEMPLATE("reactor count: tuning, options.cores (NETWORK_*_CORE_NUMBER), capped by the peers", T, TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, 3);
+  fw::options o = block_options();
+  {
+    rv::endpoint<T> ps(ps0, spec, o);
+    CHECK(ps.reactors() == 1);  // the default: one
+  }
+  o.cores = 2;
+  {
+    rv::endpoint<T> ps(ps0, spec, o);
+    CHECK(ps.reactors() == 2);
+  }
+  {
+    rv::endpoint<T> ps(ps0, spec, o, T{}, {}, with_reactors(8));
+    CHECK(ps.reactors() == 3);  // three peers
+  }
+  {
+    rv::endpoint<T> w(w0, spec, o);
+    CHECK(w.reactors() == 2);
+  }
+  CHECK_THROWS_WITH_AS(rv::endpoint<T>(ps0, spec, o, T{}, {}, with_reactors(5000)),
+                       doctest::Contains("endpoint_tuning.reactors = 5000"), std::system_error);
+}
+
+TEST_CASE_TEMPLATE("two reactors: a peer that sends before the handshake ended is refused; the others are served", T,
+                   TRANSPORTS) {
+  auto spec = rvtest::loopback_cluster(1, workers);
+  rvtest::log_capture log;
+  rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, log.sink(), with_reactors(2));
+  // worker 0 belongs to the reactor that did not accept: its connection would
+  // move, but a frame it sent right behind its hello would be lost in the move.
+  {
+    rvtest::raw_client raw(spec.fast_path_endpoint(ps0).port);
+    auto hello = rvtest::hello_from(w0);
+    fw::wire::ping_meta ping;
+    auto extra = rvtest::frame_bytes(ping);
+    hello.insert(hello.end(), extra.begin(), extra.end());
+    raw.send(hello);
+    CHECK(raw.closed_by_peer());
+  }
+  CHECK(log.saw("sent before the handshake ended"));
+  rv::endpoint<T> w(w0, spec, multi_options());
+  REQUIRE_FALSE(w.send_sync(ps0, "after", rvtest::pattern(5, 5), 60s));
+  auto r = ps.recv_sync(w0, "after", 60s);
+  REQUIRE_FALSE(r.ec);
+  CHECK(rvtest::matches(r.buffer, 5, 5));
+}
