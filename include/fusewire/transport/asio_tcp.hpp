@@ -110,7 +110,7 @@ struct asio_read_op {
 class asio_connection_state final : public ref_counted, public closable {
  public:
   using socket_type = boost::asio::ip::tcp::socket;
-  using release_handler = unique_function<void(std::error_code, int)>;
+  using release_handler = release_progress::handler_type;
 
   asio_connection_state(asio_reactor& reactor, socket_type socket, asio_options opts)
       : reactor_(&reactor), socket_(std::move(socket)), opts_(opts) {
@@ -176,7 +176,7 @@ class asio_connection_state final : public ref_counted, public closable {
   /// During a release: the release fails with errc::cancelled and closes the socket.
   void close() noexcept {
     if (!open_) {
-      if (releasing_) abort_release();
+      if (release_.active()) abort_release();
       return;
     }
     open_ = false;
@@ -211,14 +211,13 @@ class asio_connection_state final : public ref_counted, public closable {
       return;
     }
     open_ = false;
-    releasing_ = true;
-    release_handler_ = std::move(h);
+    release_.start(std::move(h));
     // Still registered as closable: a stop during the release closes the socket.
-    if (!ahead_.empty()) lose_stream();
+    if (!ahead_.empty()) release_.lose_stream();
     boost::system::error_code ec;
     released_fd_ = socket_->release(ec);
     if (ec) {
-      release_error_ = from_asio(ec, false);
+      release_.fail(from_asio(ec, false));
       released_fd_ = -1;
       socket_->close(ec);
     }
@@ -342,7 +341,7 @@ class asio_connection_state final : public ref_counted, public closable {
     writes_.pop_front();
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !write_error_) write_error_ = e;
-    if (releasing_ && op.written != 0 && !op.buffers.empty()) lose_stream();  // the peer got half
+    if (op.written != 0 && !op.buffers.empty()) release_.lose_stream();  // the peer got half
     complete(op.handler, e, op.written);
     pump_writes();
   }
@@ -395,7 +394,7 @@ class asio_connection_state final : public ref_counted, public closable {
         break;
       }
       read_op op = pop_read();
-      if (releasing_ && op.filled != 0) lose_stream();  // the bytes in dst would be lost to the next owner
+      if (op.filled != 0) release_.lose_stream();  // the bytes in dst would be lost to the next owner
       if (op.exact) {
         complete(op.exact, ec, op.filled);
       } else {
@@ -443,7 +442,7 @@ class asio_connection_state final : public ref_counted, public closable {
     if (e && open_ && !read_error_) read_error_ = e;
     if (direct_) {
       read_op op = pop_read();
-      if (releasing_ && e && op.filled + n != 0) lose_stream();
+      if (e && op.filled + n != 0) release_.lose_stream();
       complete(op.exact, e, op.filled + n);
     } else if (!e && n != 0) {
       ahead_.push_back(chunk_.share(chunk_used_, n));
@@ -462,26 +461,13 @@ class asio_connection_state final : public ref_counted, public closable {
   void release_socket_if_idle() noexcept {
     if (open_ || reading_ || writing_ || connecting_) return;
     socket_.reset();
-    if (releasing_ && !release_posted_) {
-      try {
-        reactor_->post([self = ref_ptr<asio_connection_state>(this)] { self->finish_release(); });
-        release_posted_ = true;
-      } catch (...) {
-        reactor_->report("asio_tcp: could not post a release's completion (out of memory)");
-      }
-    }
-  }
-
-  /// The stream is no longer at a clean boundary (bytes taken that no read
-  /// delivered, a read or write cut in half): the release must close the socket.
-  void lose_stream() noexcept {
-    if (!release_error_) release_error_ = make_error_code(errc::invalid_argument);
+    release_.post_finish(*reactor_, "asio_tcp: could not post a release's completion (out of memory)",
+                         [self = ref_ptr<asio_connection_state>(this)] { self->finish_release(); });
   }
 
   /// close() or the reactor's stop during a release.
   void abort_release() noexcept {
-    if (release_error_ == errc::cancelled) return;
-    release_error_ = make_error_code(errc::cancelled);
+    if (!release_.cancel()) return;
     if (closable_linked_) reactor_->remove_closable(*this);
     if (released_fd_ >= 0) ::close(std::exchange(released_fd_, -1));
   }
@@ -492,15 +478,14 @@ class asio_connection_state final : public ref_counted, public closable {
     pump_reads();
     pump_writes();
     if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
-      release_posted_ = false;
+      release_.repost();
       release_socket_if_idle();  // posts this again
       return;
     }
-    releasing_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
     // A receive Asio had finished before the release delivered its bytes after it.
-    if (!ahead_.empty()) lose_stream();
-    std::error_code ec = release_error_;
+    if (!ahead_.empty()) release_.lose_stream();
+    std::error_code ec = release_.error();
     int fd = std::exchange(released_fd_, -1);
     if (!ec) ec = set_nonblocking_cloexec(fd);
     if (ec && fd >= 0) {
@@ -510,7 +495,7 @@ class asio_connection_state final : public ref_counted, public closable {
     ahead_.clear();
     chunk_.reset();
     chunk_used_ = 0;
-    release_handler h = std::move(release_handler_);
+    release_handler h = release_.finish();
     complete(h, ec, fd);
   }
 
@@ -535,13 +520,8 @@ class asio_connection_state final : public ref_counted, public closable {
   bool write_pump_scheduled_ = false;
   std::error_code read_error_;
   std::error_code write_error_;
-  release_handler release_handler_;
-  int released_fd_ = -1;         // taken back from Asio, until the release's handler has it
-  bool releasing_ = false;       // async_release under way: its handler has not run
-  bool release_posted_ = false;  // finish_release is posted
-  // Why the release must close the socket instead (invalid_argument: the
-  // stream is torn; cancelled: close() or stop); none: it hands out the fd.
-  std::error_code release_error_;
+  release_progress release_;
+  int released_fd_ = -1;  // taken back from Asio, until the release's handler has it
   small_fifo<read_op> reads_;
   small_fifo<write_op> writes_;
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls

@@ -156,7 +156,7 @@ struct uring_options {
 class uring_connection_state final : public ref_counted, public closable {
  public:
   using connect_handler = unique_function<void(std::error_code, uring_tcp_connection)>;
-  using release_handler = unique_function<void(std::error_code, int)>;
+  using release_handler = release_progress::handler_type;
 
   uring_connection_state(uring_reactor& reactor, int fd, uring_options opts)
       : reactor_(&reactor), fd_(fd), opts_(opts) {
@@ -258,35 +258,15 @@ class uring_connection_state final : public ref_counted, public closable {
   /// During a release: the release fails with errc::cancelled and closes the socket.
   void close() noexcept {
     if (!open_) {
-      if (releasing_) abort_release();
+      if (release_.active()) abort_release();
       return;
     }
     open_ = false;
     closed_locally_ = true;
     if (closable_linked_) reactor_->remove_closable(*this);
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-    try {
-      if (multishot_ == multishot_state::armed) {
-        cancel(multishot_op_);
-        multishot_ = multishot_state::cancelling;
-      }
-      if (direct_ != direct_kind::none) cancel(direct_op_);
-      if (connecting_) cancel(connect_op_);
-      for (auto& w : writes_) {
-        if (w->in_flight) cancel(*w);
-      }
-    } catch (...) {
-      // No SQE could be had: shutdown() above still ends every pending recv/send.
-    }
-    stash_.clear();
-    stash_bytes_ = 0;
-    try {
-      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
-      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report("uring_tcp: could not post close completions (out of memory)");
-    }
-    close_fd_if_idle();
+    (void)cancel_kernel_ops();  // without an SQE, the shutdown above still ends every pending recv/send
+    wind_down("uring_tcp: could not post close completions (out of memory)");
   }
 
   void shutdown() noexcept override { close(); }
@@ -309,34 +289,16 @@ class uring_connection_state final : public ref_counted, public closable {
     }
     open_ = false;
     closed_locally_ = true;
-    releasing_ = true;
-    release_handler_ = std::move(h);
+    release_.start(std::move(h));
     // Still registered as closable: a stop during the release closes the socket.
-    if (stash_bytes_ != 0) lose_stream();
-    try {
-      if (multishot_ == multishot_state::armed) {
-        cancel(multishot_op_);
-        multishot_ = multishot_state::cancelling;
-      }
-      if (direct_ != direct_kind::none) cancel(direct_op_);
-      for (auto& w : writes_) {
-        if (w->in_flight) cancel(*w);
-      }
-    } catch (const std::system_error& e) {
+    if (stash_bytes_ != 0) release_.lose_stream();
+    if (const std::error_code ec = cancel_kernel_ops()) {
       // No SQE for a cancellation: only a shutdown ends the operations, and it
       // leaves a socket nobody can use.
-      if (!release_error_) release_error_ = e.code();
+      release_.fail(ec);
       ::shutdown(fd_, SHUT_RDWR);
     }
-    stash_.clear();
-    stash_bytes_ = 0;
-    try {
-      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
-      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report("uring_tcp: could not post release completions (out of memory)");
-    }
-    close_fd_if_idle();
+    wind_down("uring_tcp: could not post release completions (out of memory)");
   }
 
  private:
@@ -371,6 +333,42 @@ class uring_connection_state final : public ref_counted, public closable {
   };
 
   // -- plumbing --
+
+  /// close() and async_release(): asks the kernel to cancel every operation in
+  /// flight; the error when no SQE could be had for it.
+  std::error_code cancel_kernel_ops() noexcept {
+    try {
+      if (multishot_ == multishot_state::armed) {
+        cancel(multishot_op_);
+        multishot_ = multishot_state::cancelling;
+      }
+      if (direct_ != direct_kind::none) cancel(direct_op_);
+      if (connecting_) cancel(connect_op_);
+      for (auto& w : writes_) {
+        if (w->in_flight) cancel(*w);
+      }
+    } catch (const std::system_error& e) {
+      return e.code();
+    } catch (...) {
+      return make_error_code(errc::out_of_memory);
+    }
+    return {};
+  }
+
+  /// close() and async_release(), after the cancellations: drops what was read
+  /// ahead, posts the completions of the queued operations, and lets go of the
+  /// fd once the kernel is done with it.
+  void wind_down(const char* no_memory) noexcept {
+    stash_.clear();
+    stash_bytes_ = 0;
+    try {
+      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
+      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
+    } catch (...) {
+      reactor_->report(no_memory);
+    }
+    close_fd_if_idle();
+  }
 
   void schedule(bool& flag, void (uring_connection_state::*pump)()) {
     if (flag) return;
@@ -416,7 +414,7 @@ class uring_connection_state final : public ref_counted, public closable {
   /// hand the fd out keeps it, and waits for the notifications too.
   void close_fd_if_idle() noexcept {
     if (open_ || requests_ != 0) return;
-    if (fd_ >= 0 && !(releasing_ && !release_error_)) {
+    if (fd_ >= 0 && !(release_.active() && !release_.error())) {
       if (notifications_owed_ != 0) {
         const linger abort{1, 0};
         ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
@@ -424,26 +422,15 @@ class uring_connection_state final : public ref_counted, public closable {
       ::close(fd_);
       fd_ = -1;
     }
-    if (releasing_ && !release_posted_ && notifications_owed_ == 0) {
-      try {
-        reactor_->post([self = ref_ptr<uring_connection_state>(this)] { self->finish_release(); });
-        release_posted_ = true;
-      } catch (...) {
-        reactor_->report("uring_tcp: could not post a release's completion (out of memory)");
-      }
+    if (notifications_owed_ == 0) {
+      release_.post_finish(*reactor_, "uring_tcp: could not post a release's completion (out of memory)",
+                           [self = ref_ptr<uring_connection_state>(this)] { self->finish_release(); });
     }
-  }
-
-  /// The stream is no longer at a clean boundary (bytes taken that no read
-  /// delivered, a read or write cut in half): the release must close the socket.
-  void lose_stream() noexcept {
-    if (!release_error_) release_error_ = make_error_code(errc::invalid_argument);
   }
 
   /// close() or the reactor's stop during a release.
   void abort_release() noexcept {
-    if (release_error_ == errc::cancelled) return;
-    release_error_ = make_error_code(errc::cancelled);
+    if (!release_.cancel()) return;
     if (closable_linked_) reactor_->remove_closable(*this);
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
     close_fd_if_idle();
@@ -456,13 +443,12 @@ class uring_connection_state final : public ref_counted, public closable {
     pump_reads();
     pump_writes();
     if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
-      release_posted_ = false;
+      release_.repost();
       close_fd_if_idle();  // posts this again
       return;
     }
-    releasing_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
-    const std::error_code ec = release_error_;
+    const std::error_code ec = release_.error();
     int fd = -1;
     if (ec && fd_ >= 0) {
       ::close(fd_);
@@ -470,7 +456,7 @@ class uring_connection_state final : public ref_counted, public closable {
       fd = fd_;
     }
     fd_ = -1;
-    release_handler h = std::move(release_handler_);
+    release_handler h = release_.finish();
     complete(h, ec, fd);
   }
 
@@ -598,7 +584,7 @@ class uring_connection_state final : public ref_counted, public closable {
   }
 
   void fail_read(read_req& r, std::error_code ec) {
-    if (releasing_ && r.filled != 0) lose_stream();  // the bytes in dst would be lost to the next owner
+    if (r.filled != 0) release_.lose_stream();  // the bytes in dst would be lost to the next owner
     if (r.exact) {
       complete(r.exact, ec, r.filled);
     } else {
@@ -647,7 +633,7 @@ class uring_connection_state final : public ref_counted, public closable {
         ++stats_.ring_buffers;
         engine().runtime_features().recv_multishot = uring_features::tri::yes;
       } else {
-        if (res > 0 && releasing_) lose_stream();  // arrived before the cancellation
+        if (res > 0) release_.lose_stream();  // arrived before the cancellation
         ring->discard(bid);
       }
     }
@@ -699,7 +685,7 @@ class uring_connection_state final : public ref_counted, public closable {
     } else {
       tensor_buffer got = std::move(fallback_);
       ring_starved_ = false;
-      if (res > 0 && releasing_) lose_stream();
+      if (res > 0) release_.lose_stream();
       if (res > 0 && open_) {
         got.trim(static_cast<std::size_t>(res));
         stats_.bytes_received += static_cast<std::size_t>(res);
@@ -746,7 +732,7 @@ class uring_connection_state final : public ref_counted, public closable {
       if (!w.finished || w.in_flight || w.notifications != 0) break;
       std::unique_ptr<write_req> done = std::move(writes_.front());
       writes_.pop_front();
-      if (releasing_ && done->sent != 0 && done->sent != done->total) lose_stream();  // the peer got half
+      if (done->sent != 0 && done->sent != done->total) release_.lose_stream();  // the peer got half
       complete(done->handler, done->result, done->sent);
     }
   }
@@ -897,12 +883,7 @@ class uring_connection_state final : public ref_counted, public closable {
   op_slot connect_op_;
   socket_address connect_addr_;
   connect_handler connect_handler_;
-  release_handler release_handler_;
-  bool releasing_ = false;       // async_release under way: its handler has not run
-  bool release_posted_ = false;  // finish_release is posted
-  // Why the release must close the socket instead (invalid_argument: the
-  // stream is torn; cancelled: close() or stop); none: it hands out the fd.
-  std::error_code release_error_;
+  release_progress release_;
   std::error_code read_error_;
   std::error_code write_error_;
   std::deque<read_req> reads_;

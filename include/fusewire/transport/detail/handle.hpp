@@ -242,6 +242,62 @@ class pending_connect {
   handler_type handler_;
 };
 
+/// What a TCP connection state keeps while an async_release is under way: the
+/// bookkeeping both transports share (each does its own socket work). The
+/// release ends with `error()` none (the fd goes out) or set (it is closed):
+/// invalid_argument when the stream is torn (lose_stream), cancelled on close()
+/// or stop (cancel), or why the transport could not stop its operations (fail).
+class release_progress {
+ public:
+  using handler_type = unique_function<void(std::error_code, int)>;
+
+  bool active() const noexcept { return active_; }
+  const std::error_code& error() const noexcept { return error_; }
+
+  void start(handler_type h) noexcept {
+    active_ = true;
+    handler_ = std::move(h);
+  }
+  /// No-op unless a release is under way: bytes taken that no read delivered,
+  /// or a read or write cut in half; handing the fd out would lose or tear data.
+  void lose_stream() noexcept {
+    if (active_) fail(make_error_code(errc::invalid_argument));
+  }
+  void fail(std::error_code ec) noexcept {
+    if (!error_) error_ = ec;
+  }
+  /// close() or the reactor's stop during the release: false if that happened already.
+  bool cancel() noexcept {
+    if (error_ == errc::cancelled) return false;
+    error_ = make_error_code(errc::cancelled);
+    return true;
+  }
+  /// Posts `finish` on `reactor` once (again only after repost()); when it cannot
+  /// (no memory), reports `no_memory`.
+  template <class Reactor, class F>
+  void post_finish(Reactor& reactor, const char* no_memory, F&& finish) noexcept {
+    if (!active_ || posted_) return;
+    try {
+      reactor.post(std::forward<F>(finish));
+      posted_ = true;
+    } catch (...) {
+      reactor.report(no_memory);
+    }
+  }
+  void repost() noexcept { posted_ = false; }
+  /// The release is over: its handler, to complete with error() and the fd.
+  handler_type finish() noexcept {
+    active_ = false;
+    return std::move(handler_);
+  }
+
+ private:
+  handler_type handler_;
+  bool active_ = false;  // its handler has not run
+  bool posted_ = false;  // the transport's finish step is posted
+  std::error_code error_;
+};
+
 /// The start that every TCP transport's adopt() shares: on `reactor`'s thread
 /// (anywhere else it closes `fd` and throws std::system_error naming
 /// `transport`), not while the reactor stops (errc::cancelled), then
