@@ -1360,9 +1360,13 @@ class endpoint {
                                          std::error_code e, int fd) mutable {
         detail::owned_fd socket(fd);
         if (closing_ || e == make_error_code(errc::cancelled)) return;
-        if (e) {
+        if (e == make_error_code(errc::invalid_argument)) {
           return log("refused connection from " + peer.task.to_string() + " (" + remote(*ch) +
-                     "): it sent before the handshake ended (" + e.message() + ")");
+                     "): it sent before the handshake ended");
+        }
+        if (e) {
+          return log("lost the connection from " + peer.task.to_string() + " (" + remote(*ch) +
+                     ") while moving it to reactor " + std::to_string(owner) + ": " + e.message());
         }
         core* target = ep_.cores_[owner].get();
         // Refused (the endpoint is stopping): the task dies unrun and closes the socket.
