@@ -56,6 +56,9 @@ fw::options mp_options() {
   o.mode = fw::reactor_mode::block;
   o.pool_size = 8u << 20;
   o.connect_timeout = 20000ms;
+  // RVMP_REACTORS=n: every endpoint runs n reactors (capped by its peers), as
+  // NETWORK_*_CORE_NUMBER would ask; the accepted connections then move between them.
+  if (const char* r = std::getenv("RVMP_REACTORS")) o.cores = static_cast<unsigned>(std::atoi(r));
   return o;
 }
 
@@ -81,7 +84,8 @@ int exchange_ps(const fw::cluster_spec& spec) {
       EXPECT(!ep.send_sync(peer, "down/" + std::to_string(n), std::move(r.buffer), 60s));
     }
   }
-  std::printf("ps: verified %zu tensors from 2 workers over %s\n", 2 * std::size(size_classes), T::name().data());
+  std::printf("ps: verified %zu tensors from 2 workers over %s on %u reactor(s)\n", 2 * std::size(size_classes),
+              T::name().data(), ep.reactors());
   return 0;
 }
 
