@@ -13,8 +13,10 @@
 /// names no task of this process as sender, or a payload that cannot be
 /// encoded. A send that fails later (peer unreachable, closed) is recorded:
 /// error() returns the first such failure and `on_send_error` (if set) is
-/// called on the endpoint's reactor thread. async_recv handlers run on the
-/// endpoint's reactor thread, exactly once; they get errc::timed_out after
+/// called on the endpoint's reactor thread that owns that peer. async_recv
+/// handlers run on the reactor thread that owns their peer, exactly once (an
+/// endpoint with several reactors may run different peers' handlers at the
+/// same time); they get errc::timed_out after
 /// `recv_timeout` (zero: wait as long as it takes), errc::malformed_frame if
 /// the bytes are not a payload. Before destroying the endpoint, call flush()
 /// so that no send is cut off by its close().
@@ -53,7 +55,8 @@ namespace graph {
 struct rendezvous_channel_options {
   /// A receive still waiting after this fails with errc::timed_out; zero waits forever.
   std::chrono::milliseconds recv_timeout{0};
-  /// Called once per failed send, on the endpoint's reactor thread (must not block).
+  /// Called once per failed send, on the reactor thread that owns the peer (must not block;
+  /// with several reactors, possibly on several threads at once).
   std::function<void(const std::string& key, std::error_code)> on_send_error;
 };
 
