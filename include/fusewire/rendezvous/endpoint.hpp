@@ -301,8 +301,10 @@ class endpoint {
     group_ = std::make_unique<group_type>(cfg);
     for (unsigned i = 0; i < shards_; ++i) cores_.push_back(std::make_unique<core>(*this, i, log));
     std::error_code ec;
-    for (unsigned i = 0; i < shards_; ++i) {
-      // Reactor 0 listens; an accepted connection moves to its peer's reactor after the handshake.
+    // Reactor 0 listens, and an accepted connection moves to its peer's reactor
+    // after the handshake: every other reactor is started before it listens, so
+    // a connection handed over finds its new owner running.
+    for (unsigned i = shards_; i-- > 0;) {
       auto started = group_->submit(i, [this, i, here]() -> std::error_code {
         return cores_[i]->start(i == 0 ? &here : nullptr);
       });

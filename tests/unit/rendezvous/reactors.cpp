@@ -4,6 +4,10 @@
 // included) happens on that reactor's thread.
 
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -257,4 +261,44 @@ TEST_CASE_TEMPLATE("two reactors: a peer that sends before the handshake ended i
   auto r = ps.recv_sync(w0, "after", 60s);
   REQUIRE_FALSE(r.ec);
   CHECK(rvtest::matches(r.buffer, 5, 5));
+}
+
+TEST_CASE_TEMPLATE("two reactors: a peer connecting while the endpoint starts is handed to a running reactor", T,
+                   TRANSPORTS) {
+  // A peer that keeps dialling gets in the moment reactor 0 listens; its
+  // connection moves to worker 0's reactor, which must already be running.
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    auto spec = rvtest::loopback_cluster(1, workers);
+    const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
+    std::atomic<bool> answered{false};
+    std::thread dialler([&] {
+      const auto deadline = std::chrono::steady_clock::now() + 30s;
+      const auto hello = rvtest::hello_from(w0);
+      while (std::chrono::steady_clock::now() < deadline) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(port);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+          ::close(fd);
+          continue;
+        }
+        if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size())) {
+          pollfd p{fd, POLLIN, 0};
+          std::byte ack[64];
+          answered = ::poll(&p, 1, 20000) == 1 && ::recv(fd, ack, sizeof ack, 0) > 0;
+        }
+        ::close(fd);
+        return;
+      }
+    });
+    {
+      rvtest::log_capture log;  // the dialler's goodbye is logged; keep it out of the output
+      rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, log.sink(), with_reactors(2));
+      dialler.join();
+    }
+    REQUIRE(answered);
+  }
 }
