@@ -5,7 +5,9 @@
 /// the payload buffers are passed through, never gathered. Reads: the 32-byte
 /// header, then the meta (its length checked against `wire::limits` before the
 /// meta buffer is allocated), then — when the caller says where — the payload
-/// straight into its destination.
+/// straight into its destination. Where the connection read ahead
+/// (readahead_connection), the meta and a payload that arrived with the header
+/// are taken at once, without a completion each.
 ///
 /// Threads: a channel belongs to the reactor its connection was made on; every
 /// call and every handler happens on that thread. Handlers fire exactly once
@@ -128,6 +130,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
                        // time), so the continuation stays small enough to be stored inline.
                        head.meta = tensor_buffer::allocate(head.header.meta_len);
                        const mutable_buffer dst = head.meta.bytes();
+                       // A small frame usually arrives whole: its meta is parsed now.
+                       if (self->try_read_now(dst)) return self->finish_head(std::move(head), h);
                        self->head_ = std::move(head);
                        self->conn_.async_read(dst, [self, h = std::move(h)](std::error_code e, std::size_t) mutable {
                          frame_head head = std::move(self->head_);
@@ -159,10 +163,25 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
     });
   }
 
+  /// Reads exactly `dst.size()` payload bytes into `dst` NOW when they already
+  /// arrived (the connection read them ahead with the frame's head) and returns
+  /// true; else reads nothing and returns false: call read_payload. No handler
+  /// runs; for the caller of a read_head handler that wants to finish a small
+  /// frame in the same step.
+  bool try_read_payload(mutable_buffer dst) { return try_read_now(dst); }
+
   /// Closes the connection; pending operations complete with errc::cancelled.
   void close() noexcept { conn_.close(); }
 
  private:
+  bool try_read_now(mutable_buffer dst) {
+    if constexpr (readahead_connection<Connection>) {
+      return conn_.try_read(dst);
+    } else {
+      return false;
+    }
+  }
+
   template <class Handler>
   void finish_head(frame_head head, Handler& h) {
     const const_buffer meta = head.meta.empty() ? const_buffer{} : const_buffer(head.meta.bytes());

@@ -1446,6 +1446,11 @@ class endpoint {
           waiting.pop_front();
           op->bound = ch;
           const mutable_buffer dst = op->dst.bytes();
+          if (ch->try_read_payload(dst)) {  // it arrived with the head: done in this step
+            complete(*op, {}, op->dst.share());
+            if (!closing_) read_next(ch);
+            return;
+          }
           ch->read_payload(dst, [this, ch = ch, op](std::error_code e) {
             if (e || op->timed_out) {
               complete(*op, make_error_code(op->timed_out ? errc::timed_out
@@ -1469,6 +1474,11 @@ class endpoint {
         return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
       }
       const mutable_buffer dst = buf.bytes();
+      if (ch->try_read_payload(dst)) {
+        deliver(peer, t.key, std::move(buf));
+        if (!closing_) read_next(ch);
+        return;
+      }
       ch->read_payload(dst, [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
         if (closing_) return;
         if (e) return inbound_failed(ch, e);
@@ -1488,16 +1498,20 @@ class endpoint {
         return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
       }
       const mutable_buffer dst = buf.bytes();
+      if (ch->try_read_payload(dst)) return deliver_fused(ch, peer, head, buf);
       ch->read_payload(dst, [this, ch = ch, peer = peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
         if (closing_) return;
         if (e) return inbound_failed(ch, e);
-        const auto& fused = std::get<wire::fused_meta>(head.body);
-        for (const wire::fused_entry& entry : fused) {
-          deliver(peer, entry.key,
-                  buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)));
-        }
-        read_next(ch);
+        deliver_fused(ch, peer, head, buf);
       });
+    }
+
+    void deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, const protocol::frame_head& head,
+                       const tensor_buffer& buf) {
+      for (const wire::fused_entry& entry : std::get<wire::fused_meta>(head.body)) {
+        deliver(peer, entry.key, buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)));
+      }
+      if (!closing_) read_next(ch);
     }
 
     // A chunk of a large tensor: its payload is read straight into the

@@ -171,6 +171,13 @@ class asio_connection_state final : public ref_counted, public closable {
     enqueue_read(std::move(op));
   }
 
+  /// An exact read served now from the bytes read ahead (see
+  /// readahead_connection); false: nothing consumed.
+  bool try_read(mutable_buffer dst) {
+    if (!open_ || reading_ || !reads_.empty()) return false;
+    return take_exactly(ahead_, dst);
+  }
+
   /// Closes the socket. The operation Asio is running completes through its own
   /// handler (errc::cancelled); the queued ones after it, in call order.
   /// During a release: the release fails with errc::cancelled and closes the socket.
@@ -790,6 +797,8 @@ class asio_tcp {
 
   config config_;
 };
+
+static_assert(readahead_connection<asio_tcp_connection>);
 
 }  // namespace v0
 }  // namespace fusewire

@@ -243,6 +243,25 @@ template <class T>
 concept handoff_transport =
     transport<T> && detail::connection_releases<typename T::connection_type> && detail::transport_adopts<T>;
 
+namespace detail {
+template <class C>
+concept connection_takes_read_ahead = requires(C& c, mutable_buffer dst) {
+  { c.try_read(dst) } -> std::same_as<bool>;
+};
+}  // namespace detail
+
+/// A connection that can hand over, at once, bytes it already read ahead:
+/// `conn.try_read(dst)`, on the connection's thread, fills exactly `dst` and
+/// returns true when no read is queued and at least `dst.size()` bytes arrived
+/// and were not consumed yet (no handler, no system call: a copy from the
+/// read-ahead buffers). Otherwise it consumes nothing and returns false, which
+/// is not an error (too few bytes, a read pending, a closed connection): the
+/// caller goes on with async_read. It lets a caller parse a small message that
+/// arrived whole (a frame's meta and payload behind its header) without one
+/// completion per piece. Both TCP transports model it; verbs does not.
+template <class C>
+concept readahead_connection = connection<C> && detail::connection_takes_read_ahead<C>;
+
 /// Registered memory of a peer that the peer allowed us to write into (an
 /// address and a remote key, as the peer's `describe()` produced them).
 struct remote_region {

@@ -251,6 +251,16 @@ class uring_connection_state final : public ref_counted, public closable {
     enqueue_read(std::move(r));
   }
 
+  /// An exact read served now from what the multishot recv already delivered
+  /// (see readahead_connection); false: nothing consumed.
+  bool try_read(mutable_buffer dst) {
+    if (!open_ || !reads_.empty() || stash_bytes_ < dst.size()) return false;
+    if (!take_exactly(stash_, dst)) return false;
+    stash_bytes_ -= dst.size();
+    stats_.bytes_copied_to_destination += dst.size();
+    return true;
+  }
+
   // ---- close ----------------------------------------------------------------
 
   /// Shuts the socket down and cancels its kernel operations. Handlers run in
@@ -1211,6 +1221,8 @@ class uring_tcp {
 
   config config_;
 };
+
+static_assert(readahead_connection<uring_tcp_connection>);
 
 }  // namespace v0
 }  // namespace fusewire

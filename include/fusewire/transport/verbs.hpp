@@ -1956,6 +1956,7 @@ class verbs {
 static_assert(transport<verbs>);
 static_assert(rdma_transport<verbs>);
 static_assert(!handoff_transport<verbs>);  // a connection is a queue pair, not a socket: no fd to hand off
+static_assert(!readahead_connection<verbs::connection_type>);  // a verbs stream's reads complete through its CQ
 
 /// Calls `fn(verbs(cfg))` when `o.rdma_enabled` (TF_RDMA_ENABLED) and an RDMA
 /// device is usable, else `fn(Fallback{})` (e.g. uring_tcp or asio_tcp): the

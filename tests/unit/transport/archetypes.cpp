@@ -26,6 +26,7 @@ enum piece : unsigned {
   c_close = 1u << 4,
   c_endpoint = 1u << 5,
   c_release = 1u << 6,
+  c_try_read = 1u << 7,
 };
 
 template <unsigned Missing>
@@ -59,6 +60,11 @@ struct connection : connection_base<Missing> {
   template <fw::release_handler H>
     requires((Missing & c_release) == 0)
   void async_release(H&&) {}
+  bool try_read(fw::mutable_buffer)
+    requires((Missing & c_try_read) == 0)
+  {
+    return false;
+  }
 };
 
 enum listener_piece : unsigned { l_none = 0, l_tag = 1, l_accept = 2, l_port = 4, l_close = 8 };
@@ -196,6 +202,13 @@ static_assert(!fw::detail::connection_releases<archetype::connection<archetype::
 static_assert(fw::transport<archetype::transport<archetype::t_adopt>>);
 static_assert(!fw::handoff_transport<archetype::transport<archetype::t_adopt>>);
 static_assert(!fw::detail::transport_adopts<archetype::transport<archetype::t_adopt>>);
+
+// Serving reads from what arrived: optional; without try_read a connection
+// is still a connection.
+static_assert(fw::readahead_connection<archetype::connection<>>);
+static_assert(fw::connection<archetype::connection<archetype::c_try_read>>);
+static_assert(!fw::readahead_connection<archetype::connection<archetype::c_try_read>>);
+static_assert(!fw::detail::connection_takes_read_ahead<archetype::connection<archetype::c_try_read>>);
 
 // Handler concepts take exactly the documented signatures.
 static_assert(fw::io_handler<fw::detail::io_handler_archetype>);

@@ -103,6 +103,14 @@ class basic_connection_handle {
     state("async_read_some").async_read_some(std::forward<H>(handler));
   }
 
+  /// Fills exactly `dst` now from bytes already read ahead, or returns false
+  /// having consumed nothing (see readahead_connection). Only where the state can.
+  bool try_read(mutable_buffer dst)
+    requires requires(State& s, mutable_buffer b) { s.try_read(b); }
+  {
+    return state_ && state_->try_read(dst);
+  }
+
   /// Closes; pending operations complete with errc::cancelled. Idempotent.
   void close() noexcept {
     if (state_) state_->close();

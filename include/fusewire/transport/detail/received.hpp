@@ -33,6 +33,20 @@ inline std::size_t take_received(std::deque<tensor_buffer>& received, mutable_bu
   return copied;
 }
 
+/// Copies exactly `dst.size()` bytes from `received` (consuming them) when at
+/// least that many are there and returns true; else copies nothing and returns false.
+inline bool take_exactly(std::deque<tensor_buffer>& received, mutable_buffer dst) {
+  std::size_t have = 0;
+  for (const tensor_buffer& b : received) {
+    if (have >= dst.size()) break;
+    have += b.size();
+  }
+  if (have < dst.size()) return false;
+  std::size_t filled = 0;
+  take_received(received, dst, filled);
+  return true;
+}
+
 /// The state of a connection's read pump (the loop that serves its queued
 /// reads in order). While the loop runs, a read queued by one of the handlers
 /// it calls is left to that loop: it is served after the handler returns (so
