@@ -193,13 +193,7 @@ class asio_connection_state final : public ref_counted, public closable {
     chunk_.reset();
     chunk_used_ = 0;
     ahead_.clear();
-    try {
-      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
-      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report("asio_tcp: could not post close completions (out of memory)");
-    }
-    release_socket_if_idle();
+    wind_down("asio_tcp: could not post close completions (out of memory)");
   }
 
   void shutdown() noexcept override { close(); }
@@ -228,13 +222,7 @@ class asio_connection_state final : public ref_counted, public closable {
       released_fd_ = -1;
       socket_->close(ec);
     }
-    try {
-      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
-      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report("asio_tcp: could not post release completions (out of memory)");
-    }
-    release_socket_if_idle();
+    wind_down("asio_tcp: could not post release completions (out of memory)");
   }
 
   /// Starts the connect; `on_done(error_code)` runs once, from Asio's handler.
@@ -255,6 +243,19 @@ class asio_connection_state final : public ref_counted, public closable {
  private:
   using write_op = asio_write_op;
   using read_op = asio_read_op;
+
+  /// close() and async_release(), once the connection stopped being open:
+  /// posts the completions of the queued operations, and lets go of the
+  /// socket once Asio is done with it.
+  void wind_down(const char* no_memory) noexcept {
+    try {
+      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
+      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
+    } catch (...) {
+      reactor_->report(no_memory);
+    }
+    release_socket_if_idle();
+  }
 
   void schedule(bool& flag, void (asio_connection_state::*pump)()) {
     if (flag) return;
