@@ -297,6 +297,11 @@ class tensor_buffer {
   /// How many handles share the owner (0 for views); for tests and diagnostics only.
   std::size_t use_count() const noexcept { return owner_ != nullptr ? owner_->use_count() : 0; }
 
+  /// Whether this is the only handle to its owned bytes (false for views and
+  /// empty buffers); once true, the other handles' uses of the bytes happened
+  /// before, so the owner may write them again.
+  bool sole() const noexcept { return owner_ != nullptr && owner_->sole(); }
+
  private:
   friend struct detail::tensor_buffer_access;
 

@@ -61,6 +61,29 @@ inline tensor_buffer payload_buffer(buffer_pool* pool, unsigned shard, std::size
   return tensor_buffer::allocate(size);
 }
 
+namespace detail {
+
+/// A small heap buffer one owner hands out again and again: `take(n)` gives
+/// its first `n` bytes while nobody else holds them (the last frame's head or
+/// prefix died, on whatever thread), else a fresh buffer. Saves an
+/// allocation per frame in a request/response exchange.
+class reusable_buffer {
+ public:
+  static constexpr std::size_t capacity = 256;
+
+  tensor_buffer take(std::size_t n) {
+    if (n == 0 || n > capacity) return tensor_buffer::allocate(n);
+    if (cache_.empty()) cache_ = tensor_buffer::allocate(capacity);
+    if (!cache_.sole()) return tensor_buffer::allocate(n);
+    return cache_.share(0, n);
+  }
+
+ private:
+  tensor_buffer cache_;
+};
+
+}  // namespace detail
+
 /// Framed messages over connection type `Connection`; shared by the handlers
 /// of its in-flight operations (create with std::make_shared).
 template <connection Connection>
@@ -88,7 +111,7 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
     wire::frame_header header;
     header.request_id = request_id;
     header.payload_len = total_size(payload);
-    tensor_buffer prefix = tensor_buffer::allocate(wire::prefix_size(meta));
+    tensor_buffer prefix = prefixes_.take(wire::prefix_size(meta));
     std::error_code ec;
     wire::encode_prefix(meta, header, prefix.bytes(), ec);
     boost::container::small_vector<const_buffer, 8> sg;
@@ -128,7 +151,7 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
                        if (head.header.meta_len == 0) return self->finish_head(std::move(head), h);
                        // The frame's header and meta wait in the channel (one read_head at a
                        // time), so the continuation stays small enough to be stored inline.
-                       head.meta = tensor_buffer::allocate(head.header.meta_len);
+                       head.meta = self->metas_.take(head.header.meta_len);
                        const mutable_buffer dst = head.meta.bytes();
                        // A small frame usually arrives whole: its meta is parsed now.
                        if (self->try_read_now(dst)) return self->finish_head(std::move(head), h);
@@ -193,6 +216,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   wire::limits limits_;
   std::array<std::byte, wire::header_size> header_bytes_{};
   frame_head head_;  ///< the frame whose meta is being read
+  detail::reusable_buffer metas_;     ///< small metas read
+  detail::reusable_buffer prefixes_;  ///< small header + meta written
 };
 
 }  // namespace protocol

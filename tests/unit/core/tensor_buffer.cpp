@@ -312,3 +312,16 @@ TEST_SUITE("thread") {
     }
   }
 }
+
+TEST_CASE("sole: the only handle to owned bytes; false for views, empty buffers and shared bytes") {
+  CHECK_FALSE(tensor_buffer().sole());
+  auto storage = bytes_of("abc");
+  CHECK_FALSE(tensor_buffer::view(storage.data(), storage.size()).sole());
+  tensor_buffer a = tensor_buffer::allocate(8);
+  CHECK(a.sole());
+  tensor_buffer part = a.share(1, 2);
+  CHECK_FALSE(a.sole());
+  CHECK_FALSE(part.sole());
+  std::thread([p = std::move(part)]() mutable { p.reset(); }).join();  // the last other handle dies elsewhere
+  CHECK(a.sole());
+}

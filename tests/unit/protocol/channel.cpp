@@ -261,3 +261,21 @@ TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the accept
     }
   }
 }
+
+TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, else a fresh buffer") {
+  fw::protocol::detail::reusable_buffer r;
+  fw::tensor_buffer first = r.take(40);
+  REQUIRE(first.size() == 40);
+  fw::tensor_buffer second = r.take(40);  // the first is still held: not the same bytes
+  CHECK(second.data() != first.data());
+  const std::byte* cached = first.data();
+  first.reset();
+  fw::tensor_buffer third = r.take(100);
+  CHECK(third.data() == cached);
+  CHECK(third.size() == 100);
+  third.reset();
+  fw::tensor_buffer big = r.take(fw::protocol::detail::reusable_buffer::capacity + 1);
+  CHECK(big.size() == fw::protocol::detail::reusable_buffer::capacity + 1);
+  CHECK(big.data() != cached);
+  CHECK(r.take(0).empty());
+}

@@ -33,6 +33,9 @@ class buffer_owner {
   }
 
   std::size_t use_count() const noexcept { return refs_.load(std::memory_order_relaxed); }
+  /// Whether the caller's is the only reference; acquire: whatever the other
+  /// holders did with the bytes happened before the caller reuses them.
+  bool sole() const noexcept { return refs_.load(std::memory_order_acquire) == 1; }
 
   const registration* reg() const noexcept { return registered_ ? &reg_ : nullptr; }
 
