@@ -1329,23 +1329,22 @@ class endpoint {
 
     // The peer is verified and waits for our hello_ack; once that is written,
     // its frames are read here.
+    // The peer counts as connected from here, not from when the ack's write
+    // completes: it sends as soon as it has the ack, and a receive for it
+    // started before that completion ran must wait, not fail as if the peer
+    // were still down.
     void admit(const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer, protocol::pending_ack ack) {
-      in_.try_emplace(ch.get(), inbound{ch, {}});
-      protocol::write_ack(*ch, ack, [this, ch, peer = std::move(peer)](std::error_code e) {
+      inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
+      in.peer = peer.task.to_string();
+      in.incarnation = peer.incarnation;
+      in.last_frame = detail::coarse_now();
+      in.reverse = (peer.features & protocol::feature_reverse) != 0;
+      down_.erase(in.peer);
+      protocol::write_ack(*ch, ack, [this, ch](std::error_code e) {
         if (closing_) return;
-        if (e) {
-          log("sending hello_ack to " + peer.task.to_string() + " (" + remote(*ch) + ") failed: " + e.message());
-          ch->close();
-          in_.erase(ch.get());
-          return;
-        }
-        inbound& in = in_[ch.get()];
-        in.peer = peer.task.to_string();
-        in.incarnation = peer.incarnation;
-        in.last_frame = detail::coarse_now();
-        in.reverse = (peer.features & protocol::feature_reverse) != 0;
+        // Lost before its first frame: its receives fail as on any lost connection.
+        if (e) return inbound_failed(ch, e, "sending hello_ack");
         ep_.accepted_.fetch_add(1, std::memory_order_relaxed);
-        down_.erase(in.peer);
         read_next(ch);
       });
     }

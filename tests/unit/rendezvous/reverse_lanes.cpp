@@ -196,3 +196,20 @@ TEST_CASE_TEMPLATE("keepalive on a shared connection: pings both ways, nothing d
   CHECK(worker.stats().connections_made == 1);
   CHECK(ps.stats().connections_made == 0);
 }
+
+TEST_CASE_TEMPLATE("a peer that restarts is served from its first frame on, every time", T, TRANSPORTS) {
+  // Once the PS knows the worker is gone, a receive from it fails at once. The
+  // restarted worker sends as soon as the handshake is over: a receive started
+  // right after that must wait for its frame, not fail as if it were still gone.
+  auto spec = rvtest::loopback_cluster(1, 1);
+  auto o = test_options();
+  o.connect_timeout = 5s;
+  rv::endpoint<T> ps(ps0, spec, o);
+  for (std::uint32_t round = 0; round < 100; ++round) {
+    CAPTURE(round);
+    auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, o);
+    exchange(*worker, w0, ps, ps0, "req", 10, round);
+    worker.reset();
+    CHECK(ps.recv_sync(w0, "gone", 30s).ec == fw::make_error_code(fw::errc::connection_reset));
+  }
+}
