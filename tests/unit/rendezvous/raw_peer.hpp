@@ -53,17 +53,22 @@ struct log_capture {
   }
 };
 
+/// A blocking TCP socket connected to 127.0.0.1:`port`, or -1 (nobody listens).
+inline int dial_loopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
 /// A raw blocking TCP client.
 struct raw_client {
   int fd = -1;
-  explicit raw_client(std::uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  }
+  explicit raw_client(std::uint16_t port) : fd(dial_loopback(port)) { REQUIRE(fd >= 0); }
   ~raw_client() {
     if (fd >= 0) ::close(fd);
   }

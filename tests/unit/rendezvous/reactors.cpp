@@ -4,7 +4,6 @@
 // included) happens on that reactor's thread.
 
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -276,15 +275,8 @@ TEST_CASE_TEMPLATE("two reactors: a peer connecting while the endpoint starts is
       const auto deadline = std::chrono::steady_clock::now() + 30s;
       const auto hello = rvtest::hello_from(w0);
       while (std::chrono::steady_clock::now() < deadline) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(port);
-        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-          ::close(fd);
-          continue;
-        }
+        const int fd = rvtest::dial_loopback(port);
+        if (fd < 0) continue;
         if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size())) {
           pollfd p{fd, POLLIN, 0};
           std::byte ack[64];
