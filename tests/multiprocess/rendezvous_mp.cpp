@@ -17,7 +17,6 @@
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/dial.hpp"
 #include "../common/mp.hpp"
 #include "../common/mp_main.hpp"
 #include "../unit/rendezvous/test_util.hpp"
@@ -182,13 +182,7 @@ int run_kill() {
 
 int raw_connect(std::uint16_t port) {
   for (int attempt = 0; attempt < 400; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-    ::close(fd);
+    if (const int fd = fw::test::dial_loopback(port); fd >= 0) return fd;
     std::this_thread::sleep_for(25ms);
   }
   return -1;

@@ -6,7 +6,6 @@
 #include <fusewire/wire/codec.hpp>
 
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +19,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "../../common/dial.hpp"
 
 namespace rvtest {
 
@@ -53,17 +54,7 @@ struct log_capture {
   }
 };
 
-/// A blocking TCP socket connected to 127.0.0.1:`port`, or -1 (nobody listens).
-inline int dial_loopback(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-  ::close(fd);
-  return -1;
-}
+using fusewire::test::dial_loopback;
 
 /// A raw blocking TCP client.
 struct raw_client {
