@@ -252,6 +252,10 @@ class basic_reactor final : private detail::engine_hooks {
     posted_.push_back(detail::make_task(std::forward<F>(fn)));
   }
 
+  /// post() of a task the caller made (for transports: a task embedded in a
+  /// connection, posted without an allocation). Reactor thread only.
+  void post_task(detail::task_ptr t) noexcept { posted_.push_back(std::move(t)); }
+
   /// Calls `fn(std::error_code{})` at `when`, or `fn(errc::cancelled)` if the
   /// timer is cancelled or the reactor stops first. Exactly once, never inline.
   /// Reactor thread only.
@@ -598,7 +602,7 @@ class basic_reactor final : private detail::engine_hooks {
       std::size_t n = 0;
       for (auto& q : outgoing_) {
         n += q.size();
-        for (detail::task* t : q) delete t;
+        for (detail::task* t : q) t->dispose();
         q.clear();
       }
       outgoing_count_ = 0;
@@ -637,7 +641,7 @@ class basic_reactor final : private detail::engine_hooks {
     if (!target.accepting_.load(std::memory_order_seq_cst)) {
       in.producing().store(false, std::memory_order_release);
       const std::size_t n = pending.size();
-      for (detail::task* t : pending) delete t;
+      for (detail::task* t : pending) t->dispose();
       pending.clear();
       outgoing_count_ -= n;
       detail::bump(dropped_, n);
@@ -918,7 +922,7 @@ class basic_reactor_group {
     for (;;) {
       if (!target.accepting_.load(std::memory_order_seq_cst)) {
         in.producing().store(false, std::memory_order_release);
-        delete raw;
+        raw->dispose();
         return make_error_code(errc::cancelled);
       }
       if (in.queue().push(raw)) break;

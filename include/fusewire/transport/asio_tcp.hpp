@@ -49,6 +49,7 @@
 #include <fusewire/reactor/detail/function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/member_task.hpp>
 #include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
@@ -150,7 +151,7 @@ class asio_connection_state final : public ref_counted, public closable {
     if (direct) {
       start_write();  // Asio never completes inline
     } else {
-      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
+      write_task_.schedule(*reactor_);
     }
   }
 
@@ -193,7 +194,7 @@ class asio_connection_state final : public ref_counted, public closable {
     chunk_.reset();
     chunk_used_ = 0;
     ahead_.clear();
-    wind_down("asio_tcp: could not post close completions (out of memory)");
+    wind_down();
   }
 
   void shutdown() noexcept override { close(); }
@@ -222,7 +223,7 @@ class asio_connection_state final : public ref_counted, public closable {
       released_fd_ = -1;
       socket_->close(ec);
     }
-    wind_down("asio_tcp: could not post release completions (out of memory)");
+    wind_down();
   }
 
   /// Starts the connect; `on_done(error_code)` runs once, from Asio's handler.
@@ -247,24 +248,12 @@ class asio_connection_state final : public ref_counted, public closable {
   /// close() and async_release(), once the connection stopped being open:
   /// posts the completions of the queued operations, and lets go of the
   /// socket once Asio is done with it.
-  void wind_down(const char* no_memory) noexcept {
-    try {
-      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
-      schedule(write_pump_scheduled_, &asio_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report(no_memory);
-    }
+  void wind_down() noexcept {
+    read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
+    write_task_.schedule(*reactor_);
     release_socket_if_idle();
   }
 
-  void schedule(bool& flag, void (asio_connection_state::*pump)()) {
-    if (flag) return;
-    flag = true;
-    reactor_->post([self = ref_ptr<asio_connection_state>(this), &flag, pump] {
-      flag = false;
-      (self.get()->*pump)();
-    });
-  }
 
   /// Why queued operations fail now (or no error: they may run).
   std::error_code write_failure() const {
@@ -354,9 +343,13 @@ class asio_connection_state final : public ref_counted, public closable {
     pump_writes();
   }
 
+  // The front write is done (or failed): its completion runs from the reactor's
+  // queue. One at a time: writing_ holds until on_written ran.
   void post_written(boost::system::error_code ec) {
-    reactor_->post([self = ref_ptr<asio_connection_state>(this), ec] { self->on_written(ec); });
+    written_ec_ = ec;
+    written_task_.schedule(*reactor_);
   }
+  void run_written() { on_written(written_ec_); }
 
   void enqueue_read(read_op op) {
     if (!open_) op.preset = make_error_code(errc::connection_closed);
@@ -366,7 +359,7 @@ class asio_connection_state final : public ref_counted, public closable {
     if (direct) {
       start_read();  // Asio never completes inline
     } else {
-      schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
+      read_task_.schedule(*reactor_);
     }
   }
 
@@ -377,7 +370,7 @@ class asio_connection_state final : public ref_counted, public closable {
     detail::read_pump::pass pass(reads_pump_);
     while (!reading_ && !reads_.empty()) {
       if (!pass.serve()) {
-        schedule(reads_pump_.scheduled, &asio_connection_state::pump_reads);
+        read_task_.schedule(*reactor_);
         break;
       }
       read_op& front = reads_.front();
@@ -525,7 +518,10 @@ class asio_connection_state final : public ref_counted, public closable {
   bool connecting_ = false;
   detail::read_pump reads_pump_;
   bool direct_ = false;  // the Asio read in flight reads into the front read's destination
-  bool write_pump_scheduled_ = false;
+  member_task<asio_connection_state> read_task_{*this, &asio_connection_state::pump_reads};    ///< pump_reads, posted
+  member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
+  member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
+  boost::system::error_code written_ec_;  ///< what post_written passes on
   std::error_code read_error_;
   std::error_code write_error_;
   release_progress release_;

@@ -93,6 +93,7 @@
 #include <fusewire/reactor/uring_engine.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/member_task.hpp>
 #include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
@@ -201,7 +202,7 @@ class uring_connection_state final : public ref_counted, public closable {
   template <class H>
   void async_write(std::span<const const_buffer> sg, H&& handler) {
     reactor_->work_started();
-    auto req = std::make_unique<write_req>();
+    std::unique_ptr<write_req> req = spare_write_ ? std::move(spare_write_) : std::make_unique<write_req>();
     req->owner = this;
     req->complete = &on_send_cqe;
     req->handler = std::forward<H>(handler);
@@ -221,12 +222,12 @@ class uring_connection_state final : public ref_counted, public closable {
     if (direct) {
       write_req& w = *writes_.back();
       if (w.total <= opts_.speculative_send && try_send_now(w)) {
-        schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);  // completes it, posted
+        write_task_.schedule(*reactor_);  // completes it, posted
       } else if (!w.finished) {
         pump_writes();
       }
     } else {
-      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
+      write_task_.schedule(*reactor_);
     }
   }
 
@@ -276,7 +277,7 @@ class uring_connection_state final : public ref_counted, public closable {
     if (closable_linked_) reactor_->remove_closable(*this);
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
     (void)cancel_kernel_ops();  // without an SQE, the shutdown above still ends every pending recv/send
-    wind_down("uring_tcp: could not post close completions (out of memory)");
+    wind_down();
   }
 
   void shutdown() noexcept override { close(); }
@@ -308,7 +309,7 @@ class uring_connection_state final : public ref_counted, public closable {
       release_.fail(ec);
       ::shutdown(fd_, SHUT_RDWR);
     }
-    wind_down("uring_tcp: could not post release completions (out of memory)");
+    wind_down();
   }
 
  private:
@@ -368,26 +369,14 @@ class uring_connection_state final : public ref_counted, public closable {
   /// close() and async_release(), after the cancellations: drops what was read
   /// ahead, posts the completions of the queued operations, and lets go of the
   /// fd once the kernel is done with it.
-  void wind_down(const char* no_memory) noexcept {
+  void wind_down() noexcept {
     stash_.clear();
     stash_bytes_ = 0;
-    try {
-      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
-      schedule(pump_writes_scheduled_, &uring_connection_state::pump_writes);
-    } catch (...) {
-      reactor_->report(no_memory);
-    }
+    read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
+    write_task_.schedule(*reactor_);
     close_fd_if_idle();
   }
 
-  void schedule(bool& flag, void (uring_connection_state::*pump)()) {
-    if (flag) return;
-    flag = true;
-    reactor_->post([self = ref_ptr<uring_connection_state>(this), &flag, pump] {
-      flag = false;
-      (self.get()->*pump)();
-    });
-  }
 
   uring_engine& engine() noexcept { return reactor_->engine(); }
 
@@ -493,7 +482,7 @@ class uring_connection_state final : public ref_counted, public closable {
     detail::read_pump::pass pass(reads_pump_);
     while (!reads_.empty()) {
       if (!pass.serve()) {
-        schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
+        read_task_.schedule(*reactor_);
         break;
       }
       if (!open_) {
@@ -583,7 +572,7 @@ class uring_connection_state final : public ref_counted, public closable {
     if (direct) {
       pump_reads();
     } else {
-      schedule(reads_pump_.scheduled, &uring_connection_state::pump_reads);
+      read_task_.schedule(*reactor_);
     }
   }
 
@@ -744,6 +733,11 @@ class uring_connection_state final : public ref_counted, public closable {
       writes_.pop_front();
       if (done->sent != 0 && done->sent != done->total) release_.lose_stream();  // the peer got half
       complete(done->handler, done->result, done->sent);
+      if (!spare_write_) {  // the next write reuses it (the kernel is done with it)
+        std::destroy_at(done.get());
+        std::construct_at(done.get());
+        spare_write_ = std::move(done);
+      }
     }
   }
 
@@ -878,7 +872,8 @@ class uring_connection_state final : public ref_counted, public closable {
   /// Small exact reads still to be served by exact recvs after a large one.
   unsigned bulk_credit_ = 0;
   static constexpr unsigned bulk_follow_reads = 4;  ///< two frames' header and meta
-  bool pump_writes_scheduled_ = false;
+  member_task<uring_connection_state> read_task_{*this, &uring_connection_state::pump_reads};    ///< pump_reads, posted
+  member_task<uring_connection_state> write_task_{*this, &uring_connection_state::pump_writes};  ///< pump_writes, posted
   std::size_t kernel_ops_ = 0;  // requests + owed zero-copy notifications; holds a reference while > 0
   // Zero-copy notifications still owed, by all writes. Only these make close
   // reset the socket: kernel_ops_ also counts the CQE being handled, whose
@@ -898,6 +893,7 @@ class uring_connection_state final : public ref_counted, public closable {
   std::error_code write_error_;
   std::deque<read_req> reads_;
   std::deque<std::unique_ptr<write_req>> writes_;
+  std::unique_ptr<write_req> spare_write_;  ///< a finished write's record, for the next write
   std::deque<tensor_buffer> stash_;  // received, not yet read
   std::size_t stash_bytes_ = 0;
   tensor_buffer fallback_;
@@ -1016,14 +1012,7 @@ class uring_listener_state final : public ref_counted, public closable {
     uring_listener_state* owner = nullptr;
   };
 
-  void schedule_pump() {
-    if (pump_scheduled_) return;
-    pump_scheduled_ = true;
-    reactor_->post([self = ref_ptr<uring_listener_state>(this)] {
-      self->pump_scheduled_ = false;
-      self->pump();
-    });
-  }
+  void schedule_pump() noexcept { pump_task_.schedule(*reactor_); }
 
   void pump() {
     ref_ptr<uring_listener_state> guard(this);
@@ -1087,7 +1076,7 @@ class uring_listener_state final : public ref_counted, public closable {
   uring_options opts_;
   bool open_ = true;
   bool accepting_ = false;
-  bool pump_scheduled_ = false;
+  member_task<uring_listener_state> pump_task_{*this, &uring_listener_state::pump};  ///< pump, posted
   op_slot accept_op_;
   socket_address peer_;  // filled by the accept in flight
   std::deque<handler_type> pending_;

@@ -93,6 +93,7 @@
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/member_task.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
@@ -547,7 +548,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     }
     op.end = op.start + (op.preset ? 0 : op.total);
     writes_.push_back(std::move(op));
-    schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+    write_task_.schedule(*reactor_);
   }
 
   template <class H>
@@ -572,7 +573,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     if (!op.preset && op.total != 0) ++tx_queued_;
     op.end = tx_queued_;
     writes_.push_back(std::move(op));
-    schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+    write_task_.schedule(*reactor_);
   }
 
   template <class H>
@@ -583,7 +584,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     op.exact = std::forward<H>(handler);
     if (!open_) op.preset = make_error_code(errc::connection_closed);
     reads_.push_back(std::move(op));
-    schedule(read_pump_scheduled_, &verbs_conn_state::pump_reads);
+    read_task_.schedule(*reactor_);
   }
 
   template <class H>
@@ -593,7 +594,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     op.some = std::forward<H>(handler);
     if (!open_) op.preset = make_error_code(errc::connection_closed);
     reads_.push_back(std::move(op));
-    schedule(read_pump_scheduled_, &verbs_conn_state::pump_reads);
+    read_task_.schedule(*reactor_);
   }
 
   /// Local close: pending operations fail with errc::cancelled; the QP is
@@ -602,12 +603,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     if (!open_) return;
     open_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
-    try {
-      schedule(read_pump_scheduled_, &verbs_conn_state::pump_reads);
-      schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
-    } catch (...) {
-      reactor_->report("verbs: could not post close completions (out of memory)");
-    }
+    read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
+    write_task_.schedule(*reactor_);
     rx_buffered_.clear();
     rx_buffered_bytes_ = 0;
     if (phase_ != phase::open && established_) {
@@ -676,7 +673,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     window_active_ = false;
     revoking_ = true;
     revoke_pending_ = true;
-    schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+    write_task_.schedule(*reactor_);
   }
   /// True if revoke_window() would do something.
   bool revocable() const noexcept {
@@ -799,15 +796,6 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     std::size_t end;  // tx stream offset after this message's data
   };
 
-  void schedule(bool& flag, void (verbs_conn_state::*pump)()) {
-    if (flag) return;
-    flag = true;
-    reactor_->post([self = ref_ptr<verbs_conn_state>(this), &flag, pump] {
-      flag = false;
-      (self.get()->*pump)();
-    });
-  }
-
   template <class F, class... Args>
   void complete(F& handler, Args&&... args) {
     reactor_->work_finished();
@@ -868,8 +856,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     if (!write_error_) write_error_ = write_ec;
     if (!read_error_) read_error_ = read_ec;
     disconnect();
-    schedule(read_pump_scheduled_, &verbs_conn_state::pump_reads);
-    schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+    read_task_.schedule(*reactor_);
+    write_task_.schedule(*reactor_);
   }
 
   // ---- sending -----------------------------------------------------------------
@@ -1155,7 +1143,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
       complete(op.handler, std::error_code(), op.total);
     }
     // A refused operation now at the front completes from the pump, in order.
-    if (!writes_.empty() && writes_.front().preset) schedule(write_pump_scheduled_, &verbs_conn_state::pump_writes);
+    if (!writes_.empty() && writes_.front().preset) write_task_.schedule(*reactor_);
   }
 
   void pump_writes() {
@@ -1204,7 +1192,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
       }
       rx_buffered_.push_back(tensor_buffer::copy_of(const_buffer(p, n)));
       rx_buffered_bytes_ += n;
-      if (!reads_.empty()) schedule(read_pump_scheduled_, &verbs_conn_state::pump_reads);
+      if (!reads_.empty()) read_task_.schedule(*reactor_);
       return;
     }
   }
@@ -1270,8 +1258,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
   bool open_ = true;
   bool disconnecting_ = false;
   bool qp_reserved_ = false;
-  bool read_pump_scheduled_ = false;
-  bool write_pump_scheduled_ = false;
+  member_task<verbs_conn_state> read_task_{*this, &verbs_conn_state::pump_reads};    ///< pump_reads, posted
+  member_task<verbs_conn_state> write_task_{*this, &verbs_conn_state::pump_writes};  ///< pump_writes, posted
   bool retired_ = false;
   established_fn established_;
   std::string peer_;
@@ -1640,11 +1628,7 @@ class verbs_listener_state final : public ref_counted, public closable, public v
     destroy_id();
     for (auto& c : ready_) c->close();
     ready_.clear();
-    try {
-      schedule();
-    } catch (...) {
-      reactor_->report("verbs: could not post accept cancellations (out of memory)");
-    }
+    schedule();  // completes the pending accepts with errc::cancelled
   }
 
   void shutdown() noexcept override { close(); }
@@ -1700,14 +1684,7 @@ class verbs_listener_state final : public ref_counted, public closable, public v
     }
   }
 
-  void schedule() {
-    if (scheduled_) return;
-    scheduled_ = true;
-    reactor_->post([self = ref_ptr<verbs_listener_state>(this)] {
-      self->scheduled_ = false;
-      self->pump();
-    });
-  }
+  void schedule() noexcept { pump_task_.schedule(*reactor_); }
 
   void pump() {
     while (!pending_.empty()) {
@@ -1733,7 +1710,7 @@ class verbs_listener_state final : public ref_counted, public closable, public v
   rdma_cm_id* id_;
   std::uint16_t port_;
   bool open_ = true;
-  bool scheduled_ = false;
+  member_task<verbs_listener_state> pump_task_{*this, &verbs_listener_state::pump};  ///< pump, posted
   std::deque<handler_type> pending_;
   std::deque<ref_ptr<verbs_conn_state>> ready_;
 };

@@ -109,7 +109,9 @@ class unique_function<R(Args...)> {
   const ops_table* ops_ = nullptr;
 };
 
-/// A heap node holding one `void()` job; queues link these intrusively.
+/// A node holding one `void()` job; queues link these intrusively. Most are
+/// heap nodes (make_task); a task embedded in a longer-lived object overrides
+/// dispose() and is queued without an allocation.
 class task {
  public:
   task() = default;
@@ -117,8 +119,15 @@ class task {
   task& operator=(const task&) = delete;
   virtual ~task() = default;
   virtual void run() = 0;
+  /// Called once a queue is done with the task, whether it ran or was dropped.
+  virtual void dispose() noexcept { delete this; }
 
   task* next_ = nullptr;
+};
+
+/// task_ptr's deleter: hands the task back to its owner (task::dispose).
+struct task_disposer {
+  void operator()(task* t) const noexcept { t->dispose(); }
 };
 
 template <class F>
@@ -132,7 +141,7 @@ class task_impl final : public task {
   F fn_;
 };
 
-using task_ptr = std::unique_ptr<task>;
+using task_ptr = std::unique_ptr<task, task_disposer>;
 
 template <class F>
 task_ptr make_task(F&& f) {

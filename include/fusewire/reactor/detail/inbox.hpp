@@ -24,7 +24,7 @@ class spsc_inbox {
 
   /// Consumer side: deletes tasks that were never run.
   ~spsc_inbox() {
-    queue_.consume_all([](task* t) { delete t; });
+    queue_.consume_all([](task* t) { t->dispose(); });
   }
 
   boost::lockfree::spsc_queue<task*>& queue() noexcept { return queue_; }

@@ -21,10 +21,34 @@ namespace fusewire {
 inline namespace v0 {
 namespace detail {
 
+struct provided_buffer_memory;
+
+/// The control block of a handed-out provided buffer: one per buffer id, made
+/// with the ring, so that handing a buffer out allocates nothing. While the
+/// buffer is out it keeps the ring's memory alive.
+class provided_buffer_owner final : public buffer_owner {
+ public:
+  provided_buffer_owner() noexcept = default;
+
+  /// Buffer `bid` goes out (owning thread; the last hand-out's destroy() is over).
+  void hand_out(std::shared_ptr<provided_buffer_memory> keep, std::uint16_t bid) noexcept {
+    reset_refs();
+    keep_ = std::move(keep);
+    bid_ = bid;
+  }
+
+ private:
+  void destroy() noexcept override;  // after provided_buffer_ring, whose give_back it calls
+
+  std::shared_ptr<provided_buffer_memory> keep_;
+  std::uint16_t bid_ = 0;
+};
+
 /// Memory shared between the ring and every buffer handed out from it; freed
 /// when the ring and the last handed-out buffer are gone. Returns from other
 /// threads are queued under a mutex and put back by the owning thread.
 struct provided_buffer_memory {
+  std::unique_ptr<provided_buffer_owner[]> owners;  ///< one per buffer id
   std::byte* buffers = nullptr;
   std::size_t buffer_size = 0;
   unsigned count = 0;
@@ -66,6 +90,7 @@ class provided_buffer_ring {
     }
     mem->ring_mem = ring_mem;
     mem->buffers = static_cast<std::byte*>(::operator new(count * size, std::align_val_t{4096}));
+    mem->owners = std::make_unique<provided_buffer_owner[]>(count);
 
     io_uring_buf_reg reg;
     std::memset(&reg, 0, sizeof reg);
@@ -111,7 +136,9 @@ class provided_buffer_ring {
       return copy;
     }
     ++handed_over_;
-    return tensor_buffer::wrap(p, len, [mem = mem_, bid]() noexcept { give_back(mem, bid); });
+    provided_buffer_owner& owner = mem_->owners[bid];
+    owner.hand_out(mem_, bid);
+    return tensor_buffer_access::adopt(&owner, p, len);
   }
 
   /// Puts buffer `bid` (just returned by the kernel) straight back, unread.
@@ -183,6 +210,8 @@ class provided_buffer_ring {
     }
   }
 
+  friend class provided_buffer_owner;
+
   /// The ring owned by the calling thread (each reactor thread has at most one).
   static inline thread_local provided_buffer_ring* owner_thread_ = nullptr;
 
@@ -195,6 +224,14 @@ class provided_buffer_ring {
   std::uint64_t handed_over_ = 0;
   std::uint64_t copied_ = 0;
 };
+
+inline void provided_buffer_owner::destroy() noexcept {
+  // The buffer may be handed out again as soon as give_back put it back (on
+  // this thread at once, else by the owning thread): nothing below touches
+  // *this, which also dies with `mem` if that was the last reference.
+  std::shared_ptr<provided_buffer_memory> mem = std::move(keep_);
+  provided_buffer_ring::give_back(mem, bid_);
+}
 
 }  // namespace detail
 }  // namespace v0

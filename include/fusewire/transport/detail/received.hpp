@@ -57,7 +57,6 @@ struct read_pump {
   static constexpr unsigned budget = 64;
 
   bool running = false;
-  bool scheduled = false;  ///< a pump is posted to the reactor
 
   /// Marks one pass of the loop (restores the previous state when it ends).
   class pass {
