@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "../../common/reactor_wait.hpp"
+
 namespace fw = fusewire;
 using namespace std::chrono_literals;
 
@@ -26,20 +28,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// Hang guard: a lost wake-up or a missing completion fails the test instead of hanging it.
-template <class T>
-T get(std::future<T>& f) {
-  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "timed out waiting for a reactor");
-  return f.get();
-}
-
-fw::reactor_config make_config(fw::reactor_mode mode, unsigned count) {
-  fw::reactor_config cfg;
-  cfg.mode = mode;
-  cfg.count = count;
-  cfg.idle_poll = 50us;
-  return cfg;
-}
+using fw::test::get;
+using fw::test::make_config;
 
 const fw::reactor_mode all_modes[] = {fw::reactor_mode::poll, fw::reactor_mode::adaptive, fw::reactor_mode::block};
 

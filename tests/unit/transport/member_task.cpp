@@ -11,25 +11,13 @@
 #include <future>
 #include <thread>
 
+#include "../../common/reactor_wait.hpp"
+
 namespace fw = fusewire;
 using namespace std::chrono_literals;
 
-namespace {
-
-template <class T>
-T get(std::future<T>& f) {
-  REQUIRE_MESSAGE(f.wait_for(60s) == std::future_status::ready, "timed out waiting for a reactor");
-  return f.get();
-}
-
-fw::reactor_config make_config(fw::reactor_mode mode, unsigned count) {
-  fw::reactor_config cfg;
-  cfg.mode = mode;
-  cfg.count = count;
-  return cfg;
-}
-
-}  // namespace
+using fw::test::get;
+using fw::test::make_config;
 
 namespace {
 
