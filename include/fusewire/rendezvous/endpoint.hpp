@@ -1328,11 +1328,10 @@ class endpoint {
     }
 
     // The peer is verified and waits for our hello_ack; once that is written,
-    // its frames are read here.
-    // The peer counts as connected from here, not from when the ack's write
-    // completes: it sends as soon as it has the ack, and a receive for it
-    // started before that completion ran must wait, not fail as if the peer
-    // were still down.
+    // its frames are read here. It counts as connected already now, not from
+    // when the ack's write completes: it sends as soon as it has the ack, and a
+    // receive for it started before that completion ran must wait, not fail as
+    // if the peer were still down.
     void admit(const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer, protocol::pending_ack ack) {
       inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
       in.peer = peer.task.to_string();

@@ -254,7 +254,6 @@ class asio_connection_state final : public ref_counted, public closable {
     release_socket_if_idle();
   }
 
-
   /// Why queued operations fail now (or no error: they may run).
   std::error_code write_failure() const {
     if (!open_) return make_error_code(errc::cancelled);
