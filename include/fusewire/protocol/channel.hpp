@@ -25,6 +25,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include <fusewire/core/buffer_pool.hpp>
+#include <fusewire/core/detail/reusable_buffer.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -60,29 +61,6 @@ inline tensor_buffer payload_buffer(buffer_pool* pool, unsigned shard, std::size
   }
   return tensor_buffer::allocate(size);
 }
-
-namespace detail {
-
-/// A small heap buffer one owner hands out again and again: `take(n)` gives
-/// its first `n` bytes while nobody else holds them (the last frame's head or
-/// prefix died, on whatever thread), else a fresh buffer. Saves an
-/// allocation per frame in a request/response exchange.
-class reusable_buffer {
- public:
-  static constexpr std::size_t capacity = 256;
-
-  tensor_buffer take(std::size_t n) {
-    if (n == 0 || n > capacity) return tensor_buffer::allocate(n);
-    if (cache_.empty()) cache_ = tensor_buffer::allocate(capacity);
-    if (!cache_.sole()) return tensor_buffer::allocate(n);
-    return cache_.share(0, n);
-  }
-
- private:
-  tensor_buffer cache_;
-};
-
-}  // namespace detail
 
 /// Framed messages over connection type `Connection`; shared by the handlers
 /// of its in-flight operations (create with std::make_shared).
@@ -216,8 +194,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   wire::limits limits_;
   std::array<std::byte, wire::header_size> header_bytes_{};
   frame_head head_;  ///< the frame whose meta is being read
-  detail::reusable_buffer metas_;     ///< small metas read
-  detail::reusable_buffer prefixes_;  ///< small header + meta written
+  fusewire::detail::reusable_buffer metas_;     ///< small metas read
+  fusewire::detail::reusable_buffer prefixes_;  ///< small header + meta written
 };
 
 }  // namespace protocol

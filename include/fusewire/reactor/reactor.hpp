@@ -425,9 +425,11 @@ class basic_reactor final : private detail::engine_hooks {
   void run_loop() {
     const reactor_config& cfg = group_->config();
     auto last_work = clock::now();
+    bool spinning = cfg.mode == reactor_mode::poll;  // whether the last tick did not sleep (block: never asked)
     for (;;) {
       if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stop();
-      const bool worked = tick();
+      const bool worked = tick(spinning);
+      spinning = cfg.mode != reactor_mode::block;
       if (stopping_) {
         if (!reported_quiescent_ && (quiescent() || clock::now() >= stop_deadline_)) {
           if (!quiescent()) {
@@ -451,16 +453,24 @@ class basic_reactor final : private detail::engine_hooks {
         continue;
       }
       sleep();
+      spinning = false;
       if (cfg.mode == reactor_mode::adaptive) last_work = clock::now();
     }
   }
 
-  bool tick() {
+  /// `spinning`: the loop polls (it did not sleep before this tick and will
+  /// not sleep after an idle one), so an engine that can (uring_engine::spin)
+  /// may read its hottest connections with a plain recv, as a busy-polling C
+  /// program does; before the posted tasks, which send what those reads answer.
+  bool tick(bool spinning) {
     detail::bump(ticks_);
     bool worked = drain_inboxes();
     if (!timers_.empty()) worked |= run_timers();
     try {
       worked |= engine_->poll();
+      if constexpr (requires { { engine_->spin() } -> std::same_as<bool>; }) {
+        if (spinning) worked |= engine_->spin();
+      }
     } catch (...) {
       report_exception("the engine");
       worked = true;

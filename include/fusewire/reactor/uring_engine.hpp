@@ -5,6 +5,8 @@
 
 #include <liburing.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -108,6 +110,23 @@ struct uring_op {
   complete_fn complete = nullptr;
 };
 
+/// A connection waiting for a few bytes that a spinning reactor reads with a
+/// plain non-blocking recv each tick (see uring_engine::watch()).
+class spin_reader {
+ public:
+  enum class result : std::uint8_t {
+    idle,  ///< nothing arrived; keep watching
+    read,  ///< bytes arrived (and were handled); keep watching
+    done,  ///< nothing to wait for any more: stop watching
+  };
+  /// Called on the reactor's thread; may run handlers (which may watch or
+  /// unwatch readers, this one included).
+  virtual result spin_read() = 0;
+
+ protected:
+  ~spin_reader() = default;
+};
+
 }  // namespace detail
 
 /// An io_uring owned by one reactor thread. Transports get SQEs with start(op),
@@ -124,12 +143,21 @@ class uring_engine {
     bool provided_buffers = true;  ///< register a provided-buffer ring for multishot receives
     unsigned buffer_count = 256;   ///< provided buffers (a power of two)
     std::size_t buffer_size = 16384;
+    /// Connections a spinning reactor (poll mode, or adaptive while it polls)
+    /// reads with a plain recv each tick, as a busy-polling C program does,
+    /// instead of waiting for their multishot receive's completion; the most
+    /// recently waiting ones win. 0: off. Needs DEFER_TASKRUN (see watch()).
+    unsigned spin_readers = 4;
   };
+
+  static constexpr unsigned max_spin_readers = 8;
 
   /// Creates the ring, dropping setup flags the kernel refuses (EINVAL) one by one.
   /// Throws std::system_error if io_uring itself is unavailable.
-  uring_engine(const config& cfg, detail::engine_hooks& hooks) : hooks_(&hooks), wake_fd_(hooks.wake_fd()) {
+  uring_engine(const config& cfg, detail::engine_hooks& hooks)
+      : hooks_(&hooks), wake_fd_(hooks.wake_fd()), spin_capacity_(std::min(cfg.spin_readers, max_spin_readers)) {
     setup(cfg);
+    if (!features_.defer_taskrun) spin_capacity_ = 0;
     arm_wake();
   }
 
@@ -195,6 +223,58 @@ class uring_engine {
 
   bool busy() const noexcept { return inflight_ != 0; }
 
+  /// Whether watch() does anything: the reactor spins (it called spin()) and
+  /// the ring defers its task work to io_uring_enter on this thread.
+  bool spin_reads() const noexcept { return spinning_ && spin_capacity_ != 0; }
+
+  /// Asks for `r.spin_read()` on every spinning tick, after poll() reaped the
+  /// completions, until it says done or unwatch(r). A reader may take bytes
+  /// with a plain recv while its multishot recv stays armed: with
+  /// DEFER_TASKRUN the kernel runs a multishot recv only inside this thread's
+  /// io_uring_enter, so no completion of it can be pending then (spin() checks
+  /// the CQ is empty and not overflowing), and whatever it reads later comes
+  /// after those bytes in the stream. Evicts the longest-watched reader when full.
+  void watch(detail::spin_reader& r) {
+    if (!spin_reads()) return;
+    const auto end = spin_list_.begin() + spin_count_;
+    if (std::find(spin_list_.begin(), end, &r) != end) return;
+    if (spin_count_ == spin_capacity_) {
+      std::copy(spin_list_.begin() + 1, end, spin_list_.begin());
+      --spin_count_;
+    }
+    spin_list_[spin_count_++] = &r;
+  }
+
+  void unwatch(detail::spin_reader& r) noexcept {
+    const auto end = spin_list_.begin() + spin_count_;
+    const auto it = std::find(spin_list_.begin(), end, &r);
+    if (it == end) return;
+    std::copy(it + 1, end, it);
+    --spin_count_;
+  }
+
+  /// The reactor calls this on ticks it will not sleep after (see watch());
+  /// true if a reader took bytes.
+  bool spin() {
+    spinning_ = true;
+    if (spin_count_ == 0 || io_uring_cq_ready(&ring_) != 0) return false;
+    if ((__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_CQ_OVERFLOW) != 0) return false;
+    // Handlers may watch or unwatch readers (or destroy them, which unwatches):
+    // each one of the snapshot is called only while it is still watched.
+    const std::array<detail::spin_reader*, max_spin_readers> snapshot = spin_list_;
+    const unsigned n = spin_count_;
+    bool worked = false;
+    for (unsigned i = 0; i < n; ++i) {
+      detail::spin_reader* r = snapshot[i];
+      const auto end = spin_list_.begin() + spin_count_;
+      if (std::find(spin_list_.begin(), end, r) == end) continue;
+      const detail::spin_reader::result got = r->spin_read();
+      if (got == detail::spin_reader::result::done) unwatch(*r);
+      worked |= got == detail::spin_reader::result::read;
+    }
+    return worked;
+  }
+
   /// Operations whose final CQE has not arrived.
   std::size_t inflight() const noexcept { return inflight_; }
   /// io_uring_enter calls made (submissions + waits); one per tick at most.
@@ -209,12 +289,26 @@ class uring_engine {
   /// (completions of network operations). With TASKRUN_FLAG the kernel says when
   /// task work is pending, so an idle busy-poll tick stays in user space; every
   /// 64th tick enters anyway, as a safety net.
+  ///
+  /// With spin readers watched, task work first seen pending waits one tick:
+  /// it is most likely the wake of bytes a reader's plain recv takes in that
+  /// tick's spin(), sooner than the multishot recv would deliver them (the
+  /// multishot then finds nothing, later and off the critical path).
   bool needs_enter() noexcept {
     if (io_uring_sq_ready(&ring_) != 0) return true;
     if (inflight_ == 0) return false;
     if (!features_.taskrun_flag) return true;
     const unsigned flags = __atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE);
-    if ((flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0) return true;
+    if ((flags & IORING_SQ_CQ_OVERFLOW) != 0) return true;
+    if ((flags & IORING_SQ_TASKRUN) != 0) {
+      if (spin_count_ == 0 || taskrun_seen_) {
+        taskrun_seen_ = false;
+        return true;
+      }
+      taskrun_seen_ = true;
+      return false;
+    }
+    taskrun_seen_ = false;
     return (++quiet_polls_ & 63u) == 0;
   }
 
@@ -358,6 +452,11 @@ class uring_engine {
   std::size_t inflight_ = 0;
   std::uint64_t enters_ = 0;
   unsigned quiet_polls_ = 0;
+  unsigned spin_capacity_;
+  unsigned spin_count_ = 0;
+  bool spinning_ = false;
+  bool taskrun_seen_ = false;
+  std::array<detail::spin_reader*, max_spin_readers> spin_list_{};
 };
 
 static_assert(reactor_engine<uring_engine>);

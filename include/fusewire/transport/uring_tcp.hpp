@@ -28,6 +28,15 @@
 /// - The multishot recv stays armed between read_some calls (that is its point)
 ///   until config::read_ahead unconsumed bytes pile up; then it is cancelled
 ///   (backpressure) and re-armed on demand.
+/// - On a spinning reactor (poll mode, adaptive while it polls) a connection
+///   whose small exact read waits for the multishot recv is also read with a plain
+///   non-blocking recv (at most spin_read_bytes) once a tick, for the few
+///   connections that waited last (uring_engine::config::spin_readers): bytes
+///   then reach the reader without the multishot's detour through task work
+///   and a completion, as with a busy-polling C program. The multishot recv
+///   stays armed, so the reactor can still sleep; its stream order is kept
+///   because with DEFER_TASKRUN the kernel runs it only inside this thread's
+///   io_uring_enter (see uring_engine::watch()). Without DEFER_TASKRUN this is off.
 ///
 /// Sending
 /// - async_write of at most config::speculative_send bytes (16 KiB) with no
@@ -87,6 +96,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include <fusewire/core/detail/reusable_buffer.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/reactor/detail/function.hpp>
@@ -136,6 +146,7 @@ struct uring_tcp_stats {
   std::uint64_t ring_buffers = 0;         ///< provided buffers received
   std::uint64_t direct_recvs = 0;         ///< plain recvs straight into a destination
   std::uint64_t fallback_recvs = 0;       ///< plain recvs into a heap buffer (no ring, or ring empty)
+  std::uint64_t spin_reads = 0;           ///< plain non-blocking recvs of a spinning reactor that got bytes
   std::uint64_t bytes_copied_to_destination = 0;  ///< read-ahead bytes copied into async_read destinations
 };
 
@@ -154,7 +165,7 @@ struct uring_options {
 };
 
 /// One connection's state, kept alive by its handle and by its kernel operations.
-class uring_connection_state final : public ref_counted, public closable {
+class uring_connection_state final : public ref_counted, public closable, public spin_reader {
  public:
   using connect_handler = unique_function<void(std::error_code, uring_tcp_connection)>;
   using release_handler = release_progress::handler_type;
@@ -171,7 +182,10 @@ class uring_connection_state final : public ref_counted, public closable {
   }
 
   ~uring_connection_state() override {
-    if (closable_linked_) reactor_->remove_closable(*this);
+    if (closable_linked_) {  // still open, so the reactor (and its engine) still runs
+      reactor_->remove_closable(*this);
+      engine().unwatch(*this);
+    }
     if (fd_ >= 0) ::close(fd_);
   }
 
@@ -370,6 +384,7 @@ class uring_connection_state final : public ref_counted, public closable {
   /// ahead, posts the completions of the queued operations, and lets go of the
   /// fd once the kernel is done with it.
   void wind_down() noexcept {
+    engine().unwatch(*this);
     stash_.clear();
     stash_bytes_ = 0;
     read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
@@ -534,6 +549,7 @@ class uring_connection_state final : public ref_counted, public closable {
       if (small && bulk_credit_ == 0 && multishot_usable()) {
         // Small: wait for the multishot receive and copy (no recv SQE per read).
         if (multishot_ == multishot_state::idle) arm_multishot();
+        engine().watch(*this);
         break;
       }
       if (multishot_ == multishot_state::armed) {
@@ -614,6 +630,37 @@ class uring_connection_state final : public ref_counted, public closable {
     io_uring_prep_recv(sqe, fd_, fallback_.data(), fallback_.size(), 0);
     direct_ = direct_kind::fallback;
     ++stats_.fallback_recvs;
+  }
+
+  /// A spinning reactor's plain recv (see uring_engine::watch()), while the
+  /// front read, a small exact one, waits for the multishot recv: nothing read
+  /// ahead, no other recv in flight or being cancelled.
+  result spin_read() override {
+    if (!open_ || reads_.empty() || multishot_ != multishot_state::armed || direct_ != direct_kind::none ||
+        stash_bytes_ != 0) {
+      return result::done;
+    }
+    // Only small exact reads: a read_some keeps getting ring buffers (handed over as they are).
+    const read_req& front = reads_.front();
+    if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return result::done;
+    tensor_buffer buf = spin_buffer_.take(spin_read_bytes);
+    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return result::idle;
+      // The recv took the socket's error: the multishot recv may never see it.
+      if (!read_error_) read_error_ = error_from(-err);
+    } else if (n == 0) {
+      if (!read_error_) read_error_ = make_error_code(errc::connection_closed);
+    } else {
+      buf.trim(static_cast<std::size_t>(n));
+      stash_bytes_ += buf.size();
+      stats_.bytes_received += buf.size();
+      ++stats_.spin_reads;
+      stash_.push_back(std::move(buf));
+    }
+    pump_reads();  // may re-watch this
+    return n > 0 ? result::read : result::done;
   }
 
   static void on_multishot_cqe(uring_op* op, int res, unsigned flags) {
@@ -897,6 +944,8 @@ class uring_connection_state final : public ref_counted, public closable {
   std::deque<tensor_buffer> stash_;  // received, not yet read
   std::size_t stash_bytes_ = 0;
   tensor_buffer fallback_;
+  static constexpr std::size_t spin_read_bytes = 4096;  ///< a spinning reactor's plain recv takes at most this
+  fusewire::detail::reusable_buffer spin_buffer_{spin_read_bytes};
   uring_tcp_stats stats_;
 };
 

@@ -263,7 +263,7 @@ TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the accept
 }
 
 TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, else a fresh buffer") {
-  fw::protocol::detail::reusable_buffer r;
+  fw::detail::reusable_buffer r;
   fw::tensor_buffer first = r.take(40);
   REQUIRE(first.size() == 40);
   fw::tensor_buffer second = r.take(40);  // the first is still held: not the same bytes
@@ -274,8 +274,8 @@ TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, el
   CHECK(third.data() == cached);
   CHECK(third.size() == 100);
   third.reset();
-  fw::tensor_buffer big = r.take(fw::protocol::detail::reusable_buffer::capacity + 1);
-  CHECK(big.size() == fw::protocol::detail::reusable_buffer::capacity + 1);
+  fw::tensor_buffer big = r.take(r.capacity() + 1);
+  CHECK(big.size() == r.capacity() + 1);
   CHECK(big.data() != cached);
   CHECK(r.take(0).empty());
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -465,5 +466,103 @@ TEST_CASE("provided buffers: handed out without an allocation, back in the ring 
   }
   br.reset();
   io_uring_queue_exit(&ring);
+}
+#endif
+
+#if FUSEWIRE_HAS_URING
+namespace {
+
+/// A spin reader that counts its calls and gives the answer it is told.
+struct counting_reader final : fw::detail::spin_reader {
+  std::atomic<int> calls{0};
+  std::atomic<result> answer{result::idle};
+  std::function<void()> during;  // runs inside each call
+  result spin_read() override {
+    ++calls;
+    if (during) during();
+    return answer.load();
+  }
+};
+
+fw::uring_engine& this_engine() { return fw::uring_reactor::current()->engine(); }
+
+/// Waits (bounded) until `done()` holds; its last answer.
+template <class F>
+bool eventually(F done) {
+  for (int i = 0; i < 5000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("uring engine: a spinning reactor reads the connections it watches each tick, the latest ones first") {
+  for (fw::reactor_mode mode : all_modes) {
+    CAPTURE(mode_name(mode));
+    counting_reader a, b, c, d;  // outlive the reactor, which may still call them until it stops
+    fw::uring_engine::config ecfg;
+    ecfg.spin_readers = 2;
+    fw::uring_reactor_group group(make_config(mode, 1), ecfg);
+    auto on = [&group](auto fn) {
+      auto f = group.submit(0, std::move(fn));
+      return get(f);
+    };
+    if (!on([] { return this_engine().features().defer_taskrun; })) {
+      MESSAGE("no DEFER_TASKRUN on this kernel: spin reads are off");
+      CHECK_FALSE(on([] { return this_engine().spin_reads(); }));
+      return;
+    }
+    if (mode == fw::reactor_mode::block) {
+      // Never spins: watching does nothing.
+      on([&] {
+        this_engine().watch(a);
+        return 0;
+      });
+      std::this_thread::sleep_for(20ms);
+      on([] { return 0; });
+      CHECK_FALSE(on([] { return this_engine().spin_reads(); }));
+      CHECK(a.calls == 0);
+      continue;
+    }
+    // Spinning starts with the first spinning tick.
+    REQUIRE(eventually([&] { return on([] { return this_engine().spin_reads(); }); }));
+    on([&] {  // two places: the first one watched is evicted
+      this_engine().watch(a);
+      this_engine().watch(b);
+      this_engine().watch(c);
+      this_engine().watch(b);  // already watched: stays where it is
+      return 0;
+    });
+    CHECK(eventually([&] { return b.calls > 0 && c.calls > 0; }));
+    CHECK(a.calls == 0);
+    if (mode == fw::reactor_mode::adaptive) continue;  // it sleeps after 50 us: no more calls to count
+
+    // A reader that says done is called no more.
+    c.answer = counting_reader::result::done;
+    CHECK(eventually([&] { return on([&] { return c.calls.load(); }) == on([&] { return c.calls.load(); }); }));
+    const int c_calls = c.calls;
+    const int b_calls = b.calls;
+    CHECK(eventually([&] { return b.calls > b_calls + 100; }));
+    CHECK(c.calls == c_calls);
+
+    // A reader unwatched by an earlier reader's call in the same tick is not called in it.
+    int b_watched_at = 0;
+    on([&] {
+      this_engine().unwatch(b);
+      d.during = [&b] { this_engine().unwatch(b); };
+      this_engine().watch(d);
+      this_engine().watch(b);
+      b_watched_at = b.calls;
+      return 0;
+    });
+    CHECK(eventually([&] { return d.calls > 100; }));
+    CHECK(b.calls == b_watched_at);
+    on([&] {
+      this_engine().unwatch(d);
+      return 0;
+    });
+  }
 }
 #endif
