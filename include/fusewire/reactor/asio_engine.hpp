@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include <fusewire/reactor/detail/spin_readers.hpp>
 #include <fusewire/reactor/reactor.hpp>
 
 namespace fusewire {
@@ -28,10 +29,15 @@ class asio_engine {
   struct config {
     /// io_context concurrency hint; the default turns off Asio's internal locking.
     int concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
+    /// Connections a spinning reactor (poll mode, or adaptive while it polls)
+    /// reads with a plain recv each tick, as a busy-polling C program does,
+    /// instead of waiting for epoll to report them; the most recently waiting
+    /// ones win (at most detail::spin_list::max_readers). 0: off.
+    unsigned spin_readers = 4;
   };
 
   asio_engine(const config& cfg, detail::engine_hooks& hooks)
-      : context_(cfg.concurrency_hint), work_(context_.get_executor()), wake_(context_) {
+      : context_(cfg.concurrency_hint), work_(context_.get_executor()), wake_(context_), spin_(cfg.spin_readers) {
     const int fd = ::dup(hooks.wake_fd());
     if (fd < 0) throw std::system_error(errno, std::system_category(), "asio_engine: dup(eventfd) failed");
     wake_.assign(fd);
@@ -64,6 +70,20 @@ class asio_engine {
   /// count their operations with work_started/work_finished).
   bool busy() const noexcept { return false; }
 
+  /// Whether watch() does anything: the reactor spins (it called spin()).
+  bool spin_reads() const noexcept { return spin_.active(); }
+
+  /// Asks for `r.spin_read()` on every spinning tick, after poll() ran the
+  /// ready handlers, until it says done or unwatch(r). The reader owns every
+  /// read of its socket that can race with this one (asio_tcp waits for
+  /// readability and reads itself), so the stream keeps its order. Evicts the
+  /// longest-watched reader when full.
+  void watch(detail::spin_reader& r) noexcept { spin_.watch(r); }
+  void unwatch(detail::spin_reader& r) noexcept { spin_.unwatch(r); }
+
+  /// The reactor calls this on ticks it will not sleep after; true if a reader took bytes.
+  bool spin() { return spin_.spin(true); }
+
   static constexpr std::string_view name() noexcept { return "asio"; }
 
  private:
@@ -79,6 +99,7 @@ class asio_engine {
   boost::asio::io_context context_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::posix::stream_descriptor wake_;
+  detail::spin_list spin_;  ///< connections read with a plain recv while spinning
 };
 
 static_assert(reactor_engine<asio_engine>);

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <system_error>
 
+#include <fusewire/reactor/detail/spin_readers.hpp>
 #include <fusewire/reactor/detail/uring_buffers.hpp>
 #include <fusewire/reactor/reactor.hpp>
 
@@ -110,23 +111,6 @@ struct uring_op {
   complete_fn complete = nullptr;
 };
 
-/// A connection waiting for a few bytes that a spinning reactor reads with a
-/// plain non-blocking recv each tick (see uring_engine::watch()).
-class spin_reader {
- public:
-  enum class result : std::uint8_t {
-    idle,  ///< nothing arrived; keep watching
-    read,  ///< bytes arrived (and were handled); keep watching
-    done,  ///< nothing to wait for any more: stop watching
-  };
-  /// Called on the reactor's thread; may run handlers (which may watch or
-  /// unwatch readers, this one included).
-  virtual result spin_read() = 0;
-
- protected:
-  ~spin_reader() = default;
-};
-
 }  // namespace detail
 
 /// An io_uring owned by one reactor thread. Transports get SQEs with start(op),
@@ -150,14 +134,14 @@ class uring_engine {
     unsigned spin_readers = 4;
   };
 
-  static constexpr unsigned max_spin_readers = 8;
+  static constexpr unsigned max_spin_readers = detail::spin_list::max_readers;
 
   /// Creates the ring, dropping setup flags the kernel refuses (EINVAL) one by one.
   /// Throws std::system_error if io_uring itself is unavailable.
   uring_engine(const config& cfg, detail::engine_hooks& hooks)
-      : hooks_(&hooks), wake_fd_(hooks.wake_fd()), spin_capacity_(std::min(cfg.spin_readers, max_spin_readers)) {
+      : hooks_(&hooks), wake_fd_(hooks.wake_fd()), spin_(0) {
     setup(cfg);
-    if (!features_.defer_taskrun) spin_capacity_ = 0;
+    if (features_.defer_taskrun) spin_ = detail::spin_list(cfg.spin_readers);
     arm_wake();
   }
 
@@ -225,7 +209,7 @@ class uring_engine {
 
   /// Whether watch() does anything: the reactor spins (it called spin()) and
   /// the ring defers its task work to io_uring_enter on this thread.
-  bool spin_reads() const noexcept { return spinning_ && spin_capacity_ != 0; }
+  bool spin_reads() const noexcept { return spin_.active(); }
 
   /// Asks for `r.spin_read()` on every spinning tick, after poll() reaped the
   /// completions, until it says done or unwatch(r). A reader may take bytes
@@ -234,45 +218,15 @@ class uring_engine {
   /// io_uring_enter, so no completion of it can be pending then (spin() checks
   /// the CQ is empty and not overflowing), and whatever it reads later comes
   /// after those bytes in the stream. Evicts the longest-watched reader when full.
-  void watch(detail::spin_reader& r) {
-    if (!spin_reads()) return;
-    const auto end = spin_list_.begin() + spin_count_;
-    if (std::find(spin_list_.begin(), end, &r) != end) return;
-    if (spin_count_ == spin_capacity_) {
-      std::copy(spin_list_.begin() + 1, end, spin_list_.begin());
-      --spin_count_;
-    }
-    spin_list_[spin_count_++] = &r;
-  }
-
-  void unwatch(detail::spin_reader& r) noexcept {
-    const auto end = spin_list_.begin() + spin_count_;
-    const auto it = std::find(spin_list_.begin(), end, &r);
-    if (it == end) return;
-    std::copy(it + 1, end, it);
-    --spin_count_;
-  }
+  void watch(detail::spin_reader& r) noexcept { spin_.watch(r); }
+  void unwatch(detail::spin_reader& r) noexcept { spin_.unwatch(r); }
 
   /// The reactor calls this on ticks it will not sleep after (see watch());
   /// true if a reader took bytes.
   bool spin() {
-    spinning_ = true;
-    if (spin_count_ == 0 || io_uring_cq_ready(&ring_) != 0) return false;
-    if ((__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_CQ_OVERFLOW) != 0) return false;
-    // Handlers may watch or unwatch readers (or destroy them, which unwatches):
-    // each one of the snapshot is called only while it is still watched.
-    const std::array<detail::spin_reader*, max_spin_readers> snapshot = spin_list_;
-    const unsigned n = spin_count_;
-    bool worked = false;
-    for (unsigned i = 0; i < n; ++i) {
-      detail::spin_reader* r = snapshot[i];
-      const auto end = spin_list_.begin() + spin_count_;
-      if (std::find(spin_list_.begin(), end, r) == end) continue;
-      const detail::spin_reader::result got = r->spin_read();
-      if (got == detail::spin_reader::result::done) unwatch(*r);
-      worked |= got == detail::spin_reader::result::read;
-    }
-    return worked;
+    const bool cq_quiet = io_uring_cq_ready(&ring_) == 0 &&
+                          (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_CQ_OVERFLOW) == 0;
+    return spin_.spin(cq_quiet);
   }
 
   /// Operations whose final CQE has not arrived.
@@ -301,7 +255,7 @@ class uring_engine {
     const unsigned flags = __atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE);
     if ((flags & IORING_SQ_CQ_OVERFLOW) != 0) return true;
     if ((flags & IORING_SQ_TASKRUN) != 0) {
-      if (spin_count_ == 0 || taskrun_seen_) {
+      if (spin_.empty() || taskrun_seen_) {
         taskrun_seen_ = false;
         return true;
       }
@@ -452,11 +406,8 @@ class uring_engine {
   std::size_t inflight_ = 0;
   std::uint64_t enters_ = 0;
   unsigned quiet_polls_ = 0;
-  unsigned spin_capacity_;
-  unsigned spin_count_ = 0;
-  bool spinning_ = false;
   bool taskrun_seen_ = false;
-  std::array<detail::spin_reader*, max_spin_readers> spin_list_{};
+  detail::spin_list spin_;  ///< connections read with a plain recv while spinning
 };
 
 static_assert(reactor_engine<uring_engine>);

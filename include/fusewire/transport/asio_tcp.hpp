@@ -11,13 +11,18 @@
 /// following reads then copy out); a larger one first takes what was read
 /// ahead, then reads the rest straight into its destination.
 ///
+/// Reads into the chunk are plain non-blocking recvs made by the connection
+/// itself; when the socket has nothing, it waits through Asio for the socket
+/// to be readable (Asio reads nothing for it), and a spinning reactor (poll
+/// mode, or adaptive while it polls) tries the recv on every tick meanwhile,
+/// as a busy-polling C program does (asio_engine::config::spin_readers).
+///
 /// async_release (a move to another reactor; see handoff_transport in
 /// concepts.hpp) takes the socket back from Asio (basic_socket::release(),
 /// which aborts Asio's operations on it) and hands it out once their handlers
 /// ran, non-blocking and close-on-exec whatever Asio left it as; unless the
-/// chunk holds bytes no read consumed (read ahead before the release, or by a
-/// receive Asio had finished but not yet delivered), or an exact read or a
-/// write was cut in half: then the socket is closed.
+/// chunk holds bytes no read consumed (read ahead before the release), or an
+/// exact read or a write was cut in half: then the socket is closed.
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -81,6 +86,19 @@ struct transfer_everything {
   }
 };
 
+}  // namespace detail
+
+/// What one asio_tcp connection did; for tests, benchmarks and diagnostics.
+struct asio_tcp_stats {
+  std::uint64_t bytes_received = 0;
+  std::uint64_t recvs = 0;         ///< plain non-blocking recvs into the read chunk that got bytes
+  std::uint64_t spin_reads = 0;    ///< of those, the ones a spinning reactor made (asio_engine::watch())
+  std::uint64_t waits = 0;         ///< waits for the socket to be readable
+  std::uint64_t direct_reads = 0;  ///< Asio reads straight into an exact read's destination
+};
+
+namespace detail {
+
 struct asio_options {
   std::size_t read_chunk;
   bool keepalive;
@@ -108,7 +126,7 @@ struct asio_read_op {
 
 /// One TCP connection's state, shared by its handle and its in-flight Asio
 /// operations (which hold a ref_ptr until their handler ran).
-class asio_connection_state final : public ref_counted, public closable {
+class asio_connection_state final : public ref_counted, public closable, public spin_reader {
  public:
   using socket_type = boost::asio::ip::tcp::socket;
   using release_handler = release_progress::handler_type;
@@ -119,7 +137,10 @@ class asio_connection_state final : public ref_counted, public closable {
   }
 
   ~asio_connection_state() override {
-    if (closable_linked_) reactor_->remove_closable(*this);
+    if (closable_linked_) {  // still open, so the reactor (and its engine) still runs
+      reactor_->remove_closable(*this);
+      reactor_->engine().unwatch(*this);
+    }
     if (released_fd_ >= 0) ::close(released_fd_);
   }
 
@@ -127,6 +148,7 @@ class asio_connection_state final : public ref_counted, public closable {
   bool is_open() const noexcept { return open_; }
   const std::string& peer() const noexcept { return peer_; }
   int native_handle() noexcept { return socket_ ? socket_->native_handle() : -1; }
+  const asio_tcp_stats& stats() const noexcept { return stats_; }
 
   /// Applies TCP_NODELAY/SO_KEEPALIVE (and SO_SNDBUF to a peer on this host)
   /// and remembers the peer's address.
@@ -249,6 +271,7 @@ class asio_connection_state final : public ref_counted, public closable {
   /// posts the completions of the queued operations, and lets go of the
   /// socket once Asio is done with it.
   void wind_down() noexcept {
+    reactor_->engine().unwatch(*this);
     read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
     write_task_.schedule(*reactor_);
     release_socket_if_idle();
@@ -355,15 +378,12 @@ class asio_connection_state final : public ref_counted, public closable {
     const bool direct = reads_.empty() && !reading_ && open_ && !read_error_ && ahead_.empty();
     reads_.push_back(std::move(op));
     if (reads_pump_.running) return;  // a handler the pump called: the pump serves it next
-    if (direct) {
-      start_read();  // Asio never completes inline
-    } else {
-      read_task_.schedule(*reactor_);
-    }
+    // Never completes inline: bytes read now are served by the posted pump.
+    if (!direct || start_read()) read_task_.schedule(*reactor_);
   }
 
-  /// Serves the queued reads, in order, from what was read ahead; starts an
-  /// Asio read for the first one that needs more (or fails them on an error).
+  /// Serves the queued reads, in order, from what was read ahead; reads the
+  /// socket for the first one that needs more (or fails them on an error).
   void pump_reads() {
     ref_ptr<asio_connection_state> guard(this);
     detail::read_pump::pass pass(reads_pump_);
@@ -390,7 +410,7 @@ class asio_connection_state final : public ref_counted, public closable {
       }
       const std::error_code ec = front.preset ? front.preset : read_failure();
       if (!ec) {
-        start_read();
+        if (start_read()) continue;  // bytes (or an error) to serve now
         break;
       }
       read_op op = pop_read();
@@ -410,21 +430,41 @@ class asio_connection_state final : public ref_counted, public closable {
     return op;
   }
 
-  // The front read needs bytes from the socket: an exact read of at least
-  // read_ahead_below bytes gets them straight into its destination; anything
-  // else reads what there is into the chunk (handed out, or read ahead).
-  void start_read() {
-    reading_ = true;
+  // The front read needs bytes from the socket. An exact read of at least
+  // read_ahead_below bytes gets them straight into its destination, through
+  // Asio. Anything else reads what there is into the chunk (handed out, or
+  // read ahead) with a plain non-blocking recv of our own; if there is nothing
+  // yet it waits for the socket to be readable (Asio reads nothing for it), and
+  // a spinning reactor tries the recv each tick meanwhile (spin_read): every
+  // byte of the stream is read by this thread in order, whichever comes first.
+  // True: bytes (or the socket's error) arrived now, for the pump to serve.
+  bool start_read() {
     read_op& op = reads_.front();
-    auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
-      self->on_read(ec, n);
-    };
-    direct_ = op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below;
-    if (direct_) {
+    if (op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below) {
+      reading_ = true;
+      ++stats_.direct_reads;
       boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data() + op.filled, op.dst.size() - op.filled),
-                              transfer_everything{}, std::move(on_done));
-      return;
+                              transfer_everything{},
+                              [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec,
+                                                                            std::size_t n) { self->on_read(ec, n); });
+      return false;
     }
+    if (recv_chunk(op)) return true;
+    if (!waiting_) {
+      waiting_ = true;
+      ++stats_.waits;
+      socket_->async_wait(boost::asio::socket_base::wait_read,
+                          [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
+                            self->on_readable(ec);
+                          });
+    }
+    reactor_->engine().watch(*this);
+    return false;
+  }
+
+  // One non-blocking recv into the chunk for `op` (not a direct read). True:
+  // bytes went to ahead_, or the socket's error (or its end) to read_error_.
+  bool recv_chunk(const read_op& op) {
     if (chunk_.size() - chunk_used_ < min_chunk_tail) {
       chunk_ = tensor_buffer::allocate(opts_.read_chunk);
       chunk_used_ = 0;
@@ -433,25 +473,61 @@ class asio_connection_state final : public ref_counted, public closable {
     // so a large payload behind a small header is not copied out of the chunk.
     std::size_t room = chunk_.size() - chunk_used_;
     if (op.exact) room = std::min(room, std::max(opts_.read_ahead_below, op.dst.size() - op.filled));
-    socket_->async_read_some(boost::asio::buffer(chunk_.data() + chunk_used_, room), std::move(on_done));
+    ssize_t n;
+    do {
+      n = ::recv(socket_->native_handle(), chunk_.data() + chunk_used_, room, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return false;
+      if (!read_error_) read_error_ = from_errno(err);
+      return true;
+    }
+    if (n == 0) {
+      if (!read_error_) read_error_ = make_error_code(errc::connection_closed);
+      return true;
+    }
+    const auto got = static_cast<std::size_t>(n);
+    ++stats_.recvs;
+    stats_.bytes_received += got;
+    ahead_.push_back(chunk_.share(chunk_used_, got));
+    chunk_used_ += got;
+    if (chunk_.size() - chunk_used_ < min_chunk_tail) {
+      chunk_.reset();
+      chunk_used_ = 0;
+    }
+    return true;
   }
 
+  /// A spinning reactor's recv (see asio_engine::watch()) while the front read
+  /// waits for the socket to be readable.
+  result spin_read() override {
+    if (!open_ || reading_ || read_error_ || reads_.empty() || reads_.front().preset) return result::done;
+    if (!ahead_.empty()) return result::idle;  // the pump has bytes to serve first (it is posted)
+    const read_op& front = reads_.front();
+    if (front.exact && front.dst.size() - front.filled >= opts_.read_ahead_below) return result::done;
+    if (!recv_chunk(front)) return result::idle;
+    if (!read_error_) ++stats_.spin_reads;
+    pump_reads();  // may watch this again
+    return result::read;
+  }
+
+  void on_readable(const boost::system::error_code& ec) {
+    waiting_ = false;
+    const std::error_code e = from_asio(ec, !open_);
+    if (e && open_ && !read_error_) read_error_ = e;
+    pump_reads();
+  }
+
+  // Asio's read into the front read's destination finished.
   void on_read(const boost::system::error_code& ec, std::size_t n) {
     reading_ = false;
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !read_error_) read_error_ = e;
-    if (direct_) {
-      read_op op = pop_read();
-      if (e && op.filled + n != 0) release_.lose_stream();
-      complete(op.exact, e, op.filled + n);
-    } else if (!e && n != 0) {
-      ahead_.push_back(chunk_.share(chunk_used_, n));
-      chunk_used_ += n;
-      if (chunk_.size() - chunk_used_ < min_chunk_tail) {
-        chunk_.reset();
-        chunk_used_ = 0;
-      }
-    }
+    stats_.bytes_received += n;
+    read_op op = pop_read();
+    if (e && op.filled + n != 0) release_.lose_stream();
+    complete(op.exact, e, op.filled + n);
     pump_reads();
   }
 
@@ -459,7 +535,7 @@ class asio_connection_state final : public ref_counted, public closable {
   /// state touches the io_context after the reactor stopped. A release is
   /// finished then: no Asio handler of this connection is left to run.
   void release_socket_if_idle() noexcept {
-    if (open_ || reading_ || writing_ || connecting_) return;
+    if (open_ || reading_ || waiting_ || writing_ || connecting_) return;
     socket_.reset();
     release_.post_finish(*reactor_, "asio_tcp: could not post a release's completion (out of memory)",
                          [self = ref_ptr<asio_connection_state>(this)] { self->finish_release(); });
@@ -483,7 +559,7 @@ class asio_connection_state final : public ref_counted, public closable {
       return;
     }
     if (closable_linked_) reactor_->remove_closable(*this);
-    // A receive Asio had finished before the release delivered its bytes after it.
+    // Bytes read ahead that no read took would be lost to the next owner.
     if (!ahead_.empty()) release_.lose_stream();
     std::error_code ec = release_.error();
     int fd = std::exchange(released_fd_, -1);
@@ -512,11 +588,11 @@ class asio_connection_state final : public ref_counted, public closable {
   asio_options opts_;
   std::string peer_;
   bool open_ = true;
-  bool reading_ = false;
+  bool reading_ = false;  // an Asio read into the front read's destination is in flight
   bool writing_ = false;
   bool connecting_ = false;
+  bool waiting_ = false;  // an Asio wait for the socket to be readable is in flight
   detail::read_pump reads_pump_;
-  bool direct_ = false;  // the Asio read in flight reads into the front read's destination
   member_task<asio_connection_state> read_task_{*this, &asio_connection_state::pump_reads};    ///< pump_reads, posted
   member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
@@ -531,6 +607,7 @@ class asio_connection_state final : public ref_counted, public closable {
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
   std::deque<tensor_buffer> ahead_;  // bytes read ahead, not handed out yet
+  asio_tcp_stats stats_;
 };
 
 class asio_listener_state;
@@ -554,6 +631,9 @@ class asio_tcp_connection
     : public detail::basic_connection_handle<detail::asio_connection_state, asio_reactor, detail::asio_tcp_connection_name> {
  public:
   asio_tcp_connection() noexcept = default;
+
+  /// Counters of this connection (zeros for an empty handle).
+  asio_tcp_stats stats() const noexcept { return state_ ? state_->stats() : asio_tcp_stats{}; }
 
  private:
   friend class asio_tcp;

@@ -29,6 +29,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using fw::test::eventually;
 using fw::test::get;
 using fw::test::make_config;
 
@@ -469,7 +470,6 @@ TEST_CASE("provided buffers: handed out without an allocation, back in the ring 
 }
 #endif
 
-#if FUSEWIRE_HAS_URING
 namespace {
 
 /// A spin reader that counts its calls and gives the answer it is told.
@@ -484,55 +484,52 @@ struct counting_reader final : fw::detail::spin_reader {
   }
 };
 
-fw::uring_engine& this_engine() { return fw::uring_reactor::current()->engine(); }
-
-/// Waits (bounded) until `done()` holds; its last answer.
-template <class F>
-bool eventually(F done) {
-  for (int i = 0; i < 5000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return done();
+template <class E>
+E& this_engine() {
+  return fw::basic_reactor<E>::current()->engine();
 }
 
 }  // namespace
 
-TEST_CASE("uring engine: a spinning reactor reads the connections it watches each tick, the latest ones first") {
+TEST_CASE_TEMPLATE("a spinning reactor reads the connections it watches each tick, the latest ones first", E, ENGINES) {
   for (fw::reactor_mode mode : all_modes) {
     CAPTURE(mode_name(mode));
     counting_reader a, b, c, d;  // outlive the reactor, which may still call them until it stops
-    fw::uring_engine::config ecfg;
+    typename E::config ecfg;
     ecfg.spin_readers = 2;
-    fw::uring_reactor_group group(make_config(mode, 1), ecfg);
+    fw::basic_reactor_group<E> group(make_config(mode, 1), ecfg);
     auto on = [&group](auto fn) {
       auto f = group.submit(0, std::move(fn));
       return get(f);
     };
-    if (!on([] { return this_engine().features().defer_taskrun; })) {
-      MESSAGE("no DEFER_TASKRUN on this kernel: spin reads are off");
-      CHECK_FALSE(on([] { return this_engine().spin_reads(); }));
-      return;
+#if FUSEWIRE_HAS_URING
+    if constexpr (std::is_same_v<E, fw::uring_engine>) {
+      if (!on([] { return this_engine<E>().features().defer_taskrun; })) {
+        MESSAGE("no DEFER_TASKRUN on this kernel: spin reads are off");
+        CHECK_FALSE(on([] { return this_engine<E>().spin_reads(); }));
+        return;
+      }
     }
+#endif
     if (mode == fw::reactor_mode::block) {
       // Never spins: watching does nothing.
       on([&] {
-        this_engine().watch(a);
+        this_engine<E>().watch(a);
         return 0;
       });
       std::this_thread::sleep_for(20ms);
       on([] { return 0; });
-      CHECK_FALSE(on([] { return this_engine().spin_reads(); }));
+      CHECK_FALSE(on([] { return this_engine<E>().spin_reads(); }));
       CHECK(a.calls == 0);
       continue;
     }
     // Spinning starts with the first spinning tick.
-    REQUIRE(eventually([&] { return on([] { return this_engine().spin_reads(); }); }));
+    REQUIRE(eventually([&] { return on([] { return this_engine<E>().spin_reads(); }); }));
     on([&] {  // two places: the first one watched is evicted
-      this_engine().watch(a);
-      this_engine().watch(b);
-      this_engine().watch(c);
-      this_engine().watch(b);  // already watched: stays where it is
+      this_engine<E>().watch(a);
+      this_engine<E>().watch(b);
+      this_engine<E>().watch(c);
+      this_engine<E>().watch(b);  // already watched: stays where it is
       return 0;
     });
     CHECK(eventually([&] { return b.calls > 0 && c.calls > 0; }));
@@ -550,19 +547,18 @@ TEST_CASE("uring engine: a spinning reactor reads the connections it watches eac
     // A reader unwatched by an earlier reader's call in the same tick is not called in it.
     int b_watched_at = 0;
     on([&] {
-      this_engine().unwatch(b);
-      d.during = [&b] { this_engine().unwatch(b); };
-      this_engine().watch(d);
-      this_engine().watch(b);
+      this_engine<E>().unwatch(b);
+      d.during = [&b] { this_engine<E>().unwatch(b); };
+      this_engine<E>().watch(d);
+      this_engine<E>().watch(b);
       b_watched_at = b.calls;
       return 0;
     });
     CHECK(eventually([&] { return d.calls > 100; }));
     CHECK(b.calls == b_watched_at);
     on([&] {
-      this_engine().unwatch(d);
+      this_engine<E>().unwatch(d);
       return 0;
     });
   }
 }
-#endif

@@ -193,146 +193,6 @@ TEST_CASE("uring_tcp works without provided buffers, multishot or zero copy (fal
   }
 }
 
-namespace {
-
-struct spin_side {
-  bool intact = false;
-  fw::uring_tcp_stats stats;
-};
-
-/// Frames (a 4-byte length, then that many bytes: mostly tiny, some of a few
-/// KiB, some above copy_threshold) from reactor 1 to reactor 0, each answered
-/// by a 1-byte ack: first one at a time, then in bursts of 8. The server
-/// checks every payload; both sides' stats at the end.
-std::pair<spin_side, spin_side> spin_exchange(fw::reactor_mode mode, bool& spin_capable) {
-  using conn_t = fw::uring_tcp_connection;
-  harness<fw::uring_tcp> h(mode);
-  spin_capable = h.on(0, [] { return harness<fw::uring_tcp>::here().engine().features().defer_taskrun; });
-  constexpr std::size_t frames = 800;
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<std::uint32_t> lens;
-  std::mt19937 rng(99);
-  for (std::size_t i = 0; i < frames; ++i) {
-    const std::size_t n = i % 50 == 7 ? 20000 + rng() % 5000 : i % 10 == 3 ? 3000 + rng() % 3000 : rng() % 64;
-    payloads.push_back(pattern(n, static_cast<unsigned>(i)));
-    lens.push_back(static_cast<std::uint32_t>(n));
-  }
-  std::promise<spin_side> server_done, client_done;
-
-  struct receiver : std::enable_shared_from_this<receiver> {
-    conn_t conn;
-    const std::vector<std::vector<std::byte>>* want = nullptr;
-    std::promise<spin_side>* done = nullptr;
-    std::size_t next = 0;
-    std::uint32_t len = 0;
-    std::vector<std::byte> got;
-    bool intact = true;
-    std::byte ack{1};
-    void head() {
-      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&len), 4),
-                      [self = shared_from_this()](std::error_code ec, std::size_t) {
-                        if (ec) return self->finish(false);
-                        self->body();
-                      });
-    }
-    void body() {
-      got.assign(len, std::byte{0});
-      if (len == 0) return check();
-      conn.async_read(fw::mutable_buffer(got.data(), got.size()), [self = shared_from_this()](std::error_code ec, std::size_t) {
-        if (ec) return self->finish(false);
-        self->check();
-      });
-    }
-    void check() {
-      intact = intact && got == (*want)[next];
-      ++next;
-      const bool last = next == want->size();
-      const fw::const_buffer one[] = {fw::const_buffer(&ack, 1)};
-      conn.async_write(one, [self = shared_from_this(), last](std::error_code, std::size_t) {
-        if (last) self->conn.close();  // once the last ack is out
-      });
-      if (last) return finish(intact);
-      head();
-    }
-    void finish(bool ok) {
-      done->set_value({ok, conn.stats()});
-      if (!ok) conn.close();
-    }
-  };
-  const std::uint16_t port = h.serve(0, [&](conn_t c) {
-    auto r = std::make_shared<receiver>();
-    r->conn = std::move(c);
-    r->want = &payloads;
-    r->done = &server_done;
-    r->head();
-  });
-
-  struct sender : std::enable_shared_from_this<sender> {
-    conn_t conn;
-    const std::vector<std::vector<std::byte>>* payloads = nullptr;
-    const std::vector<std::uint32_t>* lens = nullptr;
-    std::promise<spin_side>* done = nullptr;
-    std::size_t next = 0;
-    std::array<std::byte, 8> acks{};
-    void batch() {
-      const std::size_t total = payloads->size();
-      const std::size_t k = std::min<std::size_t>(next < total / 2 ? 1 : acks.size(), total - next);
-      for (std::size_t j = next; j < next + k; ++j) {
-        const fw::const_buffer sg[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(&(*lens)[j]), 4),
-                                       fw::const_buffer((*payloads)[j])};
-        conn.async_write(sg, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
-      }
-      conn.async_read(fw::mutable_buffer(acks.data(), k), [self = shared_from_this(), k](std::error_code ec, std::size_t) {
-        self->next += k;
-        if (ec || self->next == self->payloads->size()) {
-          self->done->set_value({!ec, self->conn.stats()});
-          self->conn.close();
-          return;
-        }
-        self->batch();
-      });
-    }
-  };
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec, conn_t c) {
-      REQUIRE_FALSE(ec);
-      auto s = std::make_shared<sender>();
-      s->conn = std::move(c);
-      s->payloads = &payloads;
-      s->lens = &lens;
-      s->done = &client_done;
-      s->batch();
-    });
-  });
-  auto fs = server_done.get_future();
-  auto fc = client_done.get_future();
-  const spin_side server = get(fs);
-  const spin_side client = get(fc);
-  return {server, client};
-}
-
-}  // namespace
-
-TEST_CASE("uring_tcp: a spinning reactor reads waiting connections with a plain recv, keeping the stream's order") {
-  for (fw::reactor_mode mode : {fw::reactor_mode::poll, fw::reactor_mode::adaptive, fw::reactor_mode::block}) {
-    CAPTURE(static_cast<int>(mode));
-    bool spin_capable = false;
-    const auto [server, client] = spin_exchange(mode, spin_capable);
-    CHECK(server.intact);
-    CHECK(client.intact);
-    MESSAGE("mode ", static_cast<int>(mode), ": server spin_reads=", server.stats.spin_reads,
-            " ring_buffers=", server.stats.ring_buffers, " direct_recvs=", server.stats.direct_recvs,
-            "; client spin_reads=", client.stats.spin_reads, " ring_buffers=", client.stats.ring_buffers);
-    if (mode == fw::reactor_mode::block || !spin_capable) {
-      CHECK(server.stats.spin_reads == 0);  // a reactor that sleeps never reads this way
-      CHECK(client.stats.spin_reads == 0);
-    } else if (mode == fw::reactor_mode::poll) {
-      CHECK(server.stats.spin_reads > 0);
-      CHECK(client.stats.spin_reads > 0);
-    }
-  }
-}
-
 TEST_CASE("uring_tcp: a tiny provided-buffer ring held by a slow reader neither stalls nor corrupts the stream") {
   fw::uring_engine::config engine;
   engine.buffer_count = 8;
@@ -679,4 +539,183 @@ TEST_CASE_TEMPLATE("try_read takes bytes that arrived with an earlier read, all 
   CHECK_FALSE(o.closed);
   CHECK(o.got == src);  // nothing lost or taken twice by the refused calls
   CHECK(get(eof) == fw::errc::connection_closed);
+}
+
+namespace {
+
+template <class T>
+using stats_of = decltype(std::declval<const typename T::connection_type&>().stats());
+
+template <class T>
+struct spin_side {
+  bool intact = false;
+  stats_of<T> stats;
+};
+
+#if FUSEWIRE_HAS_URING
+std::string describe(const fw::uring_tcp_stats& s) {
+  return "spin_reads=" + std::to_string(s.spin_reads) + " ring_buffers=" + std::to_string(s.ring_buffers) +
+         " direct_recvs=" + std::to_string(s.direct_recvs);
+}
+#endif
+std::string describe(const fw::asio_tcp_stats& s) {
+  return "spin_reads=" + std::to_string(s.spin_reads) + " recvs=" + std::to_string(s.recvs) +
+         " waits=" + std::to_string(s.waits) + " direct_reads=" + std::to_string(s.direct_reads);
+}
+
+/// Whether the transport's reactor can read with a plain recv while it spins
+/// (uring_tcp needs DEFER_TASKRUN).
+template <class T>
+bool spin_capable(harness<T>& h) {
+#if FUSEWIRE_HAS_URING
+  if constexpr (std::is_same_v<T, fw::uring_tcp>) {
+    return h.on(0, [] { return harness<T>::here().engine().features().defer_taskrun; });
+  }
+#endif
+  (void)h;
+  return true;
+}
+
+/// Frames (a 4-byte length, then that many bytes: mostly tiny, some of a few
+/// KiB, some above copy_threshold, at first sent in two parts) from reactor 1
+/// to reactor 0, each answered by a 1-byte ack: first one at a time, then in
+/// bursts of 8. The server checks every payload; both sides' stats at the end.
+template <class T>
+std::pair<spin_side<T>, spin_side<T>> spin_exchange(fw::reactor_mode mode, bool& spins) {
+  using conn_t = typename T::connection_type;
+  using side = spin_side<T>;
+  harness<T> h(mode);
+  spins = spin_capable(h);
+  constexpr std::size_t frames = 800;
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<std::uint32_t> lens;
+  std::mt19937 rng(99);
+  for (std::size_t i = 0; i < frames; ++i) {
+    const std::size_t n = i % 50 == 7 ? 20000 + rng() % 5000 : i % 10 == 3 ? 3000 + rng() % 3000 : rng() % 64;
+    payloads.push_back(pattern(n, static_cast<unsigned>(i)));
+    lens.push_back(static_cast<std::uint32_t>(n));
+  }
+  std::promise<side> server_done, client_done;
+
+  struct receiver : std::enable_shared_from_this<receiver> {
+    conn_t conn;
+    const std::vector<std::vector<std::byte>>* want = nullptr;
+    std::promise<side>* done = nullptr;
+    std::size_t next = 0;
+    std::uint32_t len = 0;
+    std::vector<std::byte> got;
+    bool intact = true;
+    std::byte ack{1};
+    void head() {
+      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&len), 4),
+                      [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+                        if (ec) return self->finish(false);
+                        self->body();
+                      });
+    }
+    void body() {
+      got.assign(len, std::byte{0});
+      if (len == 0) return check();
+      conn.async_read(fw::mutable_buffer(got.data(), got.size()), [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+        if (ec) return self->finish(false);
+        self->check();
+      });
+    }
+    void check() {
+      intact = intact && got == (*want)[next];
+      ++next;
+      const bool last = next == want->size();
+      const fw::const_buffer one[] = {fw::const_buffer(&ack, 1)};
+      conn.async_write(one, [self = this->shared_from_this(), last](std::error_code, std::size_t) {
+        if (last) self->conn.close();  // once the last ack is out
+      });
+      if (last) return finish(intact);
+      head();
+    }
+    void finish(bool ok) {
+      done->set_value({ok, conn.stats()});
+      if (!ok) conn.close();
+    }
+  };
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    auto r = std::make_shared<receiver>();
+    r->conn = std::move(c);
+    r->want = &payloads;
+    r->done = &server_done;
+    r->head();
+  });
+
+  struct sender : std::enable_shared_from_this<sender> {
+    conn_t conn;
+    const std::vector<std::vector<std::byte>>* payloads = nullptr;
+    const std::vector<std::uint32_t>* lens = nullptr;
+    std::promise<side>* done = nullptr;
+    std::size_t next = 0;
+    std::array<std::byte, 8> acks{};
+    void batch() {
+      const std::size_t total = payloads->size();
+      const std::size_t k = std::min<std::size_t>(next < total / 2 ? 1 : acks.size(), total - next);
+      for (std::size_t j = next; j < next + k; ++j) {
+        const std::span<const std::byte> payload((*payloads)[j]);
+        // A large frame sent one at a time arrives in two parts, 300 us apart:
+        // the receiver's read into its destination waits for the second one
+        // while its reactor spins (and must not read it from under that read).
+        const std::size_t first = k == 1 && payload.size() > 16384 ? payload.size() / 2 : payload.size();
+        const fw::const_buffer sg[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(&(*lens)[j]), 4),
+                                       fw::const_buffer(payload.first(first))};
+        conn.async_write(sg, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+        if (first == payload.size()) continue;
+        harness<T>::here().run_after(300us, [self = this->shared_from_this(), rest = payload.subspan(first)](std::error_code) {
+          const fw::const_buffer tail[] = {fw::const_buffer(rest)};
+          self->conn.async_write(tail, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+        });
+      }
+      conn.async_read(fw::mutable_buffer(acks.data(), k), [self = this->shared_from_this(), k](std::error_code ec, std::size_t) {
+        self->next += k;
+        if (ec || self->next == self->payloads->size()) {
+          self->done->set_value({!ec, self->conn.stats()});
+          self->conn.close();
+          return;
+        }
+        self->batch();
+      });
+    }
+  };
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<T>::here(), "127.0.0.1", port, [&](std::error_code ec, conn_t c) {
+      REQUIRE_FALSE(ec);
+      auto s = std::make_shared<sender>();
+      s->conn = std::move(c);
+      s->payloads = &payloads;
+      s->lens = &lens;
+      s->done = &client_done;
+      s->batch();
+    });
+  });
+  auto fs = server_done.get_future();
+  auto fc = client_done.get_future();
+  const side server = get(fs);
+  const side client = get(fc);
+  return {server, client};
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a spinning reactor reads waiting connections with a plain recv, keeping the stream's order", T,
+                   TRANSPORTS) {
+  for (fw::reactor_mode mode : {fw::reactor_mode::poll, fw::reactor_mode::adaptive, fw::reactor_mode::block}) {
+    CAPTURE(static_cast<int>(mode));
+    bool spins = false;
+    const auto [server, client] = spin_exchange<T>(mode, spins);
+    CHECK(server.intact);
+    CHECK(client.intact);
+    MESSAGE("mode ", static_cast<int>(mode), ": server ", describe(server.stats), "; client ", describe(client.stats));
+    if (mode == fw::reactor_mode::block || !spins) {
+      CHECK(server.stats.spin_reads == 0);  // a reactor that sleeps never reads this way
+      CHECK(client.stats.spin_reads == 0);
+    } else if (mode == fw::reactor_mode::poll) {
+      CHECK(server.stats.spin_reads > 0);
+      CHECK(client.stats.spin_reads > 0);
+    }
+  }
 }
