@@ -11,11 +11,12 @@
 /// following reads then copy out); a larger one first takes what was read
 /// ahead, then reads the rest straight into its destination.
 ///
-/// Reads into the chunk are plain non-blocking recvs made by the connection
-/// itself; when the socket has nothing, it waits through Asio for the socket
-/// to be readable (Asio reads nothing for it), and a spinning reactor (poll
-/// mode, or adaptive while it polls) tries the recv on every tick meanwhile,
-/// as a busy-polling C program does (asio_engine::config::spin_readers).
+/// On a spinning reactor (poll mode, or adaptive), reads into the chunk are
+/// plain non-blocking recvs made by the connection itself; when the socket has
+/// nothing, it waits through Asio for the socket to be readable (Asio reads
+/// nothing for it), and the reactor tries the recv on every tick meanwhile, as
+/// a busy-polling C program does (asio_engine::config::spin_readers). In block
+/// mode Asio reads into the chunk.
 ///
 /// async_release (a move to another reactor; see handoff_transport in
 /// concepts.hpp) takes the socket back from Asio (basic_socket::release(),
@@ -91,9 +92,10 @@ struct transfer_everything {
 /// What one asio_tcp connection did; for tests, benchmarks and diagnostics.
 struct asio_tcp_stats {
   std::uint64_t bytes_received = 0;
-  std::uint64_t recvs = 0;         ///< plain non-blocking recvs into the read chunk that got bytes
-  std::uint64_t spin_reads = 0;    ///< of those, the ones a spinning reactor made (asio_engine::watch())
-  std::uint64_t waits = 0;         ///< waits for the socket to be readable
+  std::uint64_t recvs = 0;         ///< plain non-blocking recvs into the read chunk that got bytes (spinning reactor)
+  std::uint64_t spin_reads = 0;    ///< of those, the ones made from the reactor's spin (asio_engine::watch())
+  std::uint64_t waits = 0;         ///< waits for the socket to be readable (spinning reactor)
+  std::uint64_t chunk_reads = 0;   ///< Asio reads into the read chunk (a reactor that never spins)
   std::uint64_t direct_reads = 0;  ///< Asio reads straight into an exact read's destination
 };
 
@@ -433,23 +435,35 @@ class asio_connection_state final : public ref_counted, public closable, public 
   // The front read needs bytes from the socket. An exact read of at least
   // read_ahead_below bytes gets them straight into its destination, through
   // Asio. Anything else reads what there is into the chunk (handed out, or
-  // read ahead) with a plain non-blocking recv of our own; if there is nothing
-  // yet it waits for the socket to be readable (Asio reads nothing for it), and
-  // a spinning reactor tries the recv each tick meanwhile (spin_read): every
+  // read ahead): through Asio on a reactor that never spins (block mode);
+  // otherwise with a plain non-blocking recv of our own, and if there is
+  // nothing yet it waits for the socket to be readable (Asio reads nothing for
+  // it) while the spinning reactor tries the recv each tick (spin_read): every
   // byte of the stream is read by this thread in order, whichever comes first.
+  // (A wait costs Asio an epoll_ctl to re-arm the socket, which its own reads
+  // avoid; a sleeping reactor gains nothing from the recv of our own.)
   // True: bytes (or the socket's error) arrived now, for the pump to serve.
   bool start_read() {
     read_op& op = reads_.front();
-    if (op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below) {
+    auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
+      self->on_read(ec, n);
+    };
+    direct_ = op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below;
+    if (direct_) {
       reading_ = true;
       ++stats_.direct_reads;
       boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data() + op.filled, op.dst.size() - op.filled),
-                              transfer_everything{},
-                              [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec,
-                                                                            std::size_t n) { self->on_read(ec, n); });
+                              transfer_everything{}, std::move(on_done));
       return false;
     }
-    if (recv_chunk(op)) return true;
+    const std::size_t room = chunk_room(op);
+    if (!reactor_->engine().spin_reads()) {
+      reading_ = true;
+      ++stats_.chunk_reads;
+      socket_->async_read_some(boost::asio::buffer(chunk_.data() + chunk_used_, room), std::move(on_done));
+      return false;
+    }
+    if (recv_chunk(room)) return true;
     if (!waiting_) {
       waiting_ = true;
       ++stats_.waits;
@@ -462,9 +476,9 @@ class asio_connection_state final : public ref_counted, public closable, public 
     return false;
   }
 
-  // One non-blocking recv into the chunk for `op` (not a direct read). True:
-  // bytes went to ahead_, or the socket's error (or its end) to read_error_.
-  bool recv_chunk(const read_op& op) {
+  // Makes room in the chunk for a read into it for `op` (not a direct read);
+  // how many bytes that read may take.
+  std::size_t chunk_room(const read_op& op) {
     if (chunk_.size() - chunk_used_ < min_chunk_tail) {
       chunk_ = tensor_buffer::allocate(opts_.read_chunk);
       chunk_used_ = 0;
@@ -473,6 +487,24 @@ class asio_connection_state final : public ref_counted, public closable, public 
     // so a large payload behind a small header is not copied out of the chunk.
     std::size_t room = chunk_.size() - chunk_used_;
     if (op.exact) room = std::min(room, std::max(opts_.read_ahead_below, op.dst.size() - op.filled));
+    return room;
+  }
+
+  // `n` bytes arrived at the chunk's end: read ahead.
+  void chunk_filled(std::size_t n) {
+    stats_.bytes_received += n;
+    ahead_.push_back(chunk_.share(chunk_used_, n));
+    chunk_used_ += n;
+    if (chunk_.size() - chunk_used_ < min_chunk_tail) {
+      chunk_.reset();
+      chunk_used_ = 0;
+    }
+  }
+
+  // One non-blocking recv of at most `room` bytes into the chunk (chunk_room()
+  // made them). True: bytes were read ahead, or the socket's error (or its
+  // end) went to read_error_.
+  bool recv_chunk(std::size_t room) {
     ssize_t n;
     do {
       n = ::recv(socket_->native_handle(), chunk_.data() + chunk_used_, room, MSG_DONTWAIT);
@@ -487,15 +519,8 @@ class asio_connection_state final : public ref_counted, public closable, public 
       if (!read_error_) read_error_ = make_error_code(errc::connection_closed);
       return true;
     }
-    const auto got = static_cast<std::size_t>(n);
     ++stats_.recvs;
-    stats_.bytes_received += got;
-    ahead_.push_back(chunk_.share(chunk_used_, got));
-    chunk_used_ += got;
-    if (chunk_.size() - chunk_used_ < min_chunk_tail) {
-      chunk_.reset();
-      chunk_used_ = 0;
-    }
+    chunk_filled(static_cast<std::size_t>(n));
     return true;
   }
 
@@ -506,7 +531,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
     if (!ahead_.empty()) return result::idle;  // the pump has bytes to serve first (it is posted)
     const read_op& front = reads_.front();
     if (front.exact && front.dst.size() - front.filled >= opts_.read_ahead_below) return result::done;
-    if (!recv_chunk(front)) return result::idle;
+    if (!recv_chunk(chunk_room(front))) return result::idle;
     if (!read_error_) ++stats_.spin_reads;
     pump_reads();  // may watch this again
     return result::read;
@@ -519,15 +544,19 @@ class asio_connection_state final : public ref_counted, public closable, public 
     pump_reads();
   }
 
-  // Asio's read into the front read's destination finished.
+  // Asio's read (into the front read's destination, or into the chunk) finished.
   void on_read(const boost::system::error_code& ec, std::size_t n) {
     reading_ = false;
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !read_error_) read_error_ = e;
-    stats_.bytes_received += n;
-    read_op op = pop_read();
-    if (e && op.filled + n != 0) release_.lose_stream();
-    complete(op.exact, e, op.filled + n);
+    if (direct_) {
+      stats_.bytes_received += n;
+      read_op op = pop_read();
+      if (e && op.filled + n != 0) release_.lose_stream();
+      complete(op.exact, e, op.filled + n);
+    } else if (!e && n != 0) {
+      chunk_filled(n);
+    }
     pump_reads();
   }
 
@@ -588,11 +617,12 @@ class asio_connection_state final : public ref_counted, public closable, public 
   asio_options opts_;
   std::string peer_;
   bool open_ = true;
-  bool reading_ = false;  // an Asio read into the front read's destination is in flight
+  bool reading_ = false;  // an Asio read is in flight (into the chunk, or into the front read's destination)
   bool writing_ = false;
   bool connecting_ = false;
   bool waiting_ = false;  // an Asio wait for the socket to be readable is in flight
   detail::read_pump reads_pump_;
+  bool direct_ = false;  // the Asio read in flight reads into the front read's destination
   member_task<asio_connection_state> read_task_{*this, &asio_connection_state::pump_reads};    ///< pump_reads, posted
   member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
