@@ -22,8 +22,9 @@
 /// concepts.hpp) takes the socket back from Asio (basic_socket::release(),
 /// which aborts Asio's operations on it) and hands it out once their handlers
 /// ran, non-blocking and close-on-exec whatever Asio left it as; unless the
-/// chunk holds bytes no read consumed (read ahead before the release), or an
-/// exact read or a write was cut in half: then the socket is closed.
+/// chunk holds bytes no read consumed (read ahead before the release, or by a
+/// receive Asio had finished but not yet delivered), or an exact read or a
+/// write was cut in half: then the socket is closed.
 
 #include <sys/socket.h>
 #include <sys/uio.h>
