@@ -224,6 +224,7 @@ class uring_engine {
   /// The reactor calls this on ticks it will not sleep after (see watch());
   /// true if a reader took bytes.
   bool spin() {
+    if (spin_.empty()) return spin_.spin(false);  // marks the list spinning; nothing to read
     const bool cq_quiet = io_uring_cq_ready(&ring_) == 0 &&
                           (__atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_CQ_OVERFLOW) == 0;
     return spin_.spin(cq_quiet);

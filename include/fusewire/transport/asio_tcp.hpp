@@ -449,7 +449,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
     auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
       self->on_read(ec, n);
     };
-    direct_ = op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below;
+    direct_ = is_direct(op);
     if (direct_) {
       reading_ = true;
       ++stats_.direct_reads;
@@ -475,6 +475,12 @@ class asio_connection_state final : public ref_counted, public closable, public 
     }
     reactor_->engine().watch(*this);
     return false;
+  }
+
+  // Whether `op`'s bytes go straight into its destination (an exact read of at
+  // least read_ahead_below bytes still to fill) rather than through the chunk.
+  bool is_direct(const read_op& op) const noexcept {
+    return op.exact && op.dst.size() - op.filled >= opts_.read_ahead_below;
   }
 
   // Makes room in the chunk for a read into it for `op` (not a direct read);
@@ -531,7 +537,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
     if (!open_ || reading_ || read_error_ || reads_.empty() || reads_.front().preset) return result::done;
     if (!ahead_.empty()) return result::idle;  // the pump has bytes to serve first (it is posted)
     const read_op& front = reads_.front();
-    if (front.exact && front.dst.size() - front.filled >= opts_.read_ahead_below) return result::done;
+    if (is_direct(front)) return result::done;
     if (!recv_chunk(chunk_room(front))) return result::idle;
     if (!read_error_) ++stats_.spin_reads;
     pump_reads();  // may watch this again
