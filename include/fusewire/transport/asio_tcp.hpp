@@ -446,11 +446,12 @@ class asio_connection_state final : public ref_counted, public closable, public 
   // True: bytes (or the socket's error) arrived now, for the pump to serve.
   bool start_read() {
     read_op& op = reads_.front();
-    auto on_done = [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec, std::size_t n) {
-      self->on_read(ec, n);
+    const bool direct = is_direct(op);
+    auto on_done = [self = ref_ptr<asio_connection_state>(this), direct](const boost::system::error_code& ec,
+                                                                          std::size_t n) {
+      self->on_read(direct, ec, n);
     };
-    direct_ = is_direct(op);
-    if (direct_) {
+    if (direct) {
       reading_ = true;
       ++stats_.direct_reads;
       boost::asio::async_read(*socket_, boost::asio::buffer(op.dst.data() + op.filled, op.dst.size() - op.filled),
@@ -551,12 +552,12 @@ class asio_connection_state final : public ref_counted, public closable, public 
     pump_reads();
   }
 
-  // Asio's read (into the front read's destination, or into the chunk) finished.
-  void on_read(const boost::system::error_code& ec, std::size_t n) {
+  // Asio's read finished: into the front read's destination (`direct`), or into the chunk.
+  void on_read(bool direct, const boost::system::error_code& ec, std::size_t n) {
     reading_ = false;
     const std::error_code e = from_asio(ec, !open_);
     if (e && open_ && !read_error_) read_error_ = e;
-    if (direct_) {
+    if (direct) {
       stats_.bytes_received += n;
       read_op op = pop_read();
       if (e && op.filled + n != 0) release_.lose_stream();
@@ -629,7 +630,6 @@ class asio_connection_state final : public ref_counted, public closable, public 
   bool connecting_ = false;
   bool waiting_ = false;  // an Asio wait for the socket to be readable is in flight
   detail::read_pump reads_pump_;
-  bool direct_ = false;  // the Asio read in flight reads into the front read's destination
   member_task<asio_connection_state> read_task_{*this, &asio_connection_state::pump_reads};    ///< pump_reads, posted
   member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
