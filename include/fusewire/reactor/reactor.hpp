@@ -202,6 +202,8 @@ concept reactor_engine =
       /// Non-blocking: submits queued work and runs ready completions; true if any ran.
       { e.poll() } -> std::same_as<bool>;
       /// Blocks until a completion is ready, the wake fd is written, or the timeout passes.
+      /// (An engine may also offer wait_until(std::optional<steady_clock::time_point>),
+      /// which the reactor then calls instead, with no clock read of its own.)
       e.wait(timeout);
       /// True while the engine still owes completions (kernel operations in flight).
       { e.busy() } -> std::same_as<bool>;
@@ -536,25 +538,31 @@ class basic_reactor final : private detail::engine_hooks {
 
   void sleep() {
     if (!posted_.empty() || outgoing_count_ != 0) return;
-    std::optional<std::chrono::nanoseconds> timeout;
-    if (auto deadline = timers_.next_deadline()) {
-      timeout = std::max(std::chrono::nanoseconds(0), *deadline - clock::now());
-    }
-    if (stopping_ && !reported_quiescent_) {
-      const auto until_deadline = std::max(std::chrono::nanoseconds(0), stop_deadline_ - clock::now());
-      timeout = timeout ? std::min(*timeout, until_deadline) : until_deadline;
-    }
+    std::optional<clock::time_point> deadline = timers_.next_deadline();
+    if (stopping_ && !reported_quiescent_) deadline = deadline ? std::min(*deadline, stop_deadline_) : stop_deadline_;
     sleeping_.store(true, std::memory_order_relaxed);
     detail::full_fence();
     if (!has_incoming()) {
       detail::bump(sleeps_);
       try {
-        engine_->wait(timeout);
+        wait_until(deadline);
       } catch (...) {
         report_exception("the engine");
       }
     }
     sleeping_.store(false, std::memory_order_relaxed);
+  }
+
+  /// An engine that can wait for an absolute deadline (uring_engine: a ring
+  /// timeout armed once) gets it as is; others get the time left.
+  void wait_until(std::optional<clock::time_point> deadline) {
+    if constexpr (requires { engine_->wait_until(deadline); }) {
+      engine_->wait_until(deadline);
+    } else {
+      std::optional<std::chrono::nanoseconds> timeout;
+      if (deadline) timeout = std::max(std::chrono::nanoseconds(0), *deadline - clock::now());
+      engine_->wait(timeout);
+    }
   }
 
   void begin_stop() {

@@ -205,6 +205,27 @@ class uring_engine {
     reap();
   }
 
+  /// wait() until `deadline` (steady_clock, i.e. CLOCK_MONOTONIC). The ring
+  /// keeps one absolute timeout armed (IORING_OP_TIMEOUT) and moves it only
+  /// when the deadline comes earlier: a reactor with a far timer pending (the
+  /// 10 s keepalive) sleeps once per message in block mode, and a timeout
+  /// passed to each io_uring_enter made the kernel arm and cancel a timer
+  /// every time (~1,400 kernel and ~800 user instructions per round trip,
+  /// counting the clock read). A later deadline leaves the armed one, which
+  /// then wakes the reactor early once. Kernels without IORING_FEAT_EXT_ARG
+  /// (before 5.11, which also lack IORING_TIMEOUT_UPDATE) wait as before.
+  void wait_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
+    if (deadline && !features_.ext_arg) {
+      return wait(std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                            *deadline - std::chrono::steady_clock::now())));
+    }
+    if (deadline) arm_deadline(*deadline);
+    wait(std::nullopt);
+  }
+
+  /// Ring timeouts armed or moved by wait_until() (each one SQE).
+  std::uint64_t timeout_arms() const noexcept { return timeout_arms_; }
+
   bool busy() const noexcept { return inflight_ != 0; }
 
   /// Whether watch() does anything: the reactor spins (it called spin()) and
@@ -239,6 +260,7 @@ class uring_engine {
 
  private:
   static constexpr std::uint64_t wake_tag = 1;
+  static constexpr std::uint64_t timeout_tag = 2;  ///< the timeout wait_until() keeps armed
 
   /// Whether this poll must call into the kernel: to submit, or to run task work
   /// (completions of network operations). With TASKRUN_FLAG the kernel says when
@@ -363,6 +385,28 @@ class uring_engine {
     io_uring_sqe_set_data64(sqe, wake_tag);
   }
 
+  void arm_deadline(std::chrono::steady_clock::time_point at) {
+    if (timeout_armed_ && at >= timeout_at_) return;
+    const auto ns = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+    // Read by the kernel when the SQE is submitted, which is this wait's enter.
+    timeout_ts_.tv_sec = ns / 1000000000;
+    timeout_ts_.tv_nsec = ns % 1000000000;
+    io_uring_sqe* sqe = next_sqe();
+    if (timeout_armed_) {
+      // If the armed one already fired, this finds nothing (its CQE is on the
+      // way and clears timeout_armed_); the next sleep arms again.
+      io_uring_prep_timeout_update(sqe, &timeout_ts_, timeout_tag, IORING_TIMEOUT_ABS);
+      io_uring_sqe_set_data64(sqe, 0);
+    } else {
+      io_uring_prep_timeout(sqe, &timeout_ts_, 0, IORING_TIMEOUT_ABS);
+      io_uring_sqe_set_data64(sqe, timeout_tag);
+      timeout_armed_ = true;
+    }
+    timeout_at_ = at;
+    ++timeout_arms_;
+  }
+
   bool reap() {
     struct completion {
       std::uint64_t user_data;
@@ -380,6 +424,10 @@ class uring_engine {
       for (unsigned i = 0; i < n; ++i) {
         const completion& c = batch[i];
         if (c.user_data == 0 || c.user_data == LIBURING_UDATA_TIMEOUT) continue;
+        if (c.user_data == timeout_tag) {  // fired (or cancelled): the reactor's timers decide what is due
+          timeout_armed_ = false;
+          continue;
+        }
         if (c.user_data == wake_tag) {
           arm_wake();
           continue;
@@ -407,6 +455,10 @@ class uring_engine {
   std::size_t inflight_ = 0;
   std::uint64_t enters_ = 0;
   unsigned quiet_polls_ = 0;
+  __kernel_timespec timeout_ts_{};
+  std::chrono::steady_clock::time_point timeout_at_{};  ///< the armed timeout's deadline
+  bool timeout_armed_ = false;
+  std::uint64_t timeout_arms_ = 0;
   bool taskrun_seen_ = false;
   detail::spin_list spin_;  ///< connections read with a plain recv while spinning
 };

@@ -421,6 +421,53 @@ TEST_CASE("uring engine reports its probed features and falls back when flags ar
 #endif
 
 #if FUSEWIRE_HAS_URING
+// A block-mode reactor with a far timer pending sleeps once per message: one
+// ring timeout must serve all those sleeps, and must still move when a nearer
+// timer comes (or when the armed one fired and a new deadline follows it).
+TEST_CASE("uring engine: one armed ring timeout serves many sleeps and moves for an earlier timer" *
+          doctest::timeout(120)) {
+  fw::uring_reactor_group group(make_config(fw::reactor_mode::block, 1));
+  using clock = std::chrono::steady_clock;
+  auto ext = group.submit(0, [] {
+    auto* r = fw::uring_reactor::current();
+    r->run_after(60s, [](std::error_code) {});
+    return r->engine().features().ext_arg;
+  });
+  if (!get(ext)) {
+    MESSAGE("kernel without IORING_FEAT_EXT_ARG: the reactor passes a timeout to each wait instead");
+    return;
+  }
+  const auto arms = [&] { auto f = group.submit(0, [] { return fw::uring_reactor::current()->engine().timeout_arms(); }); return get(f); };
+  const std::uint64_t arms0 = arms();
+  const std::uint64_t sleeps0 = group.at(0).stats().sleeps;
+  for (int i = 0; i < 200; ++i) {
+    auto f = group.submit(0, [i] { return i; });
+    CHECK(get(f) == i);
+    std::this_thread::sleep_for(200us);
+  }
+  const std::uint64_t sleeps = group.at(0).stats().sleeps - sleeps0;
+  CHECK(sleeps >= 100);
+  CHECK(arms() - arms0 <= 2);  // not one per sleep
+  MESSAGE(sleeps, " sleeps, ", arms() - arms0, " timeout arms");
+
+  // A nearer timer, set while the 60 s one is armed, fires on time; then one
+  // set after the armed timeout fired (a stale deadline) does too.
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto fired = std::make_shared<std::promise<clock::time_point>>();  // outlives a failed wait
+    auto f = fired->get_future();
+    const auto set = clock::now();
+    group.submit_to(0, [fired] {
+      fw::uring_reactor::current()->run_after(30ms, [fired](std::error_code) { fired->set_value(clock::now()); });
+    });
+    REQUIRE_MESSAGE(f.wait_for(20s) == std::future_status::ready, "a 30 ms timer did not fire while the reactor slept");
+    CHECK(f.get() - set >= 30ms);
+    std::this_thread::sleep_for(20ms);  // let it sleep again
+  }
+}
+#endif
+
+#if FUSEWIRE_HAS_URING
 // The kernel fills a provided buffer; take() hands it out under a control block
 // made with the ring (one per buffer id). Here take() stands in for the kernel.
 TEST_CASE("provided buffers: handed out without an allocation, back in the ring when the last alias dies") {
