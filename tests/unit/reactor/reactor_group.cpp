@@ -437,7 +437,10 @@ TEST_CASE("uring engine: one armed ring timeout serves many sleeps and moves for
     MESSAGE("kernel without IORING_FEAT_EXT_ARG: the reactor passes a timeout to each wait instead");
     return;
   }
-  const auto arms = [&] { auto f = group.submit(0, [] { return fw::uring_reactor::current()->engine().timeout_arms(); }); return get(f); };
+  const auto arms = [&] {
+    auto f = group.submit(0, [] { return fw::uring_reactor::current()->engine().timeout_arms(); });
+    return get(f);
+  };
   const std::uint64_t arms0 = arms();
   const std::uint64_t sleeps0 = group.at(0).stats().sleeps;
   for (int i = 0; i < 200; ++i) {
