@@ -56,23 +56,7 @@ class asio_engine {
   /// The io_context sockets of this reactor are created on. Reactor thread only.
   boost::asio::io_context& context() noexcept { return context_; }
 
-  /// Runs the ready handlers. Asio's poll() always asks epoll first (an
-  /// epoll_wait system call, even with nothing ready), so the first
-  /// `polls_skipped_after_wait` polls after a wait() leave the io_context
-  /// alone: in block mode a wake-up runs one handler (the message), a tick or
-  /// two for what it posted, and sleeps again, and those ticks made two
-  /// epoll_waits that found nothing (of six system calls per 10 B round trip
-  /// and side). Nothing waits longer for it: a handler that is ready then runs
-  /// in the next wait() at once (run_one does not block while a handler is
-  /// queued), and a reactor too busy to sleep polls again after that many ticks.
-  bool poll() {
-    if (skip_polls_ != 0) {
-      --skip_polls_;
-      return false;
-    }
-    ++polls_;
-    return context_.poll() != 0;
-  }
+  bool poll() { return context_.poll() != 0; }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
     if (timeout) {
@@ -80,13 +64,7 @@ class asio_engine {
     } else {
       context_.run_one();
     }
-    skip_polls_ = polls_skipped_after_wait;
   }
-
-  static constexpr unsigned polls_skipped_after_wait = 4;
-
-  /// poll() calls that polled the io_context (each one epoll_wait).
-  std::uint64_t polls() const noexcept { return polls_; }
 
   /// Asio owes no completions the reactor does not already count (transports
   /// count their operations with work_started/work_finished).
@@ -122,8 +100,6 @@ class asio_engine {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::posix::stream_descriptor wake_;
   detail::spin_list spin_;  ///< connections read with a plain recv while spinning
-  unsigned skip_polls_ = 0;  ///< polls left to skip after the last wait()
-  std::uint64_t polls_ = 0;
 };
 
 static_assert(reactor_engine<asio_engine>);

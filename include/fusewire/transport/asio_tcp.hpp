@@ -562,7 +562,9 @@ class asio_connection_state final : public ref_counted, public closable, public 
       read_op op = pop_read();
       if (e && op.filled + n != 0) release_.lose_stream();
       complete(op.exact, e, op.filled + n);
-    } else if (!e && n != 0) {
+    } else if (!e && n != 0 && !chunk_.empty()) {
+      // (An empty chunk: close() ran between Asio's read and this handler, and
+      // dropped the chunk; the bytes go with the closed stream.)
       chunk_filled(n);
     }
     pump_reads();

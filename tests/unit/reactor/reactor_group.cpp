@@ -4,11 +4,8 @@
 #include <fusewire/reactor/uring_engine.hpp>
 #endif
 
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/read.hpp>
 #include <doctest/doctest.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -348,62 +345,6 @@ TEST_CASE_TEMPLATE("exceptions from tasks and timers are reported, not propagate
   REQUIRE(reports.size() == 2);
   CHECK(reports[0] == "0: exception escaped a task: boom");
   CHECK(reports[1] == "0: exception escaped a timer: an exception not derived from std::exception");
-}
-
-// Asio's poll() always calls epoll_wait: a block-mode wake-up must not pay
-// for polls that find nothing, and a reactor too busy to sleep must still
-// run the I/O that became ready.
-TEST_CASE("asio engine: a block-mode wake-up makes no empty epoll poll; a reactor that never sleeps still runs I/O" *
-          doctest::timeout(120)) {
-  fw::asio_reactor_group group(make_config(fw::reactor_mode::block, 1));
-  const auto [sleeps, empty_polls] =
-      wake_up_often(group, [] { return fw::asio_reactor::current()->engine().polls(); });
-  MESSAGE(sleeps, " sleeps, ", empty_polls, " io_context polls");
-  CHECK(sleeps >= 100);
-  CHECK(empty_polls <= 20);  // it was 2 per wake-up
-
-  // A task that posts itself keeps the reactor from sleeping (so from wait());
-  // a pipe read must still complete, from the polls the reactor makes anyway.
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  struct state {
-    std::unique_ptr<boost::asio::posix::stream_descriptor> in;
-    char byte = 0;
-    std::atomic<bool> read{false};
-    std::uint64_t sleeps_at_read = 0;
-    std::chrono::steady_clock::time_point give_up;
-  };
-  auto st = std::make_shared<state>();
-  st->give_up = std::chrono::steady_clock::now() + 20s;
-  auto armed = group.submit(0, [st, fd = fds[0]] {
-    auto* r = fw::asio_reactor::current();
-    st->in = std::make_unique<boost::asio::posix::stream_descriptor>(r->engine().context(), fd);
-    boost::asio::async_read(*st->in, boost::asio::buffer(&st->byte, 1),
-                            [st](const boost::system::error_code& ec, std::size_t) {
-                              st->sleeps_at_read = fw::asio_reactor::current()->stats().sleeps;
-                              st->read = !ec;
-                            });
-    struct spin {
-      std::shared_ptr<state> st;
-      void operator()() const {
-        if (!st->read && std::chrono::steady_clock::now() < st->give_up) fw::asio_reactor::current()->post(spin{st});
-      }
-    };
-    r->post(spin{st});
-    return true;
-  });
-  CHECK(get(armed));
-  const std::uint64_t sleeps1 = group.at(0).stats().sleeps;
-  REQUIRE(::write(fds[1], "x", 1) == 1);
-  CHECK(eventually([&] { return st->read.load(); }));
-  CHECK(st->sleeps_at_read == sleeps1);  // it ran while the reactor never slept
-  auto closed = group.submit(0, [st] {
-    st->give_up = {};
-    st->in.reset();  // closes the read end
-    return true;
-  });
-  CHECK(get(closed));
-  ::close(fds[1]);
 }
 
 TEST_CASE("sender slots are bounded and one per thread per group") {
