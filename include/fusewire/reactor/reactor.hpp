@@ -131,6 +131,13 @@ struct reactor_stats {
 
 namespace detail {
 
+/// The time from now until `deadline`, never negative: what an engine's wait()
+/// takes when the reactor (or the engine itself) has only an absolute deadline.
+inline std::chrono::nanoseconds time_left(std::chrono::steady_clock::time_point deadline) noexcept {
+  return std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   deadline - std::chrono::steady_clock::now()));
+}
+
 /// What an engine may ask of its reactor.
 class engine_hooks {
  public:
@@ -560,7 +567,7 @@ class basic_reactor final : private detail::engine_hooks {
       engine_->wait_until(deadline);
     } else {
       std::optional<std::chrono::nanoseconds> timeout;
-      if (deadline) timeout = std::max(std::chrono::nanoseconds(0), *deadline - clock::now());
+      if (deadline) timeout = detail::time_left(*deadline);
       engine_->wait(timeout);
     }
   }

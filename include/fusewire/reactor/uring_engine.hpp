@@ -215,10 +215,7 @@ class uring_engine {
   /// then wakes the reactor early once. Kernels without IORING_FEAT_EXT_ARG
   /// (before 5.11, which also lack IORING_TIMEOUT_UPDATE) wait as before.
   void wait_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
-    if (deadline && !features_.ext_arg) {
-      return wait(std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                            *deadline - std::chrono::steady_clock::now())));
-    }
+    if (deadline && !features_.ext_arg) return wait(detail::time_left(*deadline));
     if (deadline) arm_deadline(*deadline);
     wait(std::nullopt);
   }
