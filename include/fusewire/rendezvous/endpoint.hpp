@@ -1207,14 +1207,18 @@ class endpoint {
     void write(out_peer& p, std::shared_ptr<send_op> op) {
       wire::tensor_meta meta;
       meta.key = op->key;
-      const std::uint64_t n = total_size(op->sg.view());
+      const auto payload = op->sg.view();  // views into *op, which the handler keeps
+      const std::uint64_t n = total_size(payload);
       meta.descriptor = tensor_descriptor::make(dtype::uint8, {static_cast<std::int64_t>(n)});
-      meta.segments = wire::segment_list(op->sg.view());
+      meta.segments = wire::segment_list(payload);
       op->in_flight = true;
       ep_.tensor_frames_.fetch_add(1, std::memory_order_relaxed);
       p.last_write = detail::coarse_now();
-      auto ch = p.ch;
-      ch->write(meta, op->sg.view(), [this, pp = &p, op, ch](std::error_code ec) {
+      // One reference count taken for the handler (the lane), none for a local
+      // copy, and the op moved in: this runs between a frame's arrival and the
+      // answer's sendmsg.
+      channel_type& lane = *p.ch;
+      lane.write(meta, payload, [this, pp = &p, op = std::move(op), ch = p.ch](std::error_code ec) {
         if (op->timed_out) return complete(*op, make_error_code(errc::timed_out));
         if (ec) {
           drop_outbound(*pp, ch);
@@ -1442,13 +1446,16 @@ class endpoint {
           // Zero copy: the payload goes from the socket into the posted destination.
           std::shared_ptr<recv_op> op = std::move(waiting.front());
           waiting.pop_front();
-          op->bound = ch;
           const mutable_buffer dst = op->dst.bytes();
+          // The destination is handed over as is (moved, not shared: complete()
+          // would drop the op's reference right away): on the way from the
+          // frame's arrival to the handler, reference counts cost atomics.
           if (ch->try_read_payload(dst)) {  // it arrived with the head: done in this step
-            complete(*op, {}, op->dst.share());
+            complete(*op, {}, std::move(op->dst));
             if (!closing_) read_next(ch);
             return;
           }
+          op->bound = ch;
           ch->read_payload(dst, [this, ch = ch, op](std::error_code e) {
             if (e || op->timed_out) {
               complete(*op, make_error_code(op->timed_out ? errc::timed_out
@@ -1458,8 +1465,7 @@ class endpoint {
               if (!closing_) inbound_failed(ch, e ? e : make_error_code(errc::timed_out));
               return;
             }
-            tensor_buffer out = op->dst.share();
-            complete(*op, {}, std::move(out));
+            complete(*op, {}, std::move(op->dst));
             if (!closing_) read_next(ch);
           });
           return;

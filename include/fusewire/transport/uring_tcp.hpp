@@ -643,8 +643,15 @@ class uring_connection_state final : public ref_counted, public closable, public
     // Only small exact reads: a read_some keeps getting ring buffers (handed over as they are).
     const read_req& front = reads_.front();
     if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return result::done;
-    tensor_buffer buf = spin_buffer_.take(spin_read_bytes);
-    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
+    // The recv writes into the reusable buffer, and only bytes read take a
+    // handle to it: a spinning tick that finds nothing costs no reference count.
+    tensor_buffer fresh;
+    mutable_buffer dst = spin_buffer_.scratch();
+    if (dst.empty()) {  // the last bytes read are still held
+      fresh = tensor_buffer::allocate(spin_read_bytes);
+      dst = fresh.bytes();
+    }
+    const ssize_t n = ::recv(fd_, dst.data(), dst.size(), MSG_DONTWAIT);
     if (n < 0) {
       const int err = errno;
       if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return result::idle;
@@ -653,6 +660,7 @@ class uring_connection_state final : public ref_counted, public closable, public
     } else if (n == 0) {
       if (!read_error_) read_error_ = make_error_code(errc::connection_closed);
     } else {
+      tensor_buffer buf = fresh.empty() ? spin_buffer_.keep(static_cast<std::size_t>(n)) : std::move(fresh);
       buf.trim(static_cast<std::size_t>(n));
       stash_bytes_ += buf.size();
       stats_.bytes_received += buf.size();

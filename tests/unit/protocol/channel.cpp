@@ -279,3 +279,21 @@ TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, el
   CHECK(big.data() != cached);
   CHECK(r.take(0).empty());
 }
+
+TEST_CASE("reusable_buffer: scratch bytes only while nobody holds them; keep(n) hands over what was written") {
+  fw::detail::reusable_buffer r(64);
+  fw::mutable_buffer s = r.scratch();
+  REQUIRE(s.size() == 64);
+  s[0] = std::byte{7};
+  s[1] = std::byte{9};
+  CHECK(r.scratch().data() == s.data());  // nothing kept: the same bytes again, no handle taken
+  fw::tensor_buffer kept = r.keep(2);
+  REQUIRE(kept.size() == 2);
+  CHECK(kept.data() == s.data());
+  CHECK(kept.data()[0] == std::byte{7});
+  CHECK(kept.data()[1] == std::byte{9});
+  CHECK(r.scratch().empty());  // held: a speculative read must not write into it
+  CHECK(r.take(8).data() != s.data());
+  kept.reset();
+  CHECK(r.scratch().data() == s.data());
+}

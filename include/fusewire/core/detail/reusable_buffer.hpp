@@ -27,6 +27,19 @@ class reusable_buffer {
     return cache_.share(0, n);
   }
 
+  /// The cached buffer's bytes to write into while nobody else holds any of
+  /// them, else empty. For a caller that may not keep what it writes (a
+  /// speculative read): it takes a handle with keep(n) only for what it keeps,
+  /// so an attempt that finds nothing costs no reference count.
+  mutable_buffer scratch() {
+    if (cache_.empty()) cache_ = tensor_buffer::allocate(capacity_);
+    return cache_.sole() ? cache_.bytes() : mutable_buffer{};
+  }
+
+  /// The first `n` bytes (at most capacity()) of what scratch() returned, as a
+  /// handle; call it before anything else takes from this buffer.
+  tensor_buffer keep(std::size_t n) const { return cache_.share(0, n); }
+
  private:
   std::size_t capacity_;
   tensor_buffer cache_;
