@@ -188,6 +188,9 @@ class uring_engine {
   }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
+    // The watched connections were read by plain recvs alone; asleep, the
+    // reactor needs their multishot recvs (armed now, submitted below).
+    spin_.stop_all();
     io_uring_cqe* cqe = nullptr;
     ++enters_;
     int rc = 0;

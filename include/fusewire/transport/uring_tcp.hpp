@@ -33,10 +33,16 @@
 ///   non-blocking recv (at most spin_read_bytes) once a tick, for the few
 ///   connections that waited last (uring_engine::config::spin_readers): bytes
 ///   then reach the reader without the multishot's detour through task work
-///   and a completion, as with a busy-polling C program. The multishot recv
-///   stays armed, so the reactor can still sleep; its stream order is kept
-///   because with DEFER_TASKRUN the kernel runs it only inside this thread's
-///   io_uring_enter (see uring_engine::watch()). Without DEFER_TASKRUN this is off.
+///   and a completion, as with a busy-polling C program. Stream order is kept
+///   with a multishot recv armed because with DEFER_TASKRUN the kernel runs it
+///   only inside this thread's io_uring_enter (see uring_engine::watch()).
+///   But an armed multishot is woken by every message, in the sender's
+///   sendmsg (on loopback that cost about 0.3 us per message): so a watched
+///   connection on a spinning reactor arms none, and a spin read that takes
+///   bytes cancels one still armed (no spin read while the cancel is in
+///   flight). It is armed again when the reactor stops reading the connection
+///   that way: evicted from the watch list, or the reactor about to sleep
+///   (spin_stopped()). Without DEFER_TASKRUN this is all off.
 ///
 /// Sending
 /// - async_write of at most config::speculative_send bytes (16 KiB) with no
@@ -143,6 +149,7 @@ struct uring_tcp_stats {
   std::uint64_t zc_notifications = 0;     ///< IORING_CQE_F_NOTIF CQEs received
   std::uint64_t zc_copied = 0;            ///< notifications saying the kernel copied anyway (e.g. loopback)
   std::uint64_t multishot_arms = 0;       ///< multishot recvs armed
+  std::uint64_t multishot_disarms = 0;    ///< armed multishot recvs cancelled because spin reads serve the connection
   std::uint64_t ring_buffers = 0;         ///< provided buffers received
   std::uint64_t direct_recvs = 0;         ///< plain recvs straight into a destination
   std::uint64_t fallback_recvs = 0;       ///< plain recvs into a heap buffer (no ring, or ring empty)
@@ -548,8 +555,10 @@ class uring_connection_state final : public ref_counted, public closable, public
       const bool small = front.dst.size() < opts_.copy_threshold;
       if (small && bulk_credit_ == 0 && multishot_usable()) {
         // Small: wait for the multishot receive and copy (no recv SQE per read).
-        if (multishot_ == multishot_state::idle) arm_multishot();
+        // A spinning reactor reads a watched connection with plain recvs and
+        // arms no multishot for it (see spin_read() and spin_stopped()).
         engine().watch(*this);
+        if (multishot_ == multishot_state::idle && !engine().spin_reads()) arm_multishot();
         break;
       }
       if (multishot_ == multishot_state::armed) {
@@ -636,10 +645,8 @@ class uring_connection_state final : public ref_counted, public closable, public
   /// front read, a small exact one, waits for the multishot recv: nothing read
   /// ahead, no other recv in flight or being cancelled.
   result spin_read() override {
-    if (!open_ || reads_.empty() || multishot_ != multishot_state::armed || direct_ != direct_kind::none ||
-        stash_bytes_ != 0) {
-      return result::done;
-    }
+    if (!open_ || reads_.empty() || direct_ != direct_kind::none || stash_bytes_ != 0) return result::done;
+    if (multishot_ == multishot_state::cancelling) return result::idle;  // its last bytes come first
     // Only small exact reads: a read_some keeps getting ring buffers (handed over as they are).
     const read_req& front = reads_.front();
     if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return result::done;
@@ -666,9 +673,30 @@ class uring_connection_state final : public ref_counted, public closable, public
       stats_.bytes_received += buf.size();
       ++stats_.spin_reads;
       stash_.push_back(std::move(buf));
+      // The connection is hot and these recvs serve it: a multishot recv still
+      // armed would be woken by every message, and its poll wake-up runs in the
+      // sender's sendmsg (on loopback about 0.3 us per message). It goes;
+      // spin_stopped() arms it again when the plain recvs stop.
+      if (multishot_ == multishot_state::armed) {
+        cancel(multishot_op_);
+        multishot_ = multishot_state::cancelling;
+        ++stats_.multishot_disarms;
+      }
     }
     pump_reads();  // may re-watch this
     return n > 0 ? result::read : result::done;
+  }
+
+  /// The reactor stopped reading this with plain recvs (evicted, done, or about
+  /// to sleep): a small exact read still waiting gets the multishot recv again.
+  void spin_stopped() override {
+    if (!open_ || reads_.empty() || multishot_ != multishot_state::idle || direct_ != direct_kind::none ||
+        !multishot_usable()) {
+      return;
+    }
+    const read_req& front = reads_.front();
+    if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return;
+    arm_multishot();
   }
 
   static void on_multishot_cqe(uring_op* op, int res, unsigned flags) {

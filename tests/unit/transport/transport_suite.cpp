@@ -555,7 +555,8 @@ struct spin_side {
 #if FUSEWIRE_HAS_URING
 std::string describe(const fw::uring_tcp_stats& s) {
   return "spin_reads=" + std::to_string(s.spin_reads) + " ring_buffers=" + std::to_string(s.ring_buffers) +
-         " direct_recvs=" + std::to_string(s.direct_recvs);
+         " direct_recvs=" + std::to_string(s.direct_recvs) + " multishot_arms=" + std::to_string(s.multishot_arms) +
+         " multishot_disarms=" + std::to_string(s.multishot_disarms);
 }
 #endif
 std::string describe(const fw::asio_tcp_stats& s) {
@@ -723,6 +724,148 @@ TEST_CASE_TEMPLATE("a spinning reactor reads waiting connections with a plain re
     } else if (mode == fw::reactor_mode::poll) {
       CHECK(server.stats.spin_reads > 0);
       CHECK(client.stats.spin_reads > 0);
+      if constexpr (requires { server.stats.multishot_arms; }) {
+        // uring_tcp: a reactor that never sleeps reads its watched connection
+        // with plain recvs alone; an armed multishot recv would be woken by
+        // every message (in the sender's sendmsg).
+        CHECK(server.stats.multishot_arms == 0);
+        CHECK(client.stats.multishot_arms == 0);
+      }
     }
   }
+}
+
+// uring_tcp arms no multishot recv for a connection a spinning reactor reads
+// with plain recvs: when the reactor goes to sleep, it must arm one again, or
+// bytes sent while it sleeps would never be reported.
+TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs still gets bytes sent while it sleeps", T,
+                   TRANSPORTS) {
+  using conn_t = typename T::connection_type;
+  harness<T> h(fw::reactor_mode::adaptive);
+  if (!spin_capable(h)) {
+    MESSAGE("no spin reads on this kernel");
+    return;
+  }
+  constexpr std::size_t rounds = 5;
+  std::vector<std::promise<std::uint32_t>> got(rounds);
+  struct reader : std::enable_shared_from_this<reader> {
+    conn_t conn;
+    std::uint32_t word = 0;
+    std::vector<std::promise<std::uint32_t>>* got = nullptr;
+    std::size_t next = 0;
+    void read() {  // posted while the reactor spins: a watched connection
+      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&word), 4),
+                      [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+                        if (ec) return;
+                        (*self->got)[self->next++].set_value(self->word);
+                        if (self->next < self->got->size()) self->read();
+                      });
+    }
+  };
+  auto r = std::make_shared<reader>();
+  r->got = &got;
+  const std::uint16_t port = h.serve(0, [r](conn_t c) {
+    r->conn = std::move(c);
+    r->read();
+  });
+  auto client = std::make_shared<conn_t>();
+  std::promise<std::error_code> connected;
+  h.group.submit_to(1, [&] {
+    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, client](std::error_code ec, conn_t c) {
+      *client = std::move(c);
+      connected.set_value(ec);
+    });
+  });
+  auto fc = connected.get_future();
+  REQUIRE_FALSE(get(fc));
+  std::array<std::uint32_t, rounds> words{};
+  for (std::size_t i = 0; i < rounds; ++i) {
+    CAPTURE(i);
+    std::this_thread::sleep_for(30ms);  // reactor 0 spins 100 us after posting its read, then sleeps
+    words[i] = 0x51ee9000u + static_cast<std::uint32_t>(i);
+    h.on(1, [client, w = &words[i]] {
+      const fw::const_buffer one[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(w), 4)};
+      client->async_write(one, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+      return 0;
+    });
+    auto f = got[i].get_future();
+    REQUIRE_MESSAGE(f.wait_for(10s) == std::future_status::ready, "bytes sent to a sleeping reactor were not reported");
+    CHECK(f.get() == words[i]);
+  }
+  h.on(1, [client] {
+    client->close();
+    return 0;
+  });
+  h.on(0, [r] {
+    r->conn.close();
+    return 0;
+  });
+}
+
+// More connections wait than a spinning reactor reads with plain recvs: the
+// ones it evicts from its watch list must be reported by the engine again
+// (uring_tcp arms their multishot recvs), or they would never get their bytes.
+TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list still get their bytes", T, TRANSPORTS) {
+  using conn_t = typename T::connection_type;
+  typename harness<T>::group_t::engine_config engine;
+  engine.spin_readers = 2;
+  harness<T> h(fw::reactor_mode::poll, SUITE_MAKE(T), engine);
+  constexpr std::size_t n = 5;
+  std::vector<std::promise<std::uint32_t>> got(n);
+  struct reader : std::enable_shared_from_this<reader> {
+    conn_t conn;
+    std::uint32_t word = 0;
+    std::promise<std::uint32_t>* got = nullptr;
+  };
+  std::vector<std::shared_ptr<reader>> readers;
+  std::atomic<std::size_t> accepted{0};
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    auto r = std::make_shared<reader>();
+    r->conn = std::move(c);
+    r->got = &got[readers.size()];
+    readers.push_back(r);
+    r->conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&r->word), 4), [r](std::error_code ec, std::size_t) {
+      if (!ec) r->got->set_value(r->word);
+    });
+    ++accepted;
+  });
+  std::vector<std::shared_ptr<conn_t>> clients;
+  for (std::size_t i = 0; i < n; ++i) {  // one at a time: reader i is the i-th accepted
+    auto client = std::make_shared<conn_t>();
+    std::promise<std::error_code> connected;
+    h.group.submit_to(1, [&, client] {
+      h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, client](std::error_code ec, conn_t c) {
+        *client = std::move(c);
+        connected.set_value(ec);
+      });
+    });
+    auto fc = connected.get_future();
+    REQUIRE_FALSE(get(fc));
+    for (int t = 0; t < 10000 && accepted.load() != i + 1; ++t) std::this_thread::sleep_for(1ms);
+    REQUIRE(accepted.load() == i + 1);
+    clients.push_back(client);
+  }
+  std::array<std::uint32_t, n> words{};
+  for (std::size_t i = 0; i < n; ++i) words[i] = 0xe71c7000u + static_cast<std::uint32_t>(i);
+  h.on(1, [&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      const fw::const_buffer one[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(&words[i]), 4)};
+      clients[i]->async_write(one, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+    }
+    return 0;
+  });
+  for (std::size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    auto f = got[i].get_future();
+    REQUIRE_MESSAGE(f.wait_for(10s) == std::future_status::ready, "an evicted connection's bytes were not reported");
+    CHECK(f.get() == words[i]);
+  }
+  h.on(1, [&] {
+    for (auto& c : clients) c->close();
+    return 0;
+  });
+  h.on(0, [&] {
+    for (auto& r : readers) r->conn.close();
+    return 0;
+  });
 }

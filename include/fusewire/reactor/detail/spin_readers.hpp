@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 
 namespace fusewire {
 inline namespace v0 {
@@ -23,6 +24,11 @@ class spin_reader {
   /// Called on the reactor's thread; may run handlers (which may watch or
   /// unwatch readers, this one included).
   virtual result spin_read() = 0;
+  /// The list stopped calling spin_read(): it evicted this reader for a newer
+  /// one, the reader said done, or the engine is about to sleep (stop_all()).
+  /// A reader that relied on its plain recvs alone must now have the engine
+  /// report its bytes again. Not called after the reader's own unwatch().
+  virtual void spin_stopped() {}
 
  protected:
   ~spin_reader() = default;
@@ -44,11 +50,14 @@ class spin_list {
 
   void watch(spin_reader& r) noexcept {
     if (!active() || find(r) != end()) return;
+    spin_reader* evicted = nullptr;
     if (count_ == capacity_) {
+      evicted = readers_[0];
       std::copy(begin() + 1, end(), begin());
       --count_;
     }
     readers_[count_++] = &r;
+    if (evicted != nullptr) evicted->spin_stopped();
   }
 
   void unwatch(spin_reader& r) noexcept {
@@ -62,6 +71,15 @@ class spin_list {
   /// each watched reader once; true if one took bytes. Handlers may watch or
   /// unwatch readers (or destroy them, which unwatches): each reader of the
   /// snapshot taken first is called only while it is still watched.
+  /// The engine is about to sleep: every reader leaves the list and is told
+  /// (spin_stopped()). Those still waiting watch again when their connection
+  /// next waits on a spinning tick.
+  void stop_all() {
+    const std::array<spin_reader*, max_readers> snapshot = readers_;
+    const unsigned n = std::exchange(count_, 0u);
+    for (unsigned i = 0; i < n; ++i) snapshot[i]->spin_stopped();
+  }
+
   bool spin(bool may_read) {
     spinning_ = true;
     if (count_ == 0 || !may_read) return false;
@@ -72,7 +90,10 @@ class spin_list {
       spin_reader* r = snapshot[i];
       if (find(*r) == end()) continue;
       const spin_reader::result got = r->spin_read();
-      if (got == spin_reader::result::done) unwatch(*r);
+      if (got == spin_reader::result::done && find(*r) != end()) {
+        unwatch(*r);
+        r->spin_stopped();
+      }
       worked |= got == spin_reader::result::read;
     }
     return worked;
