@@ -642,8 +642,9 @@ class uring_connection_state final : public ref_counted, public closable, public
   }
 
   /// A spinning reactor's plain recv (see uring_engine::watch()), while the
-  /// front read, a small exact one, waits for the multishot recv: nothing read
-  /// ahead, no other recv in flight or being cancelled.
+  /// front read, a small exact one, waits: nothing read ahead, no other recv
+  /// in flight (while the multishot recv is being cancelled, it waits for the
+  /// cancellation's last bytes).
   result spin_read() override {
     if (!open_ || reads_.empty() || direct_ != direct_kind::none || stash_bytes_ != 0) return result::done;
     if (multishot_ == multishot_state::cancelling) return result::idle;  // its last bytes come first
@@ -689,14 +690,20 @@ class uring_connection_state final : public ref_counted, public closable, public
 
   /// The reactor stopped reading this with plain recvs (evicted, done, or about
   /// to sleep): a small exact read still waiting gets the multishot recv again.
-  void spin_stopped() override {
+  void spin_stopped() noexcept override {
     if (!open_ || reads_.empty() || multishot_ != multishot_state::idle || direct_ != direct_kind::none ||
         !multishot_usable()) {
       return;
     }
     const read_req& front = reads_.front();
     if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return;
-    arm_multishot();
+    try {
+      arm_multishot();
+    } catch (const std::system_error& e) {
+      // The ring takes no more submissions: the read fails (posted) instead of waiting forever.
+      if (!read_error_) read_error_ = e.code();
+      read_task_.schedule(*reactor_);
+    }
   }
 
   static void on_multishot_cqe(uring_op* op, int res, unsigned flags) {

@@ -534,7 +534,7 @@ struct counting_reader final : fw::detail::spin_reader {
     if (during) during();
     return answer.load();
   }
-  void spin_stopped() override { ++stopped; }
+  void spin_stopped() noexcept override { ++stopped; }
 };
 
 template <class E>

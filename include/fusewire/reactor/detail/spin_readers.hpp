@@ -28,7 +28,8 @@ class spin_reader {
   /// one, the reader said done, or the engine is about to sleep (stop_all()).
   /// A reader that relied on its plain recvs alone must now have the engine
   /// report its bytes again. Not called after the reader's own unwatch().
-  virtual void spin_stopped() {}
+  /// Must not throw (the list calls it from watch()).
+  virtual void spin_stopped() noexcept {}
 
  protected:
   ~spin_reader() = default;
@@ -67,19 +68,19 @@ class spin_list {
     --count_;
   }
 
-  /// A spinning tick: from now on the list is active. If `may_read`, calls
-  /// each watched reader once; true if one took bytes. Handlers may watch or
-  /// unwatch readers (or destroy them, which unwatches): each reader of the
-  /// snapshot taken first is called only while it is still watched.
   /// The engine is about to sleep: every reader leaves the list and is told
   /// (spin_stopped()). Those still waiting watch again when their connection
   /// next waits on a spinning tick.
-  void stop_all() {
+  void stop_all() noexcept {
     const std::array<spin_reader*, max_readers> snapshot = readers_;
     const unsigned n = std::exchange(count_, 0u);
     for (unsigned i = 0; i < n; ++i) snapshot[i]->spin_stopped();
   }
 
+  /// A spinning tick: from now on the list is active. If `may_read`, calls
+  /// each watched reader once; true if one took bytes. Handlers may watch or
+  /// unwatch readers (or destroy them, which unwatches): each reader of the
+  /// snapshot taken first is called only while it is still watched.
   bool spin(bool may_read) {
     spinning_ = true;
     if (count_ == 0 || !may_read) return false;
