@@ -792,12 +792,15 @@ TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs still 
     REQUIRE_MESSAGE(f.wait_for(10s) == std::future_status::ready, "bytes sent to a sleeping reactor were not reported");
     CHECK(f.get() == words[i]);
   }
+  // A connection's state belongs to its reactor: closed and released there.
   h.on(1, [client] {
     client->close();
+    *client = conn_t();
     return 0;
   });
   h.on(0, [r] {
     r->conn.close();
+    r->conn = conn_t();
     return 0;
   });
 }
@@ -860,12 +863,19 @@ TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list sti
     REQUIRE_MESSAGE(f.wait_for(10s) == std::future_status::ready, "an evicted connection's bytes were not reported");
     CHECK(f.get() == words[i]);
   }
+  // A connection's state belongs to its reactor: closed and released there.
   h.on(1, [&] {
-    for (auto& c : clients) c->close();
+    for (auto& c : clients) {
+      c->close();
+      *c = conn_t();
+    }
     return 0;
   });
   h.on(0, [&] {
-    for (auto& r : readers) r->conn.close();
+    for (auto& r : readers) {
+      r->conn.close();
+      r->conn = conn_t();
+    }
     return 0;
   });
 }
