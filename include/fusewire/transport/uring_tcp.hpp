@@ -553,7 +553,7 @@ class uring_connection_state final : public ref_counted, public closable, public
       }
       if (direct_ != direct_kind::none) break;
       const bool small = front.dst.size() < opts_.copy_threshold;
-      if (small && bulk_credit_ == 0 && multishot_usable()) {
+      if (small_exact(front) && multishot_usable()) {
         // Small: wait for the multishot receive and copy (no recv SQE per read).
         // A spinning reactor reads a watched connection with plain recvs and
         // arms no multishot for it (see spin_read() and spin_stopped()).
@@ -641,6 +641,13 @@ class uring_connection_state final : public ref_counted, public closable, public
     ++stats_.fallback_recvs;
   }
 
+  /// Whether `r` (the front read) waits for the multishot receive or a spin
+  /// read and a copy: an exact read below copy_threshold, outside a bulk
+  /// stretch. Anything else gets its own recv, or ring buffers as they are.
+  bool small_exact(const read_req& r) const noexcept {
+    return !r.some && r.dst.size() < opts_.copy_threshold && bulk_credit_ == 0;
+  }
+
   /// A spinning reactor's plain recv (see uring_engine::watch()), while the
   /// front read, a small exact one, waits: nothing read ahead, no other recv
   /// in flight (while the multishot recv is being cancelled, it waits for the
@@ -649,8 +656,7 @@ class uring_connection_state final : public ref_counted, public closable, public
     if (!open_ || reads_.empty() || direct_ != direct_kind::none || stash_bytes_ != 0) return result::done;
     if (multishot_ == multishot_state::cancelling) return result::idle;  // its last bytes come first
     // Only small exact reads: a read_some keeps getting ring buffers (handed over as they are).
-    const read_req& front = reads_.front();
-    if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return result::done;
+    if (!small_exact(reads_.front())) return result::done;
     // The recv writes into the reusable buffer, and only bytes read take a
     // handle to it: a spinning tick that finds nothing costs no reference count.
     tensor_buffer fresh;
@@ -695,8 +701,7 @@ class uring_connection_state final : public ref_counted, public closable, public
         !multishot_usable()) {
       return;
     }
-    const read_req& front = reads_.front();
-    if (front.some || front.dst.size() >= opts_.copy_threshold || bulk_credit_ != 0) return;
+    if (!small_exact(reads_.front())) return;
     try {
       arm_multishot();
     } catch (const std::system_error& e) {

@@ -768,16 +768,7 @@ TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs still 
     r->conn = std::move(c);
     r->read();
   });
-  auto client = std::make_shared<conn_t>();
-  std::promise<std::error_code> connected;
-  h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, client](std::error_code ec, conn_t c) {
-      *client = std::move(c);
-      connected.set_value(ec);
-    });
-  });
-  auto fc = connected.get_future();
-  REQUIRE_FALSE(get(fc));
+  auto client = h.connect_client(port);
   std::array<std::uint32_t, rounds> words{};
   for (std::size_t i = 0; i < rounds; ++i) {
     CAPTURE(i);
@@ -834,16 +825,7 @@ TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list sti
   });
   std::vector<std::shared_ptr<conn_t>> clients;
   for (std::size_t i = 0; i < n; ++i) {  // one at a time: reader i is the i-th accepted
-    auto client = std::make_shared<conn_t>();
-    std::promise<std::error_code> connected;
-    h.group.submit_to(1, [&, client] {
-      h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, client](std::error_code ec, conn_t c) {
-        *client = std::move(c);
-        connected.set_value(ec);
-      });
-    });
-    auto fc = connected.get_future();
-    REQUIRE_FALSE(get(fc));
+    auto client = h.connect_client(port);
     for (int t = 0; t < 10000 && accepted.load() != i + 1; ++t) std::this_thread::sleep_for(1ms);
     REQUIRE(accepted.load() == i + 1);
     clients.push_back(client);

@@ -120,6 +120,22 @@ struct harness {
     });
   }
 
+  /// Connects from reactor 1 to `port` and waits for it. The connection is
+  /// touched on reactor 1 only: use it, close it and reset it there.
+  std::shared_ptr<conn_t> connect_client(std::uint16_t port) {
+    auto client = std::make_shared<conn_t>();
+    auto connected = std::make_shared<std::promise<std::error_code>>();
+    auto fc = connected->get_future();
+    group.submit_to(1, [this, port, client, connected] {
+      transport.connect(here(), SUITE_HOST, port, [client, connected](std::error_code ec, conn_t c) {
+        *client = std::move(c);
+        connected->set_value(ec);
+      });
+    });
+    REQUIRE_FALSE(get(fc));
+    return client;
+  }
+
   /// An echo server: every buffer read_some delivers is written back.
   std::uint16_t serve_echo(unsigned core) {
     return serve(core, [](conn_t c) {
