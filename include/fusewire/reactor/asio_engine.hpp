@@ -59,6 +59,7 @@ class asio_engine {
   bool poll() { return context_.poll() != 0; }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
+    spin_.stop_all();  // readers that relied on the plain recvs get Asio's wait again
     if (timeout) {
       context_.run_one_for(*timeout);
     } else {
@@ -75,9 +76,11 @@ class asio_engine {
 
   /// Asks for `r.spin_read()` on every spinning tick, after poll() ran the
   /// ready handlers, until it says done or unwatch(r). The reader owns every
-  /// read of its socket that can race with this one (asio_tcp waits for
-  /// readability and reads itself), so the stream keeps its order. Evicts the
-  /// longest-watched reader when full.
+  /// read of its socket that can race with this one (asio_tcp reads itself,
+  /// and lets Asio only wait for readability), so the stream keeps its order.
+  /// Evicts the longest-watched reader when full; the evicted one, one that
+  /// says done, and all of them before the engine sleeps are told
+  /// (spin_reader::spin_stopped()).
   void watch(detail::spin_reader& r) noexcept { spin_.watch(r); }
   void unwatch(detail::spin_reader& r) noexcept { spin_.unwatch(r); }
 

@@ -13,10 +13,13 @@
 ///
 /// On a spinning reactor (poll mode, or adaptive), reads into the chunk are
 /// plain non-blocking recvs made by the connection itself; when the socket has
-/// nothing, it waits through Asio for the socket to be readable (Asio reads
-/// nothing for it), and the reactor tries the recv on every tick meanwhile, as
-/// a busy-polling C program does (asio_engine::config::spin_readers). In block
-/// mode Asio reads into the chunk.
+/// nothing, the reactor tries the recv on every tick, as a busy-polling C
+/// program does (asio_engine::config::spin_readers). Once such a recv got
+/// bytes, the socket leaves Asio's epoll set (basic_socket::release()) until
+/// Asio is needed again: registered, every message would run epoll's wake-up
+/// in the sender's sendmsg. When the reactor stops reading it that way
+/// (evicted, or about to sleep), the socket goes back to Asio, which waits for
+/// it to be readable (and reads nothing). In block mode Asio reads into the chunk.
 ///
 /// async_release (a move to another reactor; see handoff_transport in
 /// concepts.hpp) takes the socket back from Asio (basic_socket::release(),
@@ -96,6 +99,7 @@ struct asio_tcp_stats {
   std::uint64_t recvs = 0;         ///< plain non-blocking recvs into the read chunk that got bytes (spinning reactor)
   std::uint64_t spin_reads = 0;    ///< of those, the ones made from the reactor's spin (asio_engine::watch())
   std::uint64_t waits = 0;         ///< waits for the socket to be readable (spinning reactor)
+  std::uint64_t detaches = 0;      ///< times the socket left Asio's epoll set for plain recvs (spinning reactor)
   std::uint64_t chunk_reads = 0;   ///< Asio reads into the read chunk (a reactor that never spins)
   std::uint64_t direct_reads = 0;  ///< Asio reads straight into an exact read's destination
 };
@@ -145,12 +149,13 @@ class asio_connection_state final : public ref_counted, public closable, public 
       reactor_->engine().unwatch(*this);
     }
     if (released_fd_ >= 0) ::close(released_fd_);
+    if (detached_fd_ >= 0) ::close(detached_fd_);
   }
 
   asio_reactor& reactor() const noexcept { return *reactor_; }
   bool is_open() const noexcept { return open_; }
   const std::string& peer() const noexcept { return peer_; }
-  int native_handle() noexcept { return socket_ ? socket_->native_handle() : -1; }
+  int native_handle() noexcept { return detached_fd_ >= 0 ? detached_fd_ : socket_ ? socket_->native_handle() : -1; }
   const asio_tcp_stats& stats() const noexcept { return stats_; }
 
   /// Applies TCP_NODELAY/SO_KEEPALIVE (and SO_SNDBUF to a peer on this host)
@@ -216,6 +221,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
     if (closable_linked_) reactor_->remove_closable(*this);
     boost::system::error_code ignored;
     if (socket_) socket_->close(ignored);
+    if (detached_fd_ >= 0) ::close(std::exchange(detached_fd_, -1));
     chunk_.reset();
     chunk_used_ = 0;
     ahead_.clear();
@@ -242,7 +248,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
     // Still registered as closable: a stop during the release closes the socket.
     if (!ahead_.empty()) release_.lose_stream();
     boost::system::error_code ec;
-    released_fd_ = socket_->release(ec);
+    released_fd_ = detached_fd_ >= 0 ? std::exchange(detached_fd_, -1) : socket_->release(ec);
     if (ec) {
       release_.fail(from_asio(ec, false));
       released_fd_ = -1;
@@ -329,7 +335,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
       msghdr msg{};
       msg.msg_iov = iov_.data();
       msg.msg_iovlen = count;
-      const ssize_t r = ::sendmsg(socket_->native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t r = ::sendmsg(native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r < 0) {
         const int err = errno;
         if (err == EINTR) continue;
@@ -340,6 +346,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
       if (static_cast<std::size_t>(r) < asked) break;  // the send buffer is full
     }
     if (op.buffers.empty()) return post_written({});
+    if (const boost::system::error_code e = attach()) return post_written(e);
     socket_->async_wait(boost::asio::socket_base::wait_write,
                         [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
                           if (ec) return self->on_written(ec);
@@ -438,15 +445,22 @@ class asio_connection_state final : public ref_counted, public closable, public 
   // Asio. Anything else reads what there is into the chunk (handed out, or
   // read ahead): through Asio on a reactor that never spins (block mode);
   // otherwise with a plain non-blocking recv of our own, and if there is
-  // nothing yet it waits for the socket to be readable (Asio reads nothing for
-  // it) while the spinning reactor tries the recv each tick (spin_read): every
-  // byte of the stream is read by this thread in order, whichever comes first.
-  // (A wait costs Asio an epoll_ctl to re-arm the socket, which its own reads
-  // avoid; a sleeping reactor gains nothing from the recv of our own.)
+  // nothing yet the spinning reactor tries the recv each tick (spin_read);
+  // when it stops (spin_stopped), Asio waits for the socket to be readable
+  // (and reads nothing). Every byte of the stream is read by this thread in
+  // order, whichever comes first. (A wait costs Asio an epoll_ctl to re-arm
+  // the socket, which its own reads avoid; a sleeping reactor gains nothing
+  // from the recv of our own.)
   // True: bytes (or the socket's error) arrived now, for the pump to serve.
   bool start_read() {
     read_op& op = reads_.front();
     const bool direct = is_direct(op);
+    if ((direct || !reactor_->engine().spin_reads()) && !read_error_) {
+      if (const boost::system::error_code e = attach()) {
+        read_error_ = from_asio(e, false);
+        return true;
+      }
+    }
     auto on_done = [self = ref_ptr<asio_connection_state>(this), direct](const boost::system::error_code& ec,
                                                                           std::size_t n) {
       self->on_read(direct, ec, n);
@@ -466,16 +480,44 @@ class asio_connection_state final : public ref_counted, public closable, public 
       return false;
     }
     if (recv_chunk(room)) return true;
-    if (!waiting_) {
-      waiting_ = true;
-      ++stats_.waits;
-      socket_->async_wait(boost::asio::socket_base::wait_read,
-                          [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
-                            self->on_readable(ec);
-                          });
-    }
     reactor_->engine().watch(*this);
     return false;
+  }
+
+  // Whether the front read waits for bytes into the chunk with nothing of
+  // Asio's in flight for it: what the spinning reactor's recvs serve.
+  bool waits_for_chunk() noexcept {
+    return open_ && !reading_ && !waiting_ && !read_error_ && ahead_.empty() && !reads_.empty() &&
+           !reads_.front().preset && !is_direct(reads_.front());
+  }
+
+  // The socket leaves Asio's epoll set while the spinning reactor reads it with
+  // plain recvs (see the file comment): only with no Asio operation on it
+  // (basic_socket::release() would abort them). The fd stays open here.
+  void detach() noexcept {
+    if (detached_fd_ >= 0 || !open_ || reading_ || waiting_ || writing_ || connecting_ || !socket_) return;
+    boost::system::error_code ec;
+    const boost::asio::ip::tcp protocol = socket_->local_endpoint(ec).protocol();
+    if (ec) return;
+    const int fd = socket_->release(ec);
+    if (ec || fd < 0) return;
+    detached_fd_ = fd;
+    protocol_ = protocol;
+    ++stats_.detaches;
+  }
+
+  // Back into Asio's epoll set (an epoll_ctl), before any Asio operation.
+  // Fails only if Asio cannot register it (out of memory, epoll's limits).
+  boost::system::error_code attach() noexcept {
+    if (detached_fd_ < 0) return {};
+    boost::system::error_code ec;
+    try {
+      socket_->assign(protocol_, detached_fd_, ec);
+    } catch (const std::bad_alloc&) {
+      ec = boost::asio::error::no_memory;
+    }
+    if (!ec) detached_fd_ = -1;
+    return ec;
   }
 
   // Whether `op`'s bytes go straight into its destination (an exact read of at
@@ -515,7 +557,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
   bool recv_chunk(std::size_t room) {
     ssize_t n;
     do {
-      n = ::recv(socket_->native_handle(), chunk_.data() + chunk_used_, room, MSG_DONTWAIT);
+      n = ::recv(native_handle(), chunk_.data() + chunk_used_, room, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
       const int err = errno;
@@ -540,9 +582,35 @@ class asio_connection_state final : public ref_counted, public closable, public 
     const read_op& front = reads_.front();
     if (is_direct(front)) return result::done;
     if (!recv_chunk(chunk_room(front))) return result::idle;
-    if (!read_error_) ++stats_.spin_reads;
+    if (!read_error_) {
+      ++stats_.spin_reads;
+      detach();  // the connection is hot and these recvs serve it
+    }
     pump_reads();  // may watch this again
     return result::read;
+  }
+
+  /// The reactor stopped reading this with plain recvs (evicted, said done, or
+  /// about to sleep): a read still waiting for the chunk gets Asio's wait.
+  void spin_stopped() noexcept override {
+    if (!waits_for_chunk()) return;
+    if (const boost::system::error_code e = attach()) {
+      read_error_ = from_asio(e, false);
+      read_task_.schedule(*reactor_);
+      return;
+    }
+    try {
+      waiting_ = true;
+      ++stats_.waits;
+      socket_->async_wait(boost::asio::socket_base::wait_read,
+                          [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
+                            self->on_readable(ec);
+                          });
+    } catch (const std::bad_alloc&) {
+      waiting_ = false;
+      read_error_ = make_error_code(errc::out_of_memory);
+      read_task_.schedule(*reactor_);
+    }
   }
 
   void on_readable(const boost::system::error_code& ec) {
@@ -640,6 +708,8 @@ class asio_connection_state final : public ref_counted, public closable, public 
   std::error_code write_error_;
   release_progress release_;
   int released_fd_ = -1;  // taken back from Asio, until the release's handler has it
+  int detached_fd_ = -1;  // out of Asio's epoll set (detach()), until attach() or close
+  boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  ///< for attach()
   small_fifo<read_op> reads_;
   small_fifo<write_op> writes_;
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls

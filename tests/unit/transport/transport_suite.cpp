@@ -562,7 +562,7 @@ std::string describe(const fw::uring_tcp_stats& s) {
 std::string describe(const fw::asio_tcp_stats& s) {
   return "spin_reads=" + std::to_string(s.spin_reads) + " recvs=" + std::to_string(s.recvs) +
          " waits=" + std::to_string(s.waits) + " chunk_reads=" + std::to_string(s.chunk_reads) +
-         " direct_reads=" + std::to_string(s.direct_reads);
+         " direct_reads=" + std::to_string(s.direct_reads) + " detaches=" + std::to_string(s.detaches);
 }
 
 /// Whether the transport's reactor can read with a plain recv while it spins
@@ -731,6 +731,15 @@ TEST_CASE_TEMPLATE("a spinning reactor reads waiting connections with a plain re
         CHECK(server.stats.multishot_arms == 0);
         CHECK(client.stats.multishot_arms == 0);
       }
+      if constexpr (requires { server.stats.detaches; }) {
+        // asio_tcp: the hot socket leaves Asio's epoll set (whose wake-up would
+        // run in the sender's sendmsg), and no wait for readability is made;
+        // the large frames' direct reads bring it back to Asio each time.
+        CHECK(server.stats.detaches > 1);
+        CHECK(client.stats.detaches > 0);
+        CHECK(server.stats.waits == 0);
+        CHECK(server.stats.direct_reads > 0);
+      }
     }
   }
 }
@@ -860,4 +869,153 @@ TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list sti
     }
     return 0;
   });
+}
+
+// asio_tcp takes a hot socket out of Asio's epoll set while the spinning
+// reactor reads it with plain recvs; a write that fills the socket then needs
+// Asio's wait for writability, so the socket must go back to Asio first (and a
+// close while it is out must close it). Both transports run it.
+TEST_CASE_TEMPLATE("a write that fills the socket of a connection read by plain recvs completes", T, TRANSPORTS) {
+  using conn_t = typename T::connection_type;
+  harness<T> h(fw::reactor_mode::poll);
+  const bool spins = spin_capable(h);
+  constexpr std::size_t pings = 20;
+  const std::vector<std::byte> big = pattern(std::size_t{24} << 20, 5);  // far above the socket buffers
+  struct server_side : std::enable_shared_from_this<server_side> {
+    conn_t conn;
+    const std::vector<std::byte>* big = nullptr;
+    std::uint32_t word = 0;
+    std::size_t seen = 0;
+    std::promise<std::error_code> written;
+    stats_of<T> before_write{};
+    void read() {  // small reads first, so the reactor reads the socket with plain recvs
+      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&word), 4),
+                      [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+                        if (ec) return self->written.set_value(ec);
+                        if (++self->seen < pings) return self->read();
+                        self->before_write = self->conn.stats();
+                        const fw::const_buffer one[] = {fw::const_buffer(self->big->data(), self->big->size())};
+                        self->conn.async_write(one, [self](std::error_code e, std::size_t n) {
+                          self->written.set_value(e ? e : n == self->big->size() ? std::error_code()
+                                                                                   : fw::make_error_code(fw::errc::truncated_frame));
+                        });
+                      });
+    }
+  };
+  auto srv = std::make_shared<server_side>();
+  srv->big = &big;
+  auto written = srv->written.get_future();
+  const std::uint16_t port = h.serve(0, [srv](conn_t c) {
+    srv->conn = std::move(c);
+    srv->read();
+  });
+  auto client = h.connect_client(port);
+  std::vector<std::byte> got(big.size());
+  std::promise<std::error_code> read_all;
+  auto fr = read_all.get_future();
+  std::array<std::uint32_t, pings> words{};
+  h.on(1, [&] {
+    for (std::size_t i = 0; i < pings; ++i) {
+      words[i] = static_cast<std::uint32_t>(i);
+      const fw::const_buffer one[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(&words[i]), 4)};
+      client->async_write(one, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+    }
+    return 0;
+  });
+  // The server's write fills the socket before the client starts reading.
+  std::this_thread::sleep_for(100ms);
+  h.on(1, [&] {
+    client->async_read(fw::mutable_buffer(got.data(), got.size()),
+                       [&](std::error_code ec, std::size_t) { read_all.set_value(ec); });
+    return 0;
+  });
+  REQUIRE_FALSE(get(written));
+  REQUIRE_FALSE(get(fr));
+  CHECK(got == big);
+  if (spins) {
+    if constexpr (requires { srv->before_write.detaches; }) CHECK(srv->before_write.detaches > 0);
+  }
+  // One more small message, read by a plain recv (asio_tcp: the socket leaves
+  // Asio again), then the server's close must reach the client.
+  std::promise<std::error_code> last;
+  auto fl = last.get_future();
+  h.on(0, [&] {
+    srv->conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&srv->word), 4),
+                         [&](std::error_code ec, std::size_t) { last.set_value(ec); });
+    return 0;
+  });
+  std::this_thread::sleep_for(10ms);  // the read waits: the reactor reads the socket with plain recvs
+  const std::uint32_t final_word = 0xc105ed00u;
+  h.on(1, [&] {
+    const fw::const_buffer one[] = {fw::const_buffer(reinterpret_cast<const std::byte*>(&final_word), 4)};
+    client->async_write(one, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+    return 0;
+  });
+  REQUIRE_FALSE(get(fl));
+  CHECK(srv->word == final_word);
+  if (spins) {
+    if constexpr (requires { srv->before_write.detaches; }) {
+      const auto detaches = h.on(0, [srv] { return srv->conn.stats().detaches; });
+      CHECK(detaches > srv->before_write.detaches);  // out of Asio's epoll set when closed
+    }
+  }
+  h.on(0, [srv] {
+    srv->conn.close();  // the handle stays: close() itself must close the socket
+    return 0;
+  });
+  std::promise<std::error_code> eof;
+  auto fe = eof.get_future();
+  std::byte one_byte{};
+  h.on(1, [&] {
+    client->async_read(fw::mutable_buffer(&one_byte, 1), [&](std::error_code ec, std::size_t) { eof.set_value(ec); });
+    return 0;
+  });
+  REQUIRE_MESSAGE(fe.wait_for(10s) == std::future_status::ready, "the server's close did not reach the client");
+  CHECK(fe.get() == fw::make_error_code(fw::errc::connection_closed));
+  h.on(1, [client] {
+    client->close();
+    *client = conn_t();
+    return 0;
+  });
+  h.on(0, [srv] {
+    srv->conn = conn_t();
+    return 0;
+  });
+}
+
+// A connection a spinning reactor reads with plain recvs (asio_tcp: its socket
+// out of Asio's epoll set) is released and adopted like any other.
+TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs is released and adopted as any other", T,
+                   HANDOFF_TRANSPORTS) {
+  harness<T> h(fw::reactor_mode::poll);
+  handoff_pair<T> p(h);
+  const auto a = pattern(16, 21), b = pattern(40, 22), c = pattern(3000, 23);
+  for (int i = 0; i < 5; ++i) {  // each read waits first, so the spinning reactor reads the socket
+    auto ra = p.read_exact(0, p.server, a.size());
+    std::this_thread::sleep_for(2ms);
+    auto wa = p.write(1, p.client, {fw::const_buffer(a)});
+    check_wrote(wa, a.size());
+    check_read(ra, a);
+  }
+  if (spin_capable(h)) {
+    if constexpr (requires { p.server->stats().detaches; }) {
+      CHECK(h.on(0, [s = p.server] { return s->stats().detaches; }) > 0);
+    }
+  }
+  using conn_t = typename T::connection_type;
+  auto moved = std::make_shared<conn_t>();
+  auto rf = p.release(0, p.server, 1, moved);
+  const auto r = get(rf);
+  CHECK_FALSE(r.ec);
+  CHECK(r.fd >= 0);
+  CHECK_FALSE(r.adopt_ec);
+  CHECK(r.adopted_open);
+  auto rb = p.read_exact(1, moved, b.size());
+  auto wb = p.write(1, p.client, {fw::const_buffer(b)});
+  auto wc = p.write(1, moved, {fw::const_buffer(c)});
+  auto rc = p.read_exact(1, p.client, c.size());
+  check_wrote(wb, b.size());
+  check_read(rb, b);
+  check_wrote(wc, c.size());
+  check_read(rc, c);
 }
