@@ -1006,16 +1006,6 @@ TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs is rel
   auto moved = std::make_shared<conn_t>();
   auto rf = p.release(0, p.server, 1, moved);
   const auto r = get(rf);
-  CHECK_FALSE(r.ec);
-  CHECK(r.fd >= 0);
-  CHECK_FALSE(r.adopt_ec);
-  CHECK(r.adopted_open);
-  auto rb = p.read_exact(1, moved, b.size());
-  auto wb = p.write(1, p.client, {fw::const_buffer(b)});
-  auto wc = p.write(1, moved, {fw::const_buffer(c)});
-  auto rc = p.read_exact(1, p.client, c.size());
-  check_wrote(wb, b.size());
-  check_read(rb, b);
-  check_wrote(wc, c.size());
-  check_read(rc, c);
+  handoff_pair<T>::check_moved(r);
+  exchange_moved(p, moved, b, c);
 }

@@ -760,6 +760,14 @@ struct handoff_pair {
     std::string adopted_peer;
   };
 
+  /// A release that succeeded and an adopt that took the socket.
+  static void check_moved(const released& r) {
+    CHECK_FALSE(r.ec);
+    CHECK(r.fd >= 0);
+    CHECK_FALSE(r.adopt_ec);
+    CHECK(r.adopted_open);
+  }
+
   explicit handoff_pair(harness<T>& harness_) : h(harness_) {
     auto accepted = std::make_shared<std::promise<void>>();
     auto af = accepted->get_future();
@@ -913,6 +921,21 @@ void check_read(std::future<std::pair<std::error_code, std::vector<std::byte>>>&
   CHECK(std::memcmp(got.data(), expected.data(), got.size()) == 0);
 }
 
+/// After a move to reactor 1: `there` from the client arrives at `moved`,
+/// whole, and `back` from `moved` at the client.
+template <class T>
+void exchange_moved(handoff_pair<T>& p, typename handoff_pair<T>::conn_ptr moved, const std::vector<std::byte>& there,
+                    const std::vector<std::byte>& back) {
+  auto w = p.write(1, p.client, {fw::const_buffer(there)});
+  auto rt = p.read_exact(1, moved, there.size());
+  auto wb = p.write(1, moved, {fw::const_buffer(back)});
+  auto rb = p.read_exact(1, p.client, back.size());
+  check_wrote(w, there.size());
+  check_read(rt, there);
+  check_wrote(wb, back.size());
+  check_read(rb, back);
+}
+
 std::vector<std::byte> concat(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
   std::vector<std::byte> out(a);
   out.insert(out.end(), b.begin(), b.end());
@@ -954,11 +977,8 @@ TEST_CASE_TEMPLATE("a connection released on one reactor and adopted on another 
   auto moved = std::make_shared<conn_t>();
   auto rf = p.release(0, p.server, 1, moved);
   const auto r = get(rf);
-  CHECK_FALSE(r.ec);
-  CHECK(r.fd >= 0);
+  handoff_pair<T>::check_moved(r);
   CHECK_FALSE(r.inline_call);
-  CHECK_FALSE(r.adopt_ec);
-  CHECK(r.adopted_open);
   CHECK(r.adopted_peer == peer);
   // What stays behind on reactor 0 is closed.
   CHECK_FALSE(h.on(0, [s = p.server] { return s->is_open(); }));
@@ -1048,10 +1068,7 @@ TEST_CASE_TEMPLATE("a release completes pending reads with errc::cancelled first
     auto moved = std::make_shared<typename T::connection_type>();
     auto rf = p.release(0, p.server, 1, moved, {}, [o] { o->order += "R"; });
     const auto r = get(rf);
-    CHECK_FALSE(r.ec);
-    CHECK(r.fd >= 0);
-    CHECK_FALSE(r.adopt_ec);
-    CHECK(r.adopted_open);
+    handoff_pair<T>::check_moved(r);
     const outcome got = h.on(0, [o] { return *o; });
     CHECK(got.order == "rsR");
     CHECK(got.read_ec == fw::errc::cancelled);
@@ -1060,15 +1077,7 @@ TEST_CASE_TEMPLATE("a release completes pending reads with errc::cancelled first
     CHECK(got.some_empty);
 
     // What the peer sends now arrives at the adopted connection, whole; and back.
-    const auto next = pattern(5000, 13), back = pattern(10, 14);
-    auto w = p.write(1, p.client, {fw::const_buffer(next)});
-    auto rn = p.read_exact(1, moved, next.size());
-    auto wb = p.write(1, moved, {fw::const_buffer(back)});
-    auto rb = p.read_exact(1, p.client, back.size());
-    check_wrote(w, next.size());
-    check_read(rn, next);
-    check_wrote(wb, back.size());
-    check_read(rb, back);
+    exchange_moved(p, moved, pattern(5000, 13), pattern(10, 14));
   }
 }
 
