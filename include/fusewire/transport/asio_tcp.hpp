@@ -484,11 +484,16 @@ class asio_connection_state final : public ref_counted, public closable, public 
     return false;
   }
 
+  // Whether a queued read may take the socket's next bytes: open, no Asio
+  // read in flight, no error, the front read not failed in advance.
+  bool front_may_read() noexcept {
+    return open_ && !reading_ && !read_error_ && !reads_.empty() && !reads_.front().preset;
+  }
+
   // Whether the front read waits for bytes into the chunk with nothing of
   // Asio's in flight for it: what the spinning reactor's recvs serve.
   bool waits_for_chunk() noexcept {
-    return open_ && !reading_ && !waiting_ && !read_error_ && ahead_.empty() && !reads_.empty() &&
-           !reads_.front().preset && !is_direct(reads_.front());
+    return front_may_read() && !waiting_ && ahead_.empty() && !is_direct(reads_.front());
   }
 
   // The socket leaves Asio's epoll set while the spinning reactor reads it with
@@ -577,7 +582,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
   /// A spinning reactor's recv (see asio_engine::watch()) while the front read
   /// waits for the socket to be readable.
   result spin_read() override {
-    if (!open_ || reading_ || read_error_ || reads_.empty() || reads_.front().preset) return result::done;
+    if (!front_may_read()) return result::done;
     if (!ahead_.empty()) return result::idle;  // the pump has bytes to serve first (it is posted)
     const read_op& front = reads_.front();
     if (is_direct(front)) return result::done;
