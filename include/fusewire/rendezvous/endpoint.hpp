@@ -473,7 +473,8 @@ class endpoint {
   struct peer_info {
     std::string name;
     bool known = false;
-    unsigned shard = 0;  ///< the reactor that owns it
+    unsigned shard = 0;       ///< the reactor that owns it
+    std::uint64_t hash = 0;  ///< detail::peer_hash_of(name)
   };
 
  public:
@@ -815,9 +816,7 @@ class endpoint {
 
     void post_send(std::shared_ptr<send_op> op, clock::duration timeout) {
       if (closing_) return complete(*op, make_error_code(errc::cancelled));
-      auto [it, fresh] = out_.try_emplace(op->peer);
-      out_peer& p = it->second;
-      if (fresh) p.task = task_id::parse(op->peer);
+      out_peer& p = out_peer_of(op->peer);
       if (timeout > clock::duration::zero()) {
         op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
           if (!ec) on_send_deadline(op);
@@ -831,6 +830,17 @@ class endpoint {
         p.backoff = std::chrono::milliseconds(5);
         connect(p);
       }
+    }
+
+    /// The outbound state of `peer`, made on first use. A reactor's sends mostly
+    /// go to the peer of its previous send: that one is found without a map
+    /// lookup (out_ never drops an entry, so the pointer stays valid).
+    out_peer& out_peer_of(const std::string& peer) {
+      if (last_out_ != nullptr && detail::same_bytes(last_out_->first, peer)) return last_out_->second;
+      auto [it, fresh] = out_.try_emplace(peer);
+      if (fresh) it->second.task = task_id::parse(peer);
+      last_out_ = &*it;
+      return it->second;
     }
 
     void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
@@ -1148,6 +1158,7 @@ class endpoint {
         reactor_->cancel(t);
       }
       std::vector<std::shared_ptr<send_op>> batch;
+      batch.reserve(p.batch.size());
       for (auto& op : p.batch) {
         if (!op->done) batch.push_back(std::move(op));
       }
@@ -1512,8 +1523,10 @@ class endpoint {
 
     void deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, const protocol::frame_head& head,
                        const tensor_buffer& buf) {
+      const std::uint64_t peer_hash = detail::peer_hash_of(peer);
       for (const wire::fused_entry& entry : std::get<wire::fused_meta>(head.body)) {
-        deliver(peer, entry.key, buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)));
+        deliver(peer, entry.key, buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)),
+                detail::slot_hash_of(peer_hash, entry.key));
       }
       if (!closing_) read_next(ch);
     }
@@ -1659,8 +1672,14 @@ class endpoint {
     }
 
     void deliver(std::string_view peer, std::string_view key, tensor_buffer b) {
+      deliver(peer, key, std::move(b), detail::slot_hash_of(peer, key));
+    }
+
+    /// deliver() with `h` = detail::slot_hash_of(peer, key).
+    void deliver(std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h) {
       if constexpr (rdma_transport<Transport>) direct_.on_delivered(peer, key);  // RDMA direct placement
-      slot& s = slot_for(peer, key);
+      // Invalidates references to empty slots only when it sweeps: no other slot is held here.
+      slot& s = slots_.get(peer, key, h);
       while (!s.waiting.empty()) {
         std::shared_ptr<recv_op> op = std::move(s.waiting.front());
         s.waiting.pop_front();
@@ -1858,6 +1877,7 @@ class endpoint {
     bool closing_ = false;
     int initiating_ = 0;  ///< > 0 while initiate() runs: completions are posted
     std::map<std::string, out_peer> out_;
+    std::pair<const std::string, out_peer>* last_out_ = nullptr;  ///< see out_peer_of()
     std::map<channel_type*, inbound> in_;
     /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
     detail::slot_table<slot> slots_;
@@ -1890,8 +1910,9 @@ class endpoint {
     };
     thread_local last_answer last;
     if (last.endpoint == serial_ && last.index == peer.index && last.job == peer.job) return last.info;
-    peer_info info{peer.to_string(), spec_.contains(peer), 0};
+    peer_info info{peer.to_string(), spec_.contains(peer), 0, 0};
     if (info.known) info.shard = shard_of(peer);
+    info.hash = detail::peer_hash_of(info.name);
     last.endpoint = 0;  // until the whole answer is stored
     last.index = peer.index;
     last.job = peer.job;
@@ -1961,7 +1982,7 @@ class endpoint {
     if constexpr (rdma_transport<Transport>) op->self = op;  // RDMA direct placement
     op->peer = peer.name;
     op->key = std::move(key);
-    op->slot_hash = detail::slot_hash_of(op->peer, op->key);
+    op->slot_hash = detail::slot_hash_of(peer.hash, op->key);
     op->dst = std::move(dst);
     op->has_dst = has_dst;
     op->h = std::move(h);

@@ -3,7 +3,9 @@
 /// model of fusewire::transport. See transport/concepts.hpp for the contract.
 ///
 /// Zero copy: async_write hands the kernel the caller's buffers as they are
-/// (sendmsg of up to IOV_MAX of them per call, no gathering copy); async_read reads straight into the
+/// (sendmsg of up to IOV_MAX of them per call, no gathering copy), at once when
+/// nothing unsent is queued before it (earlier writes may still wait for their
+/// completions to run; those run in call order); async_read reads straight into the
 /// destination; async_read_some reads into a chunk (asio_tcp::config::read_chunk)
 /// and hands out aliases of it, so nothing is copied after the kernel. An exact
 /// read below asio_tcp::config::read_ahead_below reads ahead into the chunk
@@ -95,6 +97,7 @@ struct transfer_everything {
 
 /// What one asio_tcp connection did; for tests, benchmarks and diagnostics.
 struct asio_tcp_stats {
+  std::uint64_t bytes_sent = 0;  ///< handed to the kernel (sendmsg)
   std::uint64_t bytes_received = 0;
   std::uint64_t recvs = 0;         ///< plain non-blocking recvs into the read chunk that got bytes (spinning reactor)
   std::uint64_t spin_reads = 0;    ///< of those, the ones made from the reactor's spin (asio_engine::watch())
@@ -298,6 +301,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
 
   void pump_writes() {
     ref_ptr<asio_connection_state> guard(this);
+    finish_sent();
     while (!writing_ && !writes_.empty()) {
       const std::error_code ec = writes_.front().preset ? writes_.front().preset : write_failure();
       if (!ec) {
@@ -319,10 +323,28 @@ class asio_connection_state final : public ref_counted, public closable, public 
   // Sends what the socket takes of the front write, with sendmsg calls of up
   // to IOV_MAX buffers (a fused frame's hundreds of segments go in one or two
   // calls; Asio's composed write passes at most 16 buffers per call). All
-  // sent: the completion is posted (never inline). The socket is full: waits
-  // until it is writable and goes on.
+  // sent: the completion is posted (never inline), and the next queued write
+  // goes out at once, as does a write started before that completion ran (a
+  // reactor task that writes frame after frame has each leave as it is made,
+  // so the peer works on the first while this side makes the next). The
+  // socket is full: waits until it is writable and goes on.
   void send_some() {
-    write_op& op = writes_.front();
+    for (;;) {
+      write_op& op = writes_.front();
+      if (!send_front(op)) return;
+      sent_.push_back(std::move(op));
+      writes_.pop_front();
+      written_task_.schedule(*reactor_);
+      if (writes_.empty() || write_failure() || writes_.front().preset) {
+        writing_ = false;
+        return;
+      }
+    }
+  }
+
+  // send_some() for one write: true once all its bytes are sent; false if it
+  // waits for the socket or failed (its completion is then on its way).
+  bool send_front(write_op& op) {
     while (!op.buffers.empty()) {
       const std::size_t count = std::min<std::size_t>(op.buffers.size(), IOV_MAX);
       iov_.resize(count);
@@ -340,19 +362,34 @@ class asio_connection_state final : public ref_counted, public closable, public 
         const int err = errno;
         if (err == EINTR) continue;
         if (err == EAGAIN || err == EWOULDBLOCK) break;
-        return post_written(boost::system::error_code(err, boost::system::system_category()));
+        post_written(boost::system::error_code(err, boost::system::system_category()));
+        return false;
       }
       consume(op, static_cast<std::size_t>(r));
+      stats_.bytes_sent += static_cast<std::size_t>(r);
       if (static_cast<std::size_t>(r) < asked) break;  // the send buffer is full
     }
-    if (op.buffers.empty()) return post_written({});
-    if (const boost::system::error_code e = attach()) return post_written(e);
+    if (op.buffers.empty()) return true;
+    if (const boost::system::error_code e = attach()) {
+      post_written(e);
+      return false;
+    }
     socket_->async_wait(boost::asio::socket_base::wait_write,
                         [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
                           if (ec) return self->on_written(ec);
                           if (!self->open_) return self->on_written(boost::asio::error::operation_aborted);
                           self->send_some();
                         });
+    return false;
+  }
+
+  /// Completes the writes sent in full, in order (before anything queued after them).
+  void finish_sent() {
+    while (!sent_.empty()) {
+      write_op op = std::move(sent_.front());
+      sent_.pop_front();
+      complete(op.handler, std::error_code{}, op.written);
+    }
   }
 
   /// Drops the first `n` bytes of `op`'s buffers (sent).
@@ -365,6 +402,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
   }
 
   void on_written(const boost::system::error_code& ec) {
+    finish_sent();
     writing_ = false;
     write_op op = std::move(writes_.front());
     writes_.pop_front();
@@ -375,13 +413,17 @@ class asio_connection_state final : public ref_counted, public closable, public 
     pump_writes();
   }
 
-  // The front write is done (or failed): its completion runs from the reactor's
-  // queue. One at a time: writing_ holds until on_written ran.
+  // The front write failed: its completion runs from the reactor's queue
+  // (after those of the writes sent before it); writing_ holds until on_written ran.
   void post_written(boost::system::error_code ec) {
     written_ec_ = ec;
+    written_failed_ = true;
     written_task_.schedule(*reactor_);
   }
-  void run_written() { on_written(written_ec_); }
+  void run_written() {
+    if (!std::exchange(written_failed_, false)) return pump_writes();  // writes sent in full
+    on_written(written_ec_);
+  }
 
   void enqueue_read(read_op op) {
     if (!open_) op.preset = make_error_code(errc::connection_closed);
@@ -709,6 +751,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
   member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
   boost::system::error_code written_ec_;  ///< what post_written passes on
+  bool written_failed_ = false;           ///< post_written ran: the front write failed with written_ec_
   std::error_code read_error_;
   std::error_code write_error_;
   release_progress release_;
@@ -717,6 +760,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
   boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  ///< for attach()
   small_fifo<read_op> reads_;
   small_fifo<write_op> writes_;
+  small_fifo<write_op> sent_;  ///< sent in full, before writes_; completed (in order) by written_task_
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;

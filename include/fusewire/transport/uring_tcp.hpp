@@ -46,8 +46,11 @@
 ///
 /// Sending
 /// - async_write of at most config::speculative_send bytes (16 KiB) with no
-///   write queued before it first tries one direct non-blocking sendmsg (what a
-///   busy-polling C program does); whatever it could not send goes to the ring.
+///   unsent bytes queued before it first tries one direct non-blocking sendmsg
+///   (what a busy-polling C program does); whatever it could not send goes to
+///   the ring. Earlier writes whose bytes are all sent but whose completions
+///   have not run yet do not hold it back (a task that writes several frames
+///   has each leave as it is made); completions still run in call order.
 /// - Otherwise one sendmsg SQE (MSG_WAITALL) with the caller's iovecs, continued
 ///   on short writes. Writes of at least config::zc_threshold bytes use
 ///   SENDMSG_ZC when the kernel has it: the first CQE reports the bytes sent,
@@ -144,7 +147,7 @@ struct uring_tcp_stats {
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t sends = 0;                ///< sendmsg SQEs (plain)
-  std::uint64_t speculative_sends = 0;    ///< direct non-blocking sendmsg calls (small writes, empty queue)
+  std::uint64_t speculative_sends = 0;    ///< direct non-blocking sendmsg calls (small writes, nothing unsent before them)
   std::uint64_t zc_sends = 0;             ///< SENDMSG_ZC SQEs
   std::uint64_t zc_notifications = 0;     ///< IORING_CQE_F_NOTIF CQEs received
   std::uint64_t zc_copied = 0;            ///< notifications saying the kernel copied anyway (e.g. loopback)
@@ -237,15 +240,19 @@ class uring_connection_state final : public ref_counted, public closable, public
       req->result = !open_ ? make_error_code(errc::connection_closed) : write_error_;
       req->finished = true;
     }
-    // Straight to the kernel when nothing could complete inline; else via a posted pump.
-    const bool direct = writes_.empty() && !req->finished && req->total != 0;
+    // Straight to the kernel when nothing could complete inline; else via a
+    // posted pump. The writes queued before it may be waiting only for their
+    // completions to run (every byte sent): a reactor task that writes frame
+    // after frame then has each leave as it is made, and the peer works on the
+    // first while this side makes the next.
+    const bool direct = (writes_.empty() || writes_.back()->finished) && !req->finished && req->total != 0;
     writes_.push_back(std::move(req));
     if (direct) {
       write_req& w = *writes_.back();
       if (w.total <= opts_.speculative_send && try_send_now(w)) {
         write_task_.schedule(*reactor_);  // completes it, posted
       } else if (!w.finished) {
-        pump_writes();
+        send(w);  // what pump_writes would start, without completing the earlier writes inline
       }
     } else {
       write_task_.schedule(*reactor_);

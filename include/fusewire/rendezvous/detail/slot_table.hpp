@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,10 +27,25 @@ namespace detail {
 /// Hash of a (peer, key) pair: the standard library's string hash of each,
 /// combined (hashing is not ours to hand-write; the table's flat cells are
 /// what made lookups cheap).
-inline std::uint64_t slot_hash_of(std::string_view peer, std::string_view key) noexcept {
-  const std::uint64_t a = std::hash<std::string_view>{}(peer);
+inline std::uint64_t peer_hash_of(std::string_view peer) noexcept { return std::hash<std::string_view>{}(peer); }
+
+/// slot_hash_of(peer, key) with `peer_hash` = peer_hash_of(peer): a caller with
+/// many keys of one peer (a fused frame, a batch) hashes the peer once.
+inline std::uint64_t slot_hash_of(std::uint64_t peer_hash, std::string_view key) noexcept {
+  const std::uint64_t a = peer_hash;
   const std::uint64_t b = std::hash<std::string_view>{}(key);
   return b ^ (a + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+}
+
+inline std::uint64_t slot_hash_of(std::string_view peer, std::string_view key) noexcept {
+  return slot_hash_of(peer_hash_of(peer), key);
+}
+
+/// Byte equality, inline: keys and peer names are short, and the library's
+/// out-of-line compare cost more than the bytes (~1/10 of a fused tensor's
+/// instructions went to comparing them).
+inline bool same_bytes(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
 }
 
 /// What a slot_table holds: default-constructible, movable, and able to say
@@ -53,14 +69,16 @@ class slot_table {
   slot_table& operator=(const slot_table&) = delete;
 
   /// The value of (peer, key), or nullptr.
-  Value* find(std::string_view peer, std::string_view key) noexcept {
+  Value* find(std::string_view peer, std::string_view key) noexcept { return find(peer, key, slot_hash_of(peer, key)); }
+
+  /// find(peer, key) with `h` = slot_hash_of(peer, key), computed by the caller.
+  Value* find(std::string_view peer, std::string_view key, std::uint64_t h) noexcept {
     if (cells_.empty()) return nullptr;
-    const std::uint64_t h = slot_hash_of(peer, key);
     const std::size_t mask = cells_.size() - 1;
     for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
       const cell& c = cells_[i];
       if (c.e == nullptr) return nullptr;
-      if (c.hash == h && c.e->key == key && c.e->peer == peer) return &c.e->value;
+      if (c.hash == h && same_bytes(c.e->key, key) && same_bytes(c.e->peer, peer)) return &c.e->value;
     }
   }
 
@@ -74,7 +92,7 @@ class slot_table {
       for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
         const cell& c = cells_[i];
         if (c.e == nullptr) break;
-        if (c.hash == h && c.e->key == key && c.e->peer == peer) return c.e->value;
+        if (c.hash == h && same_bytes(c.e->key, key) && same_bytes(c.e->peer, peer)) return c.e->value;
       }
     }
     if (size_ >= sweep_at_) {
