@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -174,13 +173,14 @@ struct tensor_descriptor {
       }
     }
     if (std::find(s.begin(), s.end(), std::int64_t{0}) != s.end()) return 0;
+    // Overflow-checked products, not `max / d` tests: a 64-bit division costs
+    // tens of cycles, and every fused entry's size is checked on both sides.
     std::int64_t n = 1;
     for (std::int64_t d : s) {
-      if (n > std::numeric_limits<std::int64_t>::max() / d) {
+      if (__builtin_mul_overflow(n, d, &n)) {
         ec = errc::invalid_argument;
         return 0;
       }
-      n *= d;
     }
     return n;
   }
@@ -198,11 +198,12 @@ struct tensor_descriptor {
       ec = errc::invalid_argument;
       return 0;
     }
-    if (n > std::numeric_limits<std::int64_t>::max() / elem) {
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(n, elem, &bytes)) {
       ec = errc::invalid_argument;
       return 0;
     }
-    return static_cast<std::size_t>(n * elem);
+    return static_cast<std::size_t>(bytes);
   }
 
   /// byte_size() that throws system_error(errc::invalid_argument) naming the descriptor.
