@@ -69,11 +69,9 @@ class slot_table {
   slot_table& operator=(const slot_table&) = delete;
 
   /// The value of (peer, key), or nullptr.
-  Value* find(std::string_view peer, std::string_view key) noexcept { return find(peer, key, slot_hash_of(peer, key)); }
-
-  /// find(peer, key) with `h` = slot_hash_of(peer, key), computed by the caller.
-  Value* find(std::string_view peer, std::string_view key, std::uint64_t h) noexcept {
+  Value* find(std::string_view peer, std::string_view key) noexcept {
     if (cells_.empty()) return nullptr;
+    const std::uint64_t h = slot_hash_of(peer, key);
     const std::size_t mask = cells_.size() - 1;
     for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
       const cell& c = cells_[i];
