@@ -61,6 +61,7 @@ struct settings {
   bool batch = true;  ///< fuse: start a step's operations through endpoint::batch
   std::size_t stream = 0;  ///< fuse: the batches hand over every `stream` operations (0: at submit() only)
   std::string side = "both";  ///< fuse: run the fused run, the unfused run, or both (profiling one alone)
+  unsigned rounds = 3;        ///< fuse: fused and unfused runs alternate this many times (the host's load drifts)
 };
 
 std::uint16_t free_port() {
@@ -303,7 +304,7 @@ double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_sta
   for (int k = 0; k < per_step; ++k) keys.push_back(std::string("t").append(std::to_string(k)));
   auto payload = fw::tensor_buffer::allocate(64);
   std::memset(payload.data(), 0x5a, 64);
-  const int steps = s.quick ? (fused ? 100 : 20) : (fused ? 1000 : 100);
+  const int steps = s.quick ? (fused ? 100 : 20) : (fused ? 400 : 40);
   std::atomic<int> errors{0};
   auto one_step = [&] {
     std::atomic<int> left{per_step};
@@ -499,13 +500,34 @@ void run_transport(const settings& s) {
                                             : "one endpoint::batch per side and step, handed over every " +
                                                   std::to_string(s.stream) + " operations";
     std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name, how.c_str());
+    // Fused and unfused alternate, each round a ratio of two runs a second
+    // apart: a drift in the host's load (other VMs) then moves both sides of
+    // a ratio, not one; the median round is reported.
     rv::endpoint_stats st;
-    const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, true, s.batch, &st);
-    const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, false, s.batch, nullptr);
-    std::printf("  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", fused,
+    std::vector<double> fused_runs;
+    std::vector<double> unfused_runs;
+    std::vector<double> ratios;
+    const unsigned rounds = s.quick ? 1 : s.rounds;
+    for (unsigned r = 0; r < rounds; ++r) {
+      const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, true, s.batch, &st);
+      const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, false, s.batch, nullptr);
+      fused_runs.push_back(fused);
+      unfused_runs.push_back(unfused);
+      ratios.push_back(fused / unfused);
+      if (rounds > 1) {
+        std::printf("  round %u: fused %.1f, unfused %.1f steps/s -> %.1fx\n", r + 1, fused, unfused, fused / unfused);
+        std::fflush(stdout);
+      }
+    }
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::printf("  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", median(fused_runs),
                 st.fused_frames_sent ? static_cast<double>(st.tensors_fused) / static_cast<double>(st.fused_frames_sent)
                                      : 0.0);
-    std::printf("  unfused %9.1f steps/s  -> fused/unfused = %.1fx\n", unfused, fused / unfused);
+    std::printf("  unfused %9.1f steps/s  -> fused/unfused = %.1fx%s\n", median(unfused_runs), median(ratios),
+                rounds > 1 ? " (median round)" : "");
     std::fflush(stdout);
   }
   if (s.only.empty() || s.only == "idle") {
@@ -531,6 +553,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       s.stream = n;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || n == 0 || n > 100) {
+        std::fprintf(stderr, "rendezvous_bench: --rounds %s: give a number of rounds (1 to 100)\n", argv[i]);
+        return 2;
+      }
+      s.rounds = static_cast<unsigned>(n);
     } else if (a == "--quick") {
       s.quick = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -544,8 +574,10 @@ int main(int argc, char** argv) {
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
+      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]\n"
+                  "                        [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
                   "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
+                  "  --rounds N  fuse: alternate the fused and unfused runs N times (default 3), report the median round\n"
                   "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
                   "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() only)\n");
       return 0;

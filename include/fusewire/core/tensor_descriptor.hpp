@@ -161,6 +161,13 @@ struct tensor_descriptor {
   /// exceeds int64.
   std::int64_t num_elements(std::error_code& ec) const noexcept {
     ec.clear();
+    if (rank == 1) {  // the common case (every fused entry, on both sides): no loops
+      if (dims[0] < 0) {
+        ec = errc::invalid_argument;
+        return 0;
+      }
+      return dims[0];
+    }
     if (rank > max_rank) {
       ec = errc::invalid_argument;
       return 0;

@@ -846,7 +846,7 @@ class endpoint {
     void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
       if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
       op->link(recv_ops_);
-      slot& s = slots_.get(op->peer, op->key, op->slot_hash);
+      slot& s = slot_for(op->peer, op->key, op->slot_hash);
       if (!s.arrived.empty()) {
         arrival a = std::move(s.arrived.front());
         s.arrived.pop_front();
@@ -941,6 +941,8 @@ class endpoint {
 
     // Invalidates references to empty slots only when it sweeps: callers hold no other slot.
     slot& slot_for(std::string_view peer, std::string_view key) { return slots_.get(peer, key); }
+    /// slot_for() with `h` = detail::slot_hash_of(peer, key), computed by the caller.
+    slot& slot_for(std::string_view peer, std::string_view key, std::uint64_t h) { return slots_.get(peer, key, h); }
 
     void log(const std::string& line) {
       const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
@@ -1678,8 +1680,7 @@ class endpoint {
     /// deliver() with `h` = detail::slot_hash_of(peer, key).
     void deliver(std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h) {
       if constexpr (rdma_transport<Transport>) direct_.on_delivered(peer, key);  // RDMA direct placement
-      // Invalidates references to empty slots only when it sweeps: no other slot is held here.
-      slot& s = slots_.get(peer, key, h);
+      slot& s = slot_for(peer, key, h);
       while (!s.waiting.empty()) {
         std::shared_ptr<recv_op> op = std::move(s.waiting.front());
         s.waiting.pop_front();

@@ -180,6 +180,26 @@ TEST_CASE("descriptors decoded off the wire are validated, garbage included") {
   CHECK(d.validate() == errc::invalid_argument);
   CHECK(error_of([&] { (void)d.byte_size(); }) ==
         "tensor float32[3,-5]: dimension 1 is -5 (dimensions must be non-negative): invalid argument");
+
+  // Rank 1 (checked without the general loops): the same rules.
+  d.rank = 1;
+  d.dims = {-1};
+  CHECK(d.validate() == errc::invalid_argument);
+  CHECK(d.num_elements(ec) == 0);
+  CHECK(ec == errc::invalid_argument);
+  CHECK(d.byte_size(ec) == 0);
+  CHECK(ec == errc::invalid_argument);
+  d.dims = {std::int64_t{1} << 62};  // 2^62 float32s: 2^64 bytes
+  CHECK(d.num_elements(ec) == std::int64_t{1} << 62);
+  CHECK(!ec);
+  CHECK(d.byte_size(ec) == 0);
+  CHECK(ec == errc::invalid_argument);
+  d.dims = {0};
+  CHECK(d.byte_size(ec) == 0);
+  CHECK(!ec);
+  d.dims = {5};
+  CHECK(d.byte_size(ec) == 20);
+  CHECK(!ec);
 }
 
 TEST_CASE("equality compares dtype, rank and the dimensions in use") {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rvd = fusewire::rendezvous::detail;
@@ -235,4 +236,27 @@ TEST_CASE("slot_table: every byte of a key, at every length, moves the hash") {
   }
   CHECK(rvd::slot_hash_of("p", "") != rvd::slot_hash_of("", "p"));
   CHECK(rvd::slot_hash_of("p", "k") != rvd::slot_hash_of("q", "k"));
+}
+
+TEST_CASE("same_bytes: equal only for the same bytes, at every length and at every position") {
+  for (std::size_t len = 0; len <= 40; ++len) {
+    CAPTURE(len);
+    std::string a(len, 'x');
+    for (std::size_t i = 0; i < len; ++i) a[i] = static_cast<char>('a' + i % 26);
+    const std::string b = a;  // a different buffer
+    CHECK(rvd::same_bytes(a, b));
+    CHECK_FALSE(rvd::same_bytes(a, b + "z"));
+    CHECK_FALSE(rvd::same_bytes(a + "z", b));
+    for (std::size_t i = 0; i < len; ++i) {
+      std::string changed = b;
+      changed[i] = static_cast<char>(changed[i] ^ 0x01);
+      CAPTURE(i);
+      CHECK_FALSE(rvd::same_bytes(a, changed));
+      CHECK_FALSE(rvd::same_bytes(changed, a));
+    }
+  }
+  // Views into a longer buffer: only the viewed bytes count.
+  const std::string text = "peer:0/key:17|peer:0/key:17!";
+  CHECK(rvd::same_bytes(std::string_view(text).substr(0, 13), std::string_view(text).substr(14, 13)));
+  CHECK_FALSE(rvd::same_bytes(std::string_view(text).substr(0, 14), std::string_view(text).substr(14, 14)));
 }

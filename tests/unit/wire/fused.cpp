@@ -149,6 +149,48 @@ TEST_CASE("a fused frame with lying lengths is malformed_frame") {
   CHECK(m.empty());
 }
 
+TEST_CASE("a fused entry with a bad descriptor is malformed_frame, rank 1 and higher alike") {
+  wire::fused_meta m;
+  // One entry "k" with a descriptor (dtype, rank, dims) and a size.
+  const auto one = [](int type, std::initializer_list<std::int64_t> dims, std::uint64_t size) {
+    bytes meta = hex({1, 0, 0, 0, 1, 0, 'k', type, static_cast<int>(dims.size())});
+    for (std::int64_t d : dims) {
+      for (int i = 0; i < 8; ++i) meta.push_back(static_cast<std::byte>(static_cast<std::uint64_t>(d) >> (8 * i)));
+    }
+    for (int i = 0; i < 8; ++i) meta.push_back(static_cast<std::byte>(size >> (8 * i)));
+    return meta;
+  };
+  // float32 = 1, int8 = 6; 0 and 0x7f are no dtype.
+  CHECK(decode(one(1, {3}, 12), 12, m) == std::error_code{});
+  CHECK(decode(one(1, {0}, 0), 0, m) == std::error_code{});
+  CHECK(decode(one(1, {2, 3}, 24), 24, m) == std::error_code{});
+  CHECK(decode(one(6, {}, 1), 1, m) == std::error_code{});
+  for (auto dims : {std::initializer_list<std::int64_t>{3}, std::initializer_list<std::int64_t>{1, 3}}) {
+    CAPTURE(dims.size());
+    CHECK(decode(one(0, dims, 12), 12, m) == errc::malformed_frame);     // no dtype
+    CHECK(decode(one(0x7f, dims, 12), 12, m) == errc::malformed_frame);  // no dtype
+    CHECK(decode(one(0, dims, 0), 0, m) == errc::malformed_frame);       // no dtype, whose size would be 0
+    CHECK(decode(one(1, dims, 13), 13, m) == errc::malformed_frame);     // size is not 4 x 3
+    CHECK(decode(one(1, dims, 0), 0, m) == errc::malformed_frame);
+  }
+  CHECK(decode(one(1, {-3}, 0), 0, m) == errc::malformed_frame);                     // negative
+  {
+    // A negative dimension whose byte size, read as unsigned, is the claimed
+    // size (decode_meta's payload limit would refuse that size later anyway):
+    // the entry check alone refuses it.
+    const auto as_size = static_cast<std::uint64_t>(std::int64_t{-12});
+    const bytes meta = one(1, {-3}, as_size);
+    wire::byte_reader r(std::span<const std::byte>(meta).subspan(4));
+    std::uint64_t size = 0;
+    CHECK(wire::detail::read_checked_fused_size(r, wire::limits{}, size) == errc::malformed_frame);
+  }
+  CHECK(decode(one(1, {1, -3}, 0), 0, m) == errc::malformed_frame);
+  // 2^64 bytes, which a wrapping product would make 0, the claimed size: overflow, not a match.
+  CHECK(decode(one(1, {std::int64_t{1} << 62}, 0), 0, m) == errc::malformed_frame);  // float32
+  CHECK(decode(one(2, {std::int64_t{1} << 61}, 0), 0, m) == errc::malformed_frame);  // float64
+  CHECK(decode(one(1, {4, std::int64_t{1} << 60}, 0), 0, m) == errc::malformed_frame);
+}
+
 TEST_CASE("fused decoding enforces the limits") {
   wire::fused_meta m;
   wire::limits lim;

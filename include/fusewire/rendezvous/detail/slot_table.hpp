@@ -45,7 +45,27 @@ inline std::uint64_t slot_hash_of(std::string_view peer, std::string_view key) n
 /// out-of-line compare cost more than the bytes (~1/10 of a fused tensor's
 /// instructions went to comparing them).
 inline bool same_bytes(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* x = a.data();
+  const char* y = b.data();
+  // Up to 16 bytes (most keys and task names): two overlapping word compares.
+  const auto same = [&]<class Word>(Word, std::size_t at) {
+    Word u;
+    Word v;
+    std::memcpy(&u, x + at, sizeof u);
+    std::memcpy(&v, y + at, sizeof v);
+    return u == v;
+  };
+  if (n >= 8 && n <= 16) return same(std::uint64_t{}, 0) && same(std::uint64_t{}, n - 8);
+  if (n >= 4 && n < 8) return same(std::uint32_t{}, 0) && same(std::uint32_t{}, n - 4);
+  if (n < 4) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (x[i] != y[i]) return false;
+    }
+    return true;
+  }
+  return std::memcmp(x, y, n) == 0;
 }
 
 /// What a slot_table holds: default-constructible, movable, and able to say
