@@ -105,6 +105,21 @@ constexpr std::optional<dtype> dtype_from_string(std::string_view name) noexcept
 /// Largest rank a descriptor carries.
 inline constexpr std::size_t max_rank = 8;
 
+/// Bytes of `elements` values of `t`; sets errc::invalid_argument and returns
+/// 0 if `t` is not valid, `elements` is negative or the size exceeds int64. What
+/// tensor_descriptor::byte_size computes once it has the element count (a
+/// decoder that has only a type and a count uses it without a descriptor).
+inline std::size_t byte_size_of(dtype t, std::int64_t elements, std::error_code& ec) noexcept {
+  ec.clear();
+  const auto elem = static_cast<std::int64_t>(dtype_size(t));
+  std::int64_t bytes = 0;
+  if (elem == 0 || elements < 0 || __builtin_mul_overflow(elements, elem, &bytes)) {
+    ec = errc::invalid_argument;
+    return 0;
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
 /// Element type and shape of a tensor. A plain aggregate so decoders can fill
 /// it; validate() before trusting one that came off the wire. Dimensions past
 /// `rank` are ignored (and compare equal whatever they hold).
@@ -200,17 +215,7 @@ struct tensor_descriptor {
   std::size_t byte_size(std::error_code& ec) const noexcept {
     const std::int64_t n = num_elements(ec);
     if (ec) return 0;
-    const auto elem = static_cast<std::int64_t>(dtype_size(type));
-    if (elem == 0) {
-      ec = errc::invalid_argument;
-      return 0;
-    }
-    std::int64_t bytes = 0;
-    if (__builtin_mul_overflow(n, elem, &bytes)) {
-      ec = errc::invalid_argument;
-      return 0;
-    }
-    return static_cast<std::size_t>(bytes);
+    return byte_size_of(type, n, ec);
   }
 
   /// byte_size() that throws system_error(errc::invalid_argument) naming the descriptor.

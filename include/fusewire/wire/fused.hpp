@@ -69,15 +69,12 @@ inline std::error_code read_checked_fused_size(byte_reader& r, const limits& lim
   if (auto ec = read_string(r, lim.max_key_bytes, key)) return ec;
   if (r.remaining() >= 2 + 8 + 8) {
     byte_reader peek = r;
-    const auto elem = static_cast<std::int64_t>(dtype_size(static_cast<dtype>(peek.u8())));
+    const auto type = static_cast<dtype>(peek.u8());
     if (peek.u8() == 1 && lim.max_rank >= 1) {
       const std::int64_t dim = peek.i64();
       size = peek.u64();
-      std::int64_t bytes = 0;
-      if (elem == 0 || dim < 0 || __builtin_mul_overflow(dim, elem, &bytes) ||
-          static_cast<std::uint64_t>(bytes) != size) {
-        return make_error_code(errc::malformed_frame);
-      }
+      std::error_code ec;
+      if (byte_size_of(type, dim, ec) != size || ec) return make_error_code(errc::malformed_frame);
       r = peek;
       return {};
     }
