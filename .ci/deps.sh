@@ -3,7 +3,7 @@
 # Usage: .ci/deps.sh [build|tests|bench|peers|demo]...   (build is always included)
 set -euo pipefail
 
-build=(g++ meson ninja-build pkg-config cmake libboost-dev nlohmann-json3-dev
+build=(g++ meson ninja-build ccache pkg-config cmake libboost-dev nlohmann-json3-dev
        liburing-dev libibverbs-dev librdmacm-dev libssl-dev)
 tests=(doctest-dev clang libclang-rt-14-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist)
 bench=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -110,7 +110,7 @@ fusewire::options make_options(const std::string& backend, const transport_setti
 fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<endpoint>& ps,
                                  const std::vector<endpoint>& workers) {
   auto convert = [&](const std::vector<endpoint>& list, const char* job) {
-    std::vector<fusewire::endpoint> out;
+    std::vector<fusewire::net_address> out;
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (list[i].port == 0) {
         throw_error(errc::invalid_argument,

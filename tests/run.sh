@@ -17,6 +17,14 @@ cd "$(dirname "$0")/.."
 root=$PWD
 .ci/deps.sh tests || { echo "0 passed, 1 failed"; exit 1; }
 
+# Compiler cache outside the clone, shared by every build stage and every clone
+# (meson picks ccache up by itself). BASEDIR and NOHASHDIR let a fresh clone in
+# another folder hit the entries an earlier clone left.
+export CCACHE_DIR=${CCACHE_DIR:-/var/cache/fusewire/ccache}
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+mkdir -p "$CCACHE_DIR" 2>/dev/null || export CCACHE_DISABLE=1
+ccache -z >/dev/null 2>&1 || true
+
 out=${FUSEWIRE_BUILD_DIR:-$root/build/tests}
 mkdir -p "$out"
 jobs=${FUSEWIRE_JOBS:-$(nproc)}
@@ -149,6 +157,7 @@ else
 fi
 
 echo
+ccache -s 2>/dev/null | grep -iE "hits|misses" | head -3 || true
 if [ ${#failures[@]} -gt 0 ]; then
   echo "Failures:"; printf '  %s\n' "${failures[@]}"
 fi

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fusewire/core/detail/text.hpp>
+#include <fusewire/util/text.hpp>
 #include <fusewire/core/env.hpp>
 #include <fusewire/core/error.hpp>
 
@@ -32,14 +32,14 @@ namespace fusewire {
 inline namespace v0 {
 
 /// A host and port. An IPv6 host is stored without brackets and printed with them.
-struct endpoint {
+struct net_address {
   std::string host;
   std::uint16_t port = 0;
 
   /// Parses "host:port" or "[v6addr]:port"; throws system_error(errc::invalid_config).
-  static endpoint parse(std::string_view text);
+  static net_address parse(std::string_view text);
   /// parse() that sets errc::invalid_config instead of throwing.
-  static endpoint parse(std::string_view text, std::error_code& ec) noexcept;
+  static net_address parse(std::string_view text, std::error_code& ec) noexcept;
 
   /// "host:port", or "[host]:port" when the host contains ':'.
   std::string to_string() const {
@@ -57,8 +57,8 @@ struct endpoint {
   }
 
   /// Hosts compare without regard to letter case (DNS names are case-insensitive).
-  friend bool operator==(const endpoint& a, const endpoint& b) noexcept {
-    return a.port == b.port && detail::iequals(a.host, b.host);
+  friend bool operator==(const net_address& a, const net_address& b) noexcept {
+    return a.port == b.port && util::iequals(a.host, b.host);
   }
 };
 
@@ -87,14 +87,14 @@ struct endpoint_parse_result {
 };
 
 constexpr bool is_host_char(char c) noexcept {
-  return !is_space(c) && c != '=' && c != ',' && c != ';' && c != '#' && c != '[' && c != ']' && c != '/' &&
+  return !util::is_space(c) && c != '=' && c != ',' && c != ';' && c != '#' && c != '[' && c != ']' && c != '/' &&
          c != '"' && c != '\'' && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
 }
 
-inline endpoint_parse_result parse_endpoint(std::string_view text, endpoint& out) {
+inline endpoint_parse_result parse_endpoint(std::string_view text, net_address& out) {
   auto shape = [&](std::string_view hint = {}) {
     return endpoint_parse_result{endpoint_problem::shape,
-                                 "expected host:port" + std::string(hint) + ", got " + quoted(text)};
+                                 "expected host:port" + std::string(hint) + ", got " + util::quoted(text)};
   };
   std::string_view host;
   std::string_view port_text;
@@ -123,9 +123,9 @@ inline endpoint_parse_result parse_endpoint(std::string_view text, endpoint& out
     }
   }
   std::uint64_t port = 0;
-  if (parse_uint(port_text, port) != uint_parse::ok || port == 0 || port > 65535) {
+  if (util::parse_uint(port_text, port) != util::uint_parse::ok || port == 0 || port > 65535) {
     return {endpoint_problem::port,
-            "bad port " + quoted(port_text) + " in " + quoted(text) + " (expected an integer from 1 to 65535)"};
+            "bad port " + util::quoted(port_text) + " in " + util::quoted(text) + " (expected an integer from 1 to 65535)"};
   }
   out.host = std::string(host);
   out.port = static_cast<std::uint16_t>(port);
@@ -136,31 +136,31 @@ inline endpoint_parse_result parse_endpoint(std::string_view text, endpoint& out
 inline std::string job_name_problem(std::string_view name) {
   bool ok = !name.empty();
   for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == '-')) ok = false;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || util::is_digit(c) || c == '_' || c == '-')) ok = false;
   }
   if (ok) return {};
-  return "job name " + quoted(name) + " must be one or more letters, digits, '_' or '-'";
+  return "job name " + util::quoted(name) + " must be one or more letters, digits, '_' or '-'";
 }
 
 /// "worker 1", as people say it.
 inline std::string spoken(const task_id& t) { return t.job + " " + std::to_string(t.index); }
 
 /// Case-insensitive map key of an endpoint.
-inline std::string endpoint_key(const endpoint& e) { return to_lower(e.to_string()); }
+inline std::string endpoint_key(const net_address& e) { return util::to_lower(e.to_string()); }
 
 }  // namespace detail
 
-inline endpoint endpoint::parse(std::string_view text) {
-  endpoint out;
+inline net_address net_address::parse(std::string_view text) {
+  net_address out;
   detail::endpoint_parse_result r = detail::parse_endpoint(text, out);
   if (r.problem != detail::endpoint_problem::none) throw_error(errc::invalid_config, r.message);
   return out;
 }
 
-inline endpoint endpoint::parse(std::string_view text, std::error_code& ec) noexcept {
+inline net_address net_address::parse(std::string_view text, std::error_code& ec) noexcept {
   ec.clear();
   try {
-    endpoint out;
+    net_address out;
     if (detail::parse_endpoint(text, out).problem == detail::endpoint_problem::none) return out;
   } catch (...) {  // std::bad_alloc building a message
   }
@@ -170,14 +170,14 @@ inline endpoint endpoint::parse(std::string_view text, std::error_code& ec) noex
 
 inline task_id task_id::parse(std::string_view text) {
   auto fail = [&]() -> task_id {
-    throw_error(errc::invalid_config, "task id " + detail::quoted(text) + ": expected job:index (such as worker:0)");
+    throw_error(errc::invalid_config, "task id " + util::quoted(text) + ": expected job:index (such as worker:0)");
   };
   const std::size_t colon = text.rfind(':');
   if (colon == std::string_view::npos) return fail();
   const std::string_view job = text.substr(0, colon);
   std::uint64_t index = 0;
   if (!detail::job_name_problem(job).empty()) return fail();
-  if (detail::parse_uint(text.substr(colon + 1), index) != detail::uint_parse::ok || index > UINT32_MAX) {
+  if (util::parse_uint(text.substr(colon + 1), index) != util::uint_parse::ok || index > UINT32_MAX) {
     return fail();
   }
   return {std::string(job), static_cast<std::uint32_t>(index)};
@@ -203,7 +203,7 @@ class cluster_spec {
   /// Adds job `name` with `tasks` (task i at tasks[i]). Throws
   /// system_error(errc::invalid_config) for a bad or repeated job name, an
   /// empty host or port 0, or an endpoint another task already uses.
-  void add_job(std::string_view name, std::vector<endpoint> tasks) { add_job_checked(name, std::move(tasks), ""); }
+  void add_job(std::string_view name, std::vector<net_address> tasks) { add_job_checked(name, std::move(tasks), ""); }
 
   /// Job names, sorted.
   std::vector<std::string> job_names() const {
@@ -215,7 +215,7 @@ class cluster_spec {
   bool has_job(std::string_view name) const { return jobs_.find(name) != jobs_.end(); }
 
   /// Control endpoints of job `name`'s tasks, by index; empty if there is no such job.
-  std::span<const endpoint> job(std::string_view name) const {
+  std::span<const net_address> job(std::string_view name) const {
     auto it = jobs_.find(name);
     if (it == jobs_.end()) return {};
     return it->second;
@@ -246,15 +246,15 @@ class cluster_spec {
 
   /// The task's control (e.g. gRPC) endpoint. Throws system_error(errc::invalid_argument)
   /// naming the task if the cluster has no such task.
-  const endpoint& control_endpoint(const task_id& t) const {
+  const net_address& control_endpoint(const task_id& t) const {
     auto it = jobs_.find(t.job);
     if (it == jobs_.end()) {
       throw_error(errc::invalid_argument,
-                  "cluster spec has no job " + detail::quoted(t.job) + " (jobs: " + job_list() + ")");
+                  "cluster spec has no job " + util::quoted(t.job) + " (jobs: " + job_list() + ")");
     }
     if (t.index >= it->second.size()) {
       throw_error(errc::invalid_argument, "cluster spec has no task " + t.to_string() + " (job " +
-                                              detail::quoted(t.job) + " has " +
+                                              util::quoted(t.job) + " has " +
                                               std::to_string(it->second.size()) + " tasks)");
     }
     return it->second[t.index];
@@ -264,8 +264,8 @@ class cluster_spec {
   /// entry if a map is loaded, else its control endpoint. Throws system_error:
   /// errc::invalid_argument if there is no such task, errc::invalid_config if
   /// the loaded map has no entry for it.
-  endpoint fast_path_endpoint(const task_id& t) const {
-    const endpoint& control = control_endpoint(t);
+  net_address fast_path_endpoint(const task_id& t) const {
+    const net_address& control = control_endpoint(t);
     if (!map_file_) return control;
     auto it = fast_path_.find(detail::endpoint_key(control));
     if (it == fast_path_.end()) throw_error(errc::invalid_config, missing_entry(t, control));
@@ -346,19 +346,19 @@ class cluster_spec {
     return out.empty() ? std::string("none") : out;
   }
 
-  std::string missing_entry(const task_id& t, const endpoint& control) const {
+  std::string missing_entry(const task_id& t, const net_address& control) const {
     return *map_file_ + " has no entry for " + detail::spoken(t) + " (" + control.to_string() + ")";
   }
 
-  void add_job_checked(std::string_view name, std::vector<endpoint> list, std::string_view prefix) {
+  void add_job_checked(std::string_view name, std::vector<net_address> list, std::string_view prefix) {
     if (std::string problem = detail::job_name_problem(name); !problem.empty()) fail(prefix, problem);
-    if (has_job(name)) fail(prefix, "job " + detail::quoted(name) + " is listed twice");
+    if (has_job(name)) fail(prefix, "job " + util::quoted(name) + " is listed twice");
     for (std::size_t i = 0; i < list.size(); ++i) {
       const task_id t{std::string(name), static_cast<std::uint32_t>(i)};
-      endpoint check;
+      net_address check;
       if (list[i].port == 0 ||
           detail::parse_endpoint(list[i].to_string(), check).problem != detail::endpoint_problem::none) {
-        fail(prefix, detail::spoken(t) + " has no valid address (got " + detail::quoted(list[i].to_string()) + ")");
+        fail(prefix, detail::spoken(t) + " has no valid address (got " + util::quoted(list[i].to_string()) + ")");
       }
       for (std::size_t j = 0; j < i; ++j) {
         if (list[j] == list[i]) {
@@ -383,7 +383,7 @@ class cluster_spec {
     std::FILE* f = std::fopen(shown.c_str(), "rb");
     if (f == nullptr) {
       const int err = errno;
-      throw_error(errc::invalid_config, "cannot read endpoint map " + detail::quoted(shown) + std::string(source) +
+      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) +
                                             ": " + std::generic_category().message(err));
     }
     std::string content;
@@ -394,7 +394,7 @@ class cluster_spec {
     const int err = errno;
     std::fclose(f);
     if (failed) {
-      throw_error(errc::invalid_config, "cannot read endpoint map " + detail::quoted(shown) + std::string(source) +
+      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) +
                                             ": " + std::generic_category().message(err));
     }
     return content;
@@ -403,7 +403,7 @@ class cluster_spec {
   void load_map(const std::filesystem::path& file, std::string_view source) {
     const std::string shown = file.string();
     const std::string content = read_file(file, source);
-    std::map<std::string, std::pair<endpoint, std::size_t>> entries;
+    std::map<std::string, std::pair<net_address, std::size_t>> entries;
     std::size_t line_no = 0;
     std::string_view rest = content;
     while (!rest.empty()) {
@@ -412,16 +412,16 @@ class cluster_spec {
       std::string_view line = rest.substr(0, eol);
       rest = eol == std::string_view::npos ? std::string_view{} : rest.substr(eol + 1);
       if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-      line = detail::trim(line);
+      line = util::trim(line);
       if (line.empty()) continue;
       const std::string where = shown + ":" + std::to_string(line_no) + ": ";
       const std::size_t eq = line.find('=');
       const auto bad_shape = [&] {
-        throw_error(errc::invalid_config, where + "expected host:port=host:port, got " + detail::quoted(line));
+        throw_error(errc::invalid_config, where + "expected host:port=host:port, got " + util::quoted(line));
       };
       if (eq == std::string_view::npos || line.find('=', eq + 1) != std::string_view::npos) bad_shape();
-      endpoint sides[2];
-      const std::string_view texts[2] = {detail::trim(line.substr(0, eq)), detail::trim(line.substr(eq + 1))};
+      net_address sides[2];
+      const std::string_view texts[2] = {util::trim(line.substr(0, eq)), util::trim(line.substr(eq + 1))};
       for (int i = 0; i < 2; ++i) {
         detail::endpoint_parse_result r = detail::parse_endpoint(texts[i], sides[i]);
         if (r.problem == detail::endpoint_problem::shape) bad_shape();
@@ -434,7 +434,7 @@ class cluster_spec {
       }
     }
     for (const task_id& t : tasks()) {
-      const endpoint& control = control_endpoint(t);
+      const net_address& control = control_endpoint(t);
       if (entries.find(detail::endpoint_key(control)) == entries.end()) {
         throw_error(errc::invalid_config,
                     shown + " has no entry for " + detail::spoken(t) + " (" + control.to_string() + ")");
@@ -445,9 +445,9 @@ class cluster_spec {
     map_file_ = shown;
   }
 
-  std::map<std::string, std::vector<endpoint>, std::less<>> jobs_;
+  std::map<std::string, std::vector<net_address>, std::less<>> jobs_;
   std::optional<task_id> self_;
-  std::map<std::string, endpoint> fast_path_;
+  std::map<std::string, net_address> fast_path_;
   std::optional<std::string> map_file_;
 };
 
@@ -475,11 +475,11 @@ inline cluster_spec cluster_spec::from_tf_config(std::string_view text) {
     if (!list.is_array()) {
       fail(p, "cluster." + name + " must be a list of \"host:port\" strings, got " + std::string(list.type_name()));
     }
-    std::vector<endpoint> tasks;
+    std::vector<net_address> tasks;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string where = "cluster." + name + "[" + std::to_string(i) + "]";
       if (!list[i].is_string()) fail(p, where + " must be a \"host:port\" string, got " + list[i].dump());
-      endpoint e;
+      net_address e;
       detail::endpoint_parse_result r = detail::parse_endpoint(list[i].get_ref<const std::string&>(), e);
       if (r.problem != detail::endpoint_problem::none) fail(p, where + ": " + r.message);
       tasks.push_back(std::move(e));
@@ -496,7 +496,7 @@ inline cluster_spec cluster_spec::from_tf_config(std::string_view text) {
   if (type == task->end() || !type->is_string()) fail(p, "task.type must be a string naming a job in \"cluster\"");
   const std::string& job = type->get_ref<const std::string&>();
   if (!spec.has_job(job)) {
-    fail(p, "task.type " + detail::quoted(job) + " is not a job in \"cluster\" (jobs: " + spec.job_list() + ")");
+    fail(p, "task.type " + util::quoted(job) + " is not a job in \"cluster\" (jobs: " + spec.job_list() + ")");
   }
   std::uint64_t index = 0;
   if (const auto idx = task->find("index"); idx != task->end()) {
@@ -507,7 +507,7 @@ inline cluster_spec cluster_spec::from_tf_config(std::string_view text) {
   }
   const std::size_t count = spec.job(job).size();
   if (index >= count) {
-    fail(p, "task.index " + std::to_string(index) + " is out of range: job " + detail::quoted(job) + " has " +
+    fail(p, "task.index " + std::to_string(index) + " is out of range: job " + util::quoted(job) + " has " +
                 std::to_string(count) + (count == 1 ? " task" : " tasks"));
   }
   spec.self_ = task_id{job, static_cast<std::uint32_t>(index)};
@@ -533,21 +533,21 @@ inline cluster_spec cluster_spec::from_string(std::string_view text) {
   bool any = false;
   while (true) {
     const std::size_t semi = rest.find(';');
-    const std::string_view piece = detail::trim(rest.substr(0, semi));
+    const std::string_view piece = util::trim(rest.substr(0, semi));
     if (!piece.empty()) {
       any = true;
       const std::size_t eq = piece.find('=');
       if (eq == std::string_view::npos) {
-        fail(p, "expected job=host:port[,host:port...] (jobs separated by ';'), got " + detail::quoted(piece));
+        fail(p, "expected job=host:port[,host:port...] (jobs separated by ';'), got " + util::quoted(piece));
       }
-      const std::string_view name = detail::trim(piece.substr(0, eq));
-      std::vector<endpoint> tasks;
+      const std::string_view name = util::trim(piece.substr(0, eq));
+      std::vector<net_address> tasks;
       std::string_view list = piece.substr(eq + 1);
       while (true) {
         const std::size_t comma = list.find(',');
-        const std::string_view item = detail::trim(list.substr(0, comma));
+        const std::string_view item = util::trim(list.substr(0, comma));
         const std::string where = std::string(name) + "[" + std::to_string(tasks.size()) + "]: ";
-        endpoint e;
+        net_address e;
         detail::endpoint_parse_result r = detail::parse_endpoint(item, e);
         if (r.problem != detail::endpoint_problem::none) fail(p, where + r.message);
         tasks.push_back(std::move(e));
@@ -559,7 +559,7 @@ inline cluster_spec cluster_spec::from_string(std::string_view text) {
     if (semi == std::string_view::npos) break;
     rest = rest.substr(semi + 1);
   }
-  if (!any) fail(p, "expected job=host:port[,host:port...] (jobs separated by ';'), got " + detail::quoted(text));
+  if (!any) fail(p, "expected job=host:port[,host:port...] (jobs separated by ';'), got " + util::quoted(text));
   return spec;
 }
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include <fusewire/core/detail/text.hpp>
+#include <fusewire/util/text.hpp>
 #include <fusewire/core/env.hpp>
 #include <fusewire/core/error.hpp>
 
@@ -43,7 +43,7 @@ constexpr std::string_view to_string(reactor_mode m) noexcept {
 /// "poll", "adaptive" or "block", in any letter case; nullopt otherwise.
 constexpr std::optional<reactor_mode> reactor_mode_from_string(std::string_view s) noexcept {
   for (reactor_mode m : {reactor_mode::poll, reactor_mode::adaptive, reactor_mode::block}) {
-    if (detail::iequals(s, to_string(m))) return m;
+    if (util::iequals(s, to_string(m))) return m;
   }
   return std::nullopt;
 }
@@ -220,15 +220,15 @@ inline constexpr uint_rule frame_rule{
     4096, uint_max, 1, false, "expected a size in bytes (an integer of at least 4096, such as 268435456)"};
 
 [[noreturn]] inline void bad_env(std::string_view name, std::string_view value, std::string_view what) {
-  throw_error(errc::invalid_config, std::string(name) + "=" + quoted(value) + ": " + std::string(what));
+  throw_error(errc::invalid_config, std::string(name) + "=" + util::quoted(value) + ": " + std::string(what));
 }
 
 inline std::uint64_t env_uint(std::string_view name, std::string_view value, const uint_rule& rule) {
   std::uint64_t v = 0;
-  switch (parse_uint(value, v)) {
-    case uint_parse::ok: break;
-    case uint_parse::not_a_number: bad_env(name, value, rule.expected);
-    case uint_parse::out_of_range:
+  switch (util::parse_uint(value, v)) {
+    case util::uint_parse::ok: break;
+    case util::uint_parse::not_a_number: bad_env(name, value, rule.expected);
+    case util::uint_parse::out_of_range:
       if (rule.max == uint_max) bad_env(name, value, "too large (at most 18446744073709551615)");
       bad_env(name, value, rule.expected);
   }
@@ -237,7 +237,7 @@ inline std::uint64_t env_uint(std::string_view name, std::string_view value, con
 }
 
 inline bool env_bool(std::string_view name, std::string_view value) {
-  if (auto b = parse_bool(value)) return *b;
+  if (auto b = util::parse_bool(value)) return *b;
   bad_env(name, value, "expected a boolean (true/false, 1/0, yes/no, on/off)");
 }
 

@@ -69,7 +69,7 @@ template <class T, explaining_parser<T> Parse>
 T parse_or_throw(std::string_view what, std::string_view text, Parse parse) {
   T out{};
   if (auto why = parse(text, out))
-    throw_error(errc::invalid_argument, "bad " + std::string(what) + " " + detail::quoted(text) + ": " + *why);
+    throw_error(errc::invalid_argument, "bad " + std::string(what) + " " + util::quoted(text) + ": " + *why);
   return out;
 }
 
@@ -101,7 +101,7 @@ inline bool is_job_name(std::string_view s) {
 }
 
 inline std::string bad_job_name(std::string_view job) {
-  return "job name " + detail::quoted(job) + " must be a letter followed by letters, digits or '_'";
+  return "job name " + util::quoted(job) + " must be a letter followed by letters, digits or '_'";
 }
 
 /// Parses `text` into `out`; returns what is wrong with it, or nullopt.
@@ -126,9 +126,9 @@ inline std::optional<std::string> parse_device_into(std::string_view text, devic
     if (wildcard()) return std::nullopt;
     std::size_t n = 0;
     while (n < s.size() && is_digit(s[n])) ++n;
-    if (n == 0) return std::string(what) + " " + detail::quoted(word(false)) + " is not a number";
+    if (n == 0) return std::string(what) + " " + util::quoted(word(false)) + " is not a number";
     auto v = parse_bounded(s.substr(0, n), 0x7fffffff);
-    if (!v) return std::string(what) + " " + detail::quoted(s.substr(0, n)) + " is out of range";
+    if (!v) return std::string(what) + " " + util::quoted(s.substr(0, n)) + " is out of range";
     value = static_cast<int>(*v);
     s.remove_prefix(n);
     return std::nullopt;
@@ -153,7 +153,7 @@ inline std::optional<std::string> parse_device_into(std::string_view text, devic
         auto t = word(true);
         bool ok = !t.empty() && is_alpha(t[0]);
         for (char c : t) ok = ok && (is_alpha(c) || is_digit(c) || c == '_');
-        if (!ok) return "device type " + detail::quoted(t) + " must be a letter followed by letters, digits or '_'";
+        if (!ok) return "device type " + util::quoted(t) + " must be a letter followed by letters, digits or '_'";
         out.type = std::string(t);
       }
       if (take(":"))
@@ -163,7 +163,7 @@ inline std::optional<std::string> parse_device_into(std::string_view text, devic
       out.type = cpu ? "CPU" : "GPU";
       if (auto e = number("device id", out.id)) return e;
     } else {
-      return "unexpected " + detail::quoted(s) + " (expected /job:, /replica:, /task:, /device:, /cpu: or /gpu:)";
+      return "unexpected " + util::quoted(s) + " (expected /job:, /replica:, /task:, /device:, /cpu: or /gpu:)";
     }
   }
   return std::nullopt;
@@ -191,7 +191,7 @@ inline std::optional<std::string> parse_task_into(std::string_view text, task_id
 
 inline fusewire::task_id device_name::task_id() const {
   if (auto why = detail::task_problem(*this))
-    throw_error(errc::invalid_argument, "device " + detail::quoted(to_string()) + ": " + *why);
+    throw_error(errc::invalid_argument, "device " + util::quoted(to_string()) + ": " + *why);
   return fusewire::task_id{*job, static_cast<std::uint32_t>(*task)};
 }
 

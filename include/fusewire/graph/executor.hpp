@@ -304,7 +304,7 @@ class executor {
       if (k == kinds.end()) {
         std::string names;
         for (const auto& [name, kind] : kinds) names += (names.empty() ? "" : ", ") + std::string(name);
-        bad_node(i, "op " + detail::quoted(nd.op) + " is not supported by the executor (supported: " + names + ")",
+        bad_node(i, "op " + util::quoted(nd.op) + " is not supported by the executor (supported: " + names + ")",
                  errc::not_supported);
       }
       c.kind = k->second;
@@ -387,23 +387,23 @@ class executor {
     for (const auto& [name, value] : feeds) {
       auto i = graph_.find(name);
       if (!i || nodes_[*i].kind != op_kind::placeholder)
-        throw_error(errc::invalid_argument, "feed " + detail::quoted(name) + " names no Placeholder in this graph");
+        throw_error(errc::invalid_argument, "feed " + util::quoted(name) + " names no Placeholder in this graph");
       if (auto bad = spec_mismatch(*i, 0, value))
-        throw_error(errc::invalid_argument, "feed " + detail::quoted(name) + " does not fit: Placeholder " +
+        throw_error(errc::invalid_argument, "feed " + util::quoted(name) + " does not fit: Placeholder " +
                                                 graph_.describe(*i) + *bad);
     }
     for (std::size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].kind == op_kind::placeholder && !feeds.count(graph_.node(i).name))
-        throw_error(errc::invalid_argument, "no feed for Placeholder " + detail::quoted(graph_.node(i).name));
+        throw_error(errc::invalid_argument, "no feed for Placeholder " + util::quoted(graph_.node(i).name));
     std::vector<std::pair<std::size_t, int>> fetch_ports;
     for (const auto& f : fetches) {
       auto in = detail::split_input(f);
       std::optional<std::size_t> i;
       if (in && !in->control) i = graph_.find(in->node);
       if (!i || static_cast<std::size_t>(in->port) >= nodes_[*i].outputs)
-        throw_error(errc::invalid_argument, "fetch " + detail::quoted(f) + " names no output in this graph");
+        throw_error(errc::invalid_argument, "fetch " + util::quoted(f) + " names no output in this graph");
       if (graph_.output_frame_of(*i) != 0)
-        throw_error(errc::invalid_argument, "fetch " + detail::quoted(f) + " is inside " +
+        throw_error(errc::invalid_argument, "fetch " + util::quoted(f) + " is inside " +
                                                 graph_.describe_frame(graph_.output_frame_of(*i)) +
                                                 "; fetch the loop's Exit instead");
       fetch_ports.emplace_back(*i, in->port);
@@ -469,7 +469,7 @@ class executor {
   }
 
   std::string tag_text(std::size_t tag) const {
-    return tag == 0 ? std::string("the root frame") : "iteration " + detail::quoted(tags_[tag].text);
+    return tag == 0 ? std::string("the root frame") : "iteration " + util::quoted(tags_[tag].text);
   }
 
   std::string full_key(const compiled_node& c, std::size_t tag) const {
@@ -756,7 +756,7 @@ class executor {
       for (const auto& f : fetches_)
         if (f.node == n) {
           if (outs[static_cast<std::size_t>(f.port)].dead) {
-            fail(errc::invalid_argument, "fetch " + detail::quoted(f.name) + " is dead (an untaken branch)");
+            fail(errc::invalid_argument, "fetch " + util::quoted(f.name) + " is dead (an untaken branch)");
             return;
           }
           results_[f.name] = outs[static_cast<std::size_t>(f.port)].value;
@@ -874,7 +874,7 @@ class executor {
     } else {
       for (const auto& f : fetches_)
         if (!results_.count(f.name)) {
-          fail(errc::invalid_argument, "fetch " + detail::quoted(f.name) + " was never produced");
+          fail(errc::invalid_argument, "fetch " + util::quoted(f.name) + " was never produced");
           break;
         }
     }

@@ -246,11 +246,11 @@ class placed_graph {
 
   /// "'name' (Op)" — how messages refer to node `i`.
   std::string describe(std::size_t i) const {
-    return detail::quoted(def_.nodes[i].name) + " (" + def_.nodes[i].op + ")";
+    return util::quoted(def_.nodes[i].name) + " (" + def_.nodes[i].op + ")";
   }
   /// "frame 'name'" or "the root frame".
   std::string describe_frame(std::size_t f) const {
-    return f == 0 ? std::string("the root frame") : "frame " + detail::quoted(frames_[f].name);
+    return f == 0 ? std::string("the root frame") : "frame " + util::quoted(frames_[f].name);
   }
 
  private:
@@ -276,10 +276,10 @@ class placed_graph {
     const auto& tasks = def_.tasks;
     for (auto t = tasks.begin(); t != tasks.end(); ++t) {
       if (!detail::is_job_name(t->job))
-        return "cluster task " + detail::quoted(t->to_string()) + ": " + detail::bad_job_name(t->job) +
+        return "cluster task " + util::quoted(t->to_string()) + ": " + detail::bad_job_name(t->job) +
                " (it names TensorFlow devices)";
       if (std::find(tasks.begin(), t, *t) != t)
-        return "task " + detail::quoted(t->to_string()) + " is listed twice in the cluster";
+        return "task " + util::quoted(t->to_string()) + " is listed twice in the cluster";
     }
     return std::nullopt;
   }
@@ -297,20 +297,20 @@ class placed_graph {
     for (std::size_t i = 0; i < n; ++i) {
       const auto& nd = def_.nodes[i];
       if (!detail::is_node_name(nd.name))
-        return "node " + detail::quoted(nd.name) +
+        return "node " + util::quoted(nd.name) +
                ": a name is a letter, digit, '.' or '_' followed by letters, digits and \"_.-/>\"";
       auto [it, fresh] = index_.emplace(nd.name, i);
       if (!fresh)
-        return "duplicate node name " + detail::quoted(nd.name) + " (nodes " +
+        return "duplicate node name " + util::quoted(nd.name) + " (nodes " +
                std::to_string(it->second) + " and " + std::to_string(i) + ")";
-      if (nd.op.empty()) return "node " + detail::quoted(nd.name) + " has no op";
+      if (nd.op.empty()) return "node " + util::quoted(nd.name) + " has no op";
       task_id t;
-      if (nd.device.empty()) return "node " + detail::quoted(nd.name) + " is not placed on a task";
+      if (nd.device.empty()) return "node " + util::quoted(nd.name) + " is not placed on a task";
       if (auto why = detail::parse_task_into(nd.device, t))
-        return "node " + detail::quoted(nd.name) + ": bad device " + detail::quoted(nd.device) + ": " + *why;
+        return "node " + util::quoted(nd.name) + ": bad device " + util::quoted(nd.device) + ": " + *why;
       auto pos = std::find(def_.tasks.begin(), def_.tasks.end(), t);
       if (pos == def_.tasks.end())
-        return "node " + detail::quoted(nd.name) + ": task " + detail::quoted(t.to_string()) +
+        return "node " + util::quoted(nd.name) + ": task " + util::quoted(t.to_string()) +
                " is not in the cluster (" + cluster_list() + ")";
       task_of_[i] = static_cast<std::size_t>(pos - def_.tasks.begin());
     }
@@ -336,18 +336,18 @@ class placed_graph {
       for (const auto& text : nd.inputs) {
         auto in = detail::split_input(text);
         if (!in)
-          return "node " + detail::quoted(nd.name) + ": bad input " + detail::quoted(text) +
+          return "node " + util::quoted(nd.name) + ": bad input " + util::quoted(text) +
                  " (expected \"node\", \"node:port\" or \"^node\")";
         if (!in->control && seen_control)
-          return "node " + detail::quoted(nd.name) + ": data input " + detail::quoted(text) +
+          return "node " + util::quoted(nd.name) + ": data input " + util::quoted(text) +
                  " comes after a control input; list control inputs (\"^node\") last";
         seen_control = seen_control || in->control;
         auto src = index_.find(std::string(in->node));
         if (src == index_.end())
-          return "node " + detail::quoted(nd.name) + ": input " + detail::quoted(text) +
+          return "node " + util::quoted(nd.name) + ": input " + util::quoted(text) +
                  " names no node in the graph";
         if (src->second == i)
-          return "node " + detail::quoted(nd.name) + ": input " + detail::quoted(text) + " is the node itself";
+          return "node " + util::quoted(nd.name) + ": input " + util::quoted(text) + " is the node itself";
         max_port[src->second] = std::max(max_port[src->second], in->port);
         parsed_inputs[i].push_back({src->second, *in, text});
       }
@@ -359,7 +359,7 @@ class placed_graph {
       if (fixed == -2) {
         auto entries = nd.attr<std::int64_t>("entries");
         if (!entries || *entries < 0)
-          return "node " + detail::quoted(nd.name) + " (_Recv) needs an \"entries\" attribute";
+          return "node " + util::quoted(nd.name) + " (_Recv) needs an \"entries\" attribute";
         count = static_cast<std::size_t>(*entries);
       } else if (fixed >= 0) {
         count = static_cast<std::size_t>(fixed);
@@ -373,7 +373,7 @@ class placed_graph {
       int slot = 0;
       for (const auto& p : parsed_inputs[i]) {
         if (!p.in.control && static_cast<std::size_t>(p.in.port) >= outputs_[p.node])
-          return "node " + detail::quoted(def_.nodes[i].name) + ": input " + detail::quoted(p.text) +
+          return "node " + util::quoted(def_.nodes[i].name) + ": input " + util::quoted(p.text) +
                  " names output " + std::to_string(p.in.port) + " but " + describe(p.node) + " has " +
                  std::to_string(outputs_[p.node]) + " output" + (outputs_[p.node] == 1 ? "" : "s");
         edge e;
@@ -416,7 +416,7 @@ class placed_graph {
       for (const auto& e : edges_) {
         if (!is_back_edge(e)) continue;
         if (e.control() || !detail::is_merge(def_.nodes[e.dst].op))
-          return "node " + detail::quoted(def_.nodes[e.src].name) + " (NextIteration) feeds " +
+          return "node " + util::quoted(def_.nodes[e.src].name) + " (NextIteration) feeds " +
                  describe(e.dst) + (e.control() ? " through a control edge" : "") +
                  "; a NextIteration may only feed a Merge's data input";
       }
@@ -443,8 +443,8 @@ class placed_graph {
     std::reverse(cycle.begin(), cycle.end());
     std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
     std::string text;
-    for (auto v : cycle) text += detail::quoted(def_.nodes[v].name) + " -> ";
-    text += detail::quoted(def_.nodes[cycle.front()].name);
+    for (auto v : cycle) text += util::quoted(def_.nodes[v].name) + " -> ";
+    text += util::quoted(def_.nodes[cycle.front()].name);
     return "graph has a cycle: " + text + " (only a NextIteration -> Merge edge may close a loop)";
   }
 
@@ -469,13 +469,13 @@ class placed_graph {
           in_frame = f;
           via = e.src;
         } else if (*in_frame != f) {
-          return "node " + detail::quoted(nd.name) + " mixes inputs from " + describe_frame(*in_frame) +
-                 " (via " + detail::quoted(def_.nodes[via].name) + ") and " + describe_frame(f) +
-                 " (via " + detail::quoted(def_.nodes[e.src].name) + ")";
+          return "node " + util::quoted(nd.name) + " mixes inputs from " + describe_frame(*in_frame) +
+                 " (via " + util::quoted(def_.nodes[via].name) + ") and " + describe_frame(f) +
+                 " (via " + util::quoted(def_.nodes[e.src].name) + ")";
         }
       }
       if (detail::is_merge(nd.op) && !in_frame)
-        return "node " + detail::quoted(nd.name) + " (Merge) has only NextIteration inputs";
+        return "node " + util::quoted(nd.name) + " (Merge) has only NextIteration inputs";
       std::size_t f = in_frame.value_or(0);
       in_frame_[i] = f;
       frame_[i] = f;
@@ -483,7 +483,7 @@ class placed_graph {
       if (detail::is_enter(nd.op)) {
         const auto* name = nd.attr<std::string>("frame_name");
         if (!name || name->empty())
-          return "node " + detail::quoted(nd.name) + " (Enter) has no \"frame_name\" attribute";
+          return "node " + util::quoted(nd.name) + " (Enter) has no \"frame_name\" attribute";
         auto [it, fresh] = frame_index.emplace(*name, frames_.size());
         if (fresh) {
           frame_info fi;
@@ -493,24 +493,24 @@ class placed_graph {
           frames_.push_back(std::move(fi));
           frame_entered_by.push_back(i);
         } else if (frames_[it->second].parent != f) {
-          return "frame " + detail::quoted(*name) + " is entered from " +
+          return "frame " + util::quoted(*name) + " is entered from " +
                  describe_frame(frames_[it->second].parent) + " by " +
-                 detail::quoted(def_.nodes[frame_entered_by[it->second]].name) + " and from " +
-                 describe_frame(f) + " by " + detail::quoted(nd.name);
+                 util::quoted(def_.nodes[frame_entered_by[it->second]].name) + " and from " +
+                 describe_frame(f) + " by " + util::quoted(nd.name);
         }
         frame_[i] = it->second;
         out_frame_[i] = it->second;
       } else if (detail::is_exit(nd.op)) {
-        if (f == 0) return "node " + detail::quoted(nd.name) + " (Exit) is not inside a loop frame";
+        if (f == 0) return "node " + util::quoted(nd.name) + " (Exit) is not inside a loop frame";
         out_frame_[i] = frames_[f].parent;
       }
     }
     for (const auto& e : edges_) {
       if (!is_back_edge(e)) continue;
       if (out_frame_[e.src] != frame_[e.dst])
-        return "node " + detail::quoted(def_.nodes[e.dst].name) + " (Merge) is in " +
+        return "node " + util::quoted(def_.nodes[e.dst].name) + " (Merge) is in " +
                describe_frame(frame_[e.dst]) + " but its NextIteration " +
-               detail::quoted(def_.nodes[e.src].name) + " is in " + describe_frame(out_frame_[e.src]);
+               util::quoted(def_.nodes[e.src].name) + " is in " + describe_frame(out_frame_[e.src]);
     }
     for (std::size_t i = 0; i < n; ++i) {
       auto& fr = frames_[frame_[i]];
@@ -522,15 +522,15 @@ class placed_graph {
         continue;
       if (detail::is_loop_cond(def_.nodes[i].op)) {
         if (fr.loop_cond)
-          return "frame " + detail::quoted(fr.name) + " has two LoopCond nodes, " +
-                 detail::quoted(def_.nodes[*fr.loop_cond].name) + " and " + detail::quoted(def_.nodes[i].name);
+          return "frame " + util::quoted(fr.name) + " has two LoopCond nodes, " +
+                 util::quoted(def_.nodes[*fr.loop_cond].name) + " and " + util::quoted(def_.nodes[i].name);
         fr.loop_cond = i;
       }
       if (fr.control_nodes.empty()) {
         fr.home_task = task_of_[i];
       } else if (strict && fr.home_task != task_of_[i]) {
         std::size_t first = fr.control_nodes.front();
-        return "frame " + detail::quoted(fr.name) + ": control nodes " + describe(first) + " on " +
+        return "frame " + util::quoted(fr.name) + ": control nodes " + describe(first) + " on " +
                def_.tasks[task_of_[first]].to_string() + " and " + describe(i) + " on " +
                def_.tasks[task_of_[i]].to_string() +
                " are on different tasks; a frame's Merge/Switch/NextIteration/LoopCond must share "

@@ -130,13 +130,13 @@ class local_cluster {
     for (const auto& [name, value] : feeds) {
       auto t = owner(name);
       if (t == npos || graph_of(t).node(*graph_of(t).find(name)).op != "Placeholder")
-        throw_error(errc::invalid_argument, "feed " + detail::quoted(name) + " names no Placeholder in the plan");
+        throw_error(errc::invalid_argument, "feed " + util::quoted(name) + " names no Placeholder in the plan");
       task_feeds[t].emplace(name, value);
     }
     for (const auto& f : fetches) {
       auto in = detail::split_input(f);
       auto t = in && !in->control ? owner(in->node) : npos;
-      if (t == npos) throw_error(errc::invalid_argument, "fetch " + detail::quoted(f) + " names no node in the plan");
+      if (t == npos) throw_error(errc::invalid_argument, "fetch " + util::quoted(f) + " names no node in the plan");
       task_fetches[t].push_back(f);
     }
     feeds_ = std::move(task_feeds);

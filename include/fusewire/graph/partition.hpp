@@ -317,15 +317,15 @@ class partitioner {
         for (auto ei : g.in_edges(n)) {
           const auto& e = g.edges()[ei];
           if (g.is_back_edge(e)) {
-            where = " (Merge " + detail::quoted(g.node(n).name) + " <- NextIteration " +
-                    detail::quoted(g.node(e.src).name) + ")";
+            where = " (Merge " + util::quoted(g.node(n).name) + " <- NextIteration " +
+                    util::quoted(g.node(e.src).name) + ")";
             break;
           }
         }
         if (!where.empty()) break;
       }
       return failure{errc::graph_cycle, "star_server_lite cannot merge the ps graphs: the graph has loop frame " +
-                                            detail::quoted(fr.name) + where +
+                                            util::quoted(fr.name) + where +
                                             ", and the aggressive merge needs a graph without loops; use "
                                             "star_server or send_recv"};
     }
@@ -359,7 +359,7 @@ class partitioner {
       if (!fr.loop_cond) {
         std::vector<std::string> names;
         for (auto t : participants[f]) names.push_back(g.tasks()[t].to_string());
-        return failure{errc::invalid_graph, "frame " + detail::quoted(fr.name) + " spans tasks " + join(names, ", ") +
+        return failure{errc::invalid_graph, "frame " + util::quoted(fr.name) + " spans tasks " + join(names, ", ") +
                                                 " but has no LoopCond to drive their iterations"};
       }
       for (auto t : participants[f]) {
@@ -709,11 +709,11 @@ class partitioner {
       }
     }
     std::vector<std::string> names;
-    for (std::size_t k = 0; k < members.size() && k < 3; ++k) names.push_back(detail::quoted(g.node(members[k]).name));
+    for (std::size_t k = 0; k < members.size() && k < 3; ++k) names.push_back(util::quoted(g.node(members[k]).name));
     if (members.size() > 3) names.push_back("...");
     std::string text = "star_server_lite cannot merge the ps graphs: the part of " +
                        g.tasks()[g.task_of(members.front())].to_string() + " holding " + join(names, ", ") +
-                       " needs " + detail::quoted(g.node(blocker).name) + " from " +
+                       " needs " + util::quoted(g.node(blocker).name) + " from " +
                        g.tasks()[g.task_of(blocker)].to_string();
     text += seen[blocker] ? ", which is computed from that part's own outputs"
                           : ", which never becomes ready";

@@ -71,7 +71,7 @@ inline std::optional<std::pair<task_id, task_id>> key_route(std::string_view key
     const auto semi = rest.find(';');
     if (semi == std::string_view::npos) {
       ec = make_error_code(errc::invalid_argument);
-      if (why) *why = "key " + detail::quoted(key) + " is not src_device;incarnation;dst_device;name;frame:iter";
+      if (why) *why = "key " + util::quoted(key) + " is not src_device;incarnation;dst_device;name;frame:iter";
       return std::nullopt;
     }
     part = rest.substr(0, semi);

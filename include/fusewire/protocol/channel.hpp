@@ -25,7 +25,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include <fusewire/core/buffer_pool.hpp>
-#include <fusewire/core/detail/reusable_buffer.hpp>
+#include <fusewire/core/reusable_buffer.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -194,8 +194,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   wire::limits limits_;
   std::array<std::byte, wire::header_size> header_bytes_{};
   frame_head head_;  ///< the frame whose meta is being read
-  fusewire::detail::reusable_buffer metas_;     ///< small metas read
-  fusewire::detail::reusable_buffer prefixes_;  ///< small header + meta written
+  fusewire::reusable_buffer metas_;     ///< small metas read
+  fusewire::reusable_buffer prefixes_;  ///< small header + meta written
 };
 
 }  // namespace protocol

@@ -51,9 +51,9 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/reactor/detail/affinity.hpp>
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/reactor/detail/inbox.hpp>
-#include <fusewire/reactor/detail/timer_queue.hpp>
+#include <fusewire/util/timer_queue.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -258,12 +258,12 @@ class basic_reactor final : private detail::engine_hooks {
   template <class F>
     requires std::invocable<std::decay_t<F>&> && std::move_constructible<std::decay_t<F>>
   void post(F&& fn) {
-    posted_.push_back(detail::make_task(std::forward<F>(fn)));
+    posted_.push_back(util::make_task(std::forward<F>(fn)));
   }
 
   /// post() of a task the caller made (for transports: a task embedded in a
   /// connection, posted without an allocation). Reactor thread only.
-  void post_task(detail::task_ptr t) noexcept { posted_.push_back(std::move(t)); }
+  void post_task(util::task_ptr t) noexcept { posted_.push_back(std::move(t)); }
 
   /// Calls `fn(std::error_code{})` at `when`, or `fn(errc::cancelled)` if the
   /// timer is cancelled or the reactor stops first. Exactly once, never inline.
@@ -275,7 +275,7 @@ class basic_reactor final : private detail::engine_hooks {
       post([f = std::forward<F>(fn)]() mutable { f(make_error_code(errc::cancelled)); });
       return {};
     }
-    return timer_id{timers_.add(when, detail::timer_queue::callback(std::forward<F>(fn)))};
+    return timer_id{timers_.add(when, util::timer_queue::callback(std::forward<F>(fn)))};
   }
 
   /// run_at(now + delay, fn).
@@ -289,7 +289,7 @@ class basic_reactor final : private detail::engine_hooks {
   /// Returns false if it already fired or was cancelled. Reactor thread only.
   bool cancel(timer_id id) {
     if (!id) return false;
-    detail::timer_queue::callback cb = timers_.remove(id.value);
+    util::timer_queue::callback cb = timers_.remove(id.value);
     if (!cb) return false;
     post([cb = std::move(cb)]() mutable { cb(make_error_code(errc::cancelled)); });
     return true;
@@ -380,7 +380,7 @@ class basic_reactor final : private detail::engine_hooks {
     }
   }
 
-  void run_task(detail::task_ptr t) noexcept {
+  void run_task(util::task_ptr t) noexcept {
     detail::bump(tasks_);
     try {
       t->run();
@@ -493,18 +493,18 @@ class basic_reactor final : private detail::engine_hooks {
     bool worked = false;
     const unsigned rows = group_->active_rows();
     const std::size_t batch = group_->config().batch;
-    std::array<detail::task*, reactor_config::max_batch> items;
+    std::array<util::task*, reactor_config::max_batch> items;
     for (unsigned row = 0; row < rows; ++row) {
       if (row == index_) continue;
       auto& queue = column_[row]->queue();
       const std::size_t n = queue.pop(items.data(), batch);
-      for (std::size_t i = 0; i < n; ++i) run_task(detail::task_ptr(items[i]));
+      for (std::size_t i = 0; i < n; ++i) run_task(util::task_ptr(items[i]));
       worked |= n != 0;
     }
     if (alien_.maybe_nonempty()) {
-      detail::task_list list = alien_.take();
+      util::task_list list = alien_.take();
       worked |= !list.empty();
-      while (detail::task_ptr t = list.pop_front()) run_task(std::move(t));
+      while (util::task_ptr t = list.pop_front()) run_task(std::move(t));
     }
     return worked;
   }
@@ -512,9 +512,9 @@ class basic_reactor final : private detail::engine_hooks {
   bool run_timers() {
     // Most ticks have no timer due for milliseconds: the coarse clock (no TSC
     // read; a busy-polling reactor ticks millions of times a second) says so.
-    if (detail::coarse_now() + detail::coarse_lag() < timers_.not_before()) return false;
-    std::vector<detail::timer_queue::callback> due;
-    timers_.take_expired(clock::now(), [&](detail::timer_queue::callback cb) { due.push_back(std::move(cb)); });
+    if (util::coarse_now() + util::coarse_lag() < timers_.not_before()) return false;
+    std::vector<util::timer_queue::callback> due;
+    timers_.take_expired(clock::now(), [&](util::timer_queue::callback cb) { due.push_back(std::move(cb)); });
     for (auto& cb : due) {
       detail::bump(timers_run_);
       try {
@@ -579,7 +579,7 @@ class basic_reactor final : private detail::engine_hooks {
     std::vector<detail::closable*> open;
     for (detail::closable* c = closables_; c != nullptr; c = c->closable_next_) open.push_back(c);
     for (detail::closable* c : open) c->shutdown();
-    timers_.take_all([this](detail::timer_queue::callback cb) {
+    timers_.take_all([this](util::timer_queue::callback cb) {
       post([cb = std::move(cb)]() mutable { cb(make_error_code(errc::cancelled)); });
     });
   }
@@ -597,22 +597,22 @@ class basic_reactor final : private detail::engine_hooks {
       auto& in = group_->inbox(index_, row);
       while (in.producing().load(std::memory_order_seq_cst)) std::this_thread::yield();
     }
-    detail::task_list alien = alien_.close();
-    while (detail::task_ptr t = alien.pop_front()) run_task(std::move(t));
+    util::task_list alien = alien_.close();
+    while (util::task_ptr t = alien.pop_front()) run_task(std::move(t));
     for (int round = 0; round < 1000; ++round) {
       bool any = false;
       for (unsigned row = 0; row < rows; ++row) {
         if (row == index_) continue;
-        group_->inbox(index_, row).queue().consume_all([&](detail::task* t) {
+        group_->inbox(index_, row).queue().consume_all([&](util::task* t) {
           any = true;
-          run_task(detail::task_ptr(t));
+          run_task(util::task_ptr(t));
         });
       }
-      while (detail::task_ptr t = posted_.pop_front()) {
+      while (util::task_ptr t = posted_.pop_front()) {
         any = true;
         run_task(std::move(t));
       }
-      timers_.take_all([this](detail::timer_queue::callback cb) {
+      timers_.take_all([this](util::timer_queue::callback cb) {
         detail::bump(timers_run_);
         try {
           cb(make_error_code(errc::cancelled));
@@ -627,7 +627,7 @@ class basic_reactor final : private detail::engine_hooks {
       std::size_t n = 0;
       for (auto& q : outgoing_) {
         n += q.size();
-        for (detail::task* t : q) t->dispose();
+        for (util::task* t : q) t->dispose();
         q.clear();
       }
       outgoing_count_ = 0;
@@ -643,7 +643,7 @@ class basic_reactor final : private detail::engine_hooks {
 
   // ---- cross-reactor sends (reactor thread) -----------------------------------
 
-  std::error_code enqueue_outgoing(unsigned target, detail::task_ptr t) {
+  std::error_code enqueue_outgoing(unsigned target, util::task_ptr t) {
     auto& q = outgoing_[target];
     q.push_back(t.release());
     ++outgoing_count_;
@@ -666,7 +666,7 @@ class basic_reactor final : private detail::engine_hooks {
     if (!target.accepting_.load(std::memory_order_seq_cst)) {
       in.producing().store(false, std::memory_order_release);
       const std::size_t n = pending.size();
-      for (detail::task* t : pending) t->dispose();
+      for (util::task* t : pending) t->dispose();
       pending.clear();
       outgoing_count_ -= n;
       detail::bump(dropped_, n);
@@ -707,10 +707,10 @@ class basic_reactor final : private detail::engine_hooks {
   bool stopping_ = false;
   bool reported_quiescent_ = false;
   clock::time_point stop_deadline_{};
-  detail::task_list posted_;
-  detail::timer_queue timers_;
+  util::task_list posted_;
+  util::timer_queue timers_;
   std::vector<detail::spsc_inbox*> column_;  // this reactor's inboxes, one per sender row
-  std::vector<std::deque<detail::task*>> outgoing_;
+  std::vector<std::deque<util::task*>> outgoing_;
   std::size_t outgoing_count_ = 0;
   std::size_t pending_ops_ = 0;
   detail::closable* closables_ = nullptr;
@@ -801,12 +801,12 @@ class basic_reactor_group {
         self->post(std::forward<F>(fn));
         return {};
       }
-      return self->enqueue_outgoing(core, detail::make_task(std::forward<F>(fn)));
+      return self->enqueue_outgoing(core, util::make_task(std::forward<F>(fn)));
     }
     for (const attachment& a : attached_) {
-      if (a.group == this) return push_external(core, a.row, detail::make_task(std::forward<F>(fn)));
+      if (a.group == this) return push_external(core, a.row, util::make_task(std::forward<F>(fn)));
     }
-    detail::task_ptr t = detail::make_task(std::forward<F>(fn));
+    util::task_ptr t = util::make_task(std::forward<F>(fn));
     if (!target.alien_.push(t)) return make_error_code(errc::cancelled);
     target.wake_if_sleeping();
     return {};
@@ -871,7 +871,7 @@ class basic_reactor_group {
       requires std::invocable<std::decay_t<F>&> && std::move_constructible<std::decay_t<F>>
     std::error_code submit_to(unsigned core, F&& fn) {
       group_->check_index(core, "sender::submit_to");
-      return group_->push_external(core, row_, detail::make_task(std::forward<F>(fn)));
+      return group_->push_external(core, row_, util::make_task(std::forward<F>(fn)));
     }
 
    private:
@@ -939,11 +939,11 @@ class basic_reactor_group {
     return *inboxes_[static_cast<std::size_t>(target) * total_rows() + row];
   }
 
-  std::error_code push_external(unsigned core, unsigned row, detail::task_ptr t) {
+  std::error_code push_external(unsigned core, unsigned row, util::task_ptr t) {
     reactor_type& target = *reactors_[core];
     detail::spsc_inbox& in = inbox(core, row);
     in.producing().store(true, std::memory_order_seq_cst);
-    detail::task* raw = t.release();
+    util::task* raw = t.release();
     for (;;) {
       if (!target.accepting_.load(std::memory_order_seq_cst)) {
         in.producing().store(false, std::memory_order_release);

@@ -133,15 +133,15 @@
 
 #include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/cluster_spec.hpp>
-#include <fusewire/core/detail/small_fifo.hpp>
+#include <fusewire/util/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>
 #include <fusewire/protocol/channel.hpp>
 #include <fusewire/protocol/handshake.hpp>
-#include <fusewire/reactor/detail/function.hpp>
-#include <fusewire/reactor/detail/timer_queue.hpp>
+#include <fusewire/util/unique_function.hpp>
+#include <fusewire/util/timer_queue.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
@@ -215,7 +215,7 @@ using log_sink = std::function<void(std::string_view)>;
 
 namespace detail {
 
-using fusewire::detail::coarse_now;  // keepalive bookkeeping stamps every frame with it
+using fusewire::util::coarse_now;  // keepalive bookkeeping stamps every frame with it
 
 /// A socket on its way from one reactor to another: closed unless someone took it.
 class owned_fd {
@@ -262,8 +262,8 @@ class endpoint {
   using group_type = basic_reactor_group<typename reactor_type::engine_type>;
   using connection_type = typename Transport::connection_type;
   using channel_type = protocol::channel<connection_type>;
-  using send_handler = fusewire::detail::unique_function<void(std::error_code)>;
-  using recv_handler = fusewire::detail::unique_function<void(std::error_code, tensor_buffer)>;
+  using send_handler = fusewire::util::unique_function<void(std::error_code)>;
+  using recv_handler = fusewire::util::unique_function<void(std::error_code, tensor_buffer)>;
 
   /// Starts the reactor and listens on `self`'s fast-path endpoint. Throws
   /// std::system_error: errc::invalid_argument if `spec` has no task `self`,
@@ -281,7 +281,7 @@ class endpoint {
       throw_error(errc::invalid_config, "endpoint_tuning.stripes = " + std::to_string(tuning_.stripes) +
                                             ": must be 1 to 16 connections per peer");
     }
-    const endpoint_type_alias here = spec_.fast_path_endpoint(self_);
+    const net_address here = spec_.fast_path_endpoint(self_);
     if (!opts_.cluster_token.empty() && !protocol::detail::has_crypto) {
       throw_error(errc::not_supported, "options.cluster_token is set but this build has no libcrypto "
                                        "(FUSEWIRE_HAS_CRYPTO); rebuild with OpenSSL or unset the token");
@@ -608,7 +608,6 @@ class endpoint {
   }
 
  private:
-  using endpoint_type_alias = fusewire::endpoint;
   template <class, class>
   friend class detail::rdma_direct;  // RDMA direct placement
 
@@ -724,8 +723,8 @@ class endpoint {
   };
 
   struct slot {
-    fusewire::detail::small_fifo<arrival> arrived;
-    fusewire::detail::small_fifo<std::shared_ptr<recv_op>> waiting;
+    fusewire::util::small_fifo<arrival> arrived;
+    fusewire::util::small_fifo<std::shared_ptr<recv_op>> waiting;
     bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
   };
 
@@ -766,7 +765,7 @@ class endpoint {
     }
 
     /// On its reactor; `here` = where to listen (reactor 0's core only).
-    std::error_code start(const fusewire::endpoint* here) {
+    std::error_code start(const fusewire::net_address* here) {
       reactor_ = reactor_type::current();
       if (here != nullptr) {
         std::error_code ec;
@@ -959,7 +958,7 @@ class endpoint {
     // ---- sending side -------------------------------------------------------
 
     void connect(out_peer& p) {
-      fusewire::endpoint where;
+      fusewire::net_address where;
       try {
         where = ep_.spec_.fast_path_endpoint(p.task);
       } catch (const std::system_error& e) {
@@ -984,7 +983,7 @@ class endpoint {
           pp->ch = ch;
           pp->ready = true;
           pp->connecting = false;
-          pp->last_write = detail::coarse_now();
+          pp->last_write = util::coarse_now();
           ep_.made_.fetch_add(1, std::memory_order_relaxed);
           watch_lane(*pp, ch, who.incarnation);
           auto waiting = std::move(pp->waiting);
@@ -1039,7 +1038,7 @@ class endpoint {
           in.ch = ch;
           in.peer = pp->task.to_string();
           in.incarnation = incarnation;
-          in.last_frame = detail::coarse_now();
+          in.last_frame = util::coarse_now();
           in.out = pp;
           down_.erase(in.peer);
           return on_frame(ch, ec, std::move(head));
@@ -1059,7 +1058,7 @@ class endpoint {
         in.out = &p;
         p.ch = in.ch;
         p.ready = true;
-        p.last_write = detail::coarse_now();
+        p.last_write = util::coarse_now();
         ep_.reused_.fetch_add(1, std::memory_order_relaxed);
         return true;
       }
@@ -1092,7 +1091,7 @@ class endpoint {
     // use the lanes there are) until the peer's lanes are dropped and remade.
     void connect_lanes(out_peer& p) {
       p.extra_started = true;
-      fusewire::endpoint where;
+      fusewire::net_address where;
       try {
         where = ep_.spec_.fast_path_endpoint(p.task);
       } catch (const std::system_error&) {
@@ -1200,7 +1199,7 @@ class endpoint {
       }
       ep_.fused_frames_.fetch_add(1, std::memory_order_relaxed);
       ep_.tensors_fused_.fetch_add(batch.size(), std::memory_order_relaxed);
-      p.last_write = detail::coarse_now();
+      p.last_write = util::coarse_now();
       auto ch = p.ch;
       ch->write(builder.meta(), *sg,
                 [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
@@ -1226,7 +1225,7 @@ class endpoint {
       meta.segments = wire::segment_list(payload);
       op->in_flight = true;
       ep_.tensor_frames_.fetch_add(1, std::memory_order_relaxed);
-      p.last_write = detail::coarse_now();
+      p.last_write = util::coarse_now();
       // One reference count taken for the handler (the lane), none for a local
       // copy, and the op moved in: this runs between a frame's arrival and the
       // answer's sendmsg.
@@ -1257,7 +1256,7 @@ class endpoint {
       if (ep_.tuning_.stripes > 1 && !p.extra_started) connect_lanes(p);
       op->in_flight = true;
       op->pending_chunks = count;
-      p.last_write = detail::coarse_now();
+      p.last_write = util::coarse_now();
       wire::chunk_meta meta;
       meta.transfer_id = ep_.next_id_.fetch_add(1, std::memory_order_relaxed);
       meta.total_len = n;
@@ -1353,7 +1352,7 @@ class endpoint {
       inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
       in.peer = peer.task.to_string();
       in.incarnation = peer.incarnation;
-      in.last_frame = detail::coarse_now();
+      in.last_frame = util::coarse_now();
       in.reverse = (peer.features & protocol::feature_reverse) != 0;
       down_.erase(in.peer);
       protocol::write_ack(*ch, ack, [this, ch](std::error_code e) {
@@ -1423,7 +1422,7 @@ class endpoint {
       if (ec) return inbound_failed(ch, ec);
       auto it = in_.find(ch.get());
       if (it == in_.end()) return;
-      it->second.last_frame = detail::coarse_now();
+      it->second.last_frame = util::coarse_now();
       if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: count tensors, take placed frames
         if (direct_.on_inbound_frame(*this, ch, it->second, head)) return;
       }
@@ -1806,7 +1805,7 @@ class endpoint {
 
     void keepalive_tick() {
       const auto k = ep_.opts_.keepalive;
-      const auto now = detail::coarse_now();
+      const auto now = util::coarse_now();
       for (auto& [name, p] : out_) {
         if (!p.ready || !p.ch) continue;
         auto ping_if_idle = [&](const std::shared_ptr<channel_type>& lane) {
@@ -1835,7 +1834,7 @@ class endpoint {
 
     void judge_silence() {
       const auto k = ep_.opts_.keepalive;
-      const auto now = detail::coarse_now();
+      const auto now = util::coarse_now();
       for (auto& [name, p] : out_) {
         if (!p.ready || !p.ch) continue;
         std::vector<std::shared_ptr<channel_type>> lanes{p.ch};

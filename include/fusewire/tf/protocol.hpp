@@ -11,7 +11,7 @@
 #include <system_error>
 #include <utility>
 
-#include <fusewire/core/detail/text.hpp>
+#include <fusewire/util/text.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/graph/partition.hpp>
@@ -59,7 +59,7 @@ inline protocol parse_protocol(std::string_view name) {
   std::string allowed;
   for (auto p : all_protocols) allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(p));
   throw_error(errc::invalid_config,
-              "unknown protocol " + fusewire::detail::quoted(name) + " (allowed: " + allowed + ")");
+              "unknown protocol " + fusewire::util::quoted(name) + " (allowed: " + allowed + ")");
 }
 
 /// Non-throwing parse_protocol: sets `ec` (errc::invalid_config) on failure.

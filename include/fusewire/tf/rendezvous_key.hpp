@@ -17,7 +17,7 @@
 #include <system_error>
 
 #include <fusewire/core/cluster_spec.hpp>
-#include <fusewire/core/detail/text.hpp>
+#include <fusewire/util/text.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/tf/device_name.hpp>
 
@@ -80,9 +80,9 @@ inline rendezvous_route route(const rendezvous_key& key) {
 
 namespace detail {
 
-using fusewire::detail::parse_uint;
-using fusewire::detail::quoted;
-using fusewire::detail::uint_parse;
+using fusewire::util::parse_uint;
+using fusewire::util::quoted;
+using fusewire::util::uint_parse;
 
 /// Splits and checks `key`; returns what is wrong with it, or nullopt.
 inline std::optional<std::string> parse_key_into(std::string_view key, rendezvous_key& out) {
@@ -100,36 +100,36 @@ inline std::optional<std::string> parse_key_into(std::string_view key, rendezvou
       parts[i] = rest.substr(0, semi);
       rest.remove_prefix(semi + 1);
       if (i == 4)
-        return "it has more than 5 parts (unexpected " + detail::quoted(std::string(";") + std::string(rest)) + ")";
+        return "it has more than 5 parts (unexpected " + util::quoted(std::string(";") + std::string(rest)) + ")";
     }
   }
   std::error_code device_ec;
   std::string why;
   if (parts[0].empty()) return std::string("src_device is empty");
-  if (!parse_device_name(parts[0], device_ec, &why)) return "src_device " + detail::quoted(parts[0]) + ": " + why;
+  if (!parse_device_name(parts[0], device_ec, &why)) return "src_device " + util::quoted(parts[0]) + ": " + why;
   const auto inc = parts[1];
-  if (inc.empty() || inc.size() > 16) return "src_incarnation " + detail::quoted(inc) + " is not 1 to 16 hex digits";
+  if (inc.empty() || inc.size() > 16) return "src_incarnation " + util::quoted(inc) + " is not 1 to 16 hex digits";
   std::uint64_t incarnation = 0;
   for (char c : inc) {
     int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-    if (d < 0) return "src_incarnation " + detail::quoted(inc) + " is not 1 to 16 hex digits";
+    if (d < 0) return "src_incarnation " + util::quoted(inc) + " is not 1 to 16 hex digits";
     incarnation = (incarnation << 4) | static_cast<std::uint64_t>(d);
   }
   if (parts[2].empty()) return std::string("dst_device is empty");
-  if (!parse_device_name(parts[2], device_ec, &why)) return "dst_device " + detail::quoted(parts[2]) + ": " + why;
+  if (!parse_device_name(parts[2], device_ec, &why)) return "dst_device " + util::quoted(parts[2]) + ": " + why;
   if (parts[3].empty()) return std::string("tensor_name is empty");
   const auto frame = parts[4];
   const auto colon = frame.find(':');
   if (frame.empty() || colon == std::string_view::npos)
-    return "frame_id:iter_id " + detail::quoted(frame) + " is not two numbers joined by ':'";
+    return "frame_id:iter_id " + util::quoted(frame) + " is not two numbers joined by ':'";
   std::uint64_t frame_id = 0;
   if (parse_uint(frame.substr(0, colon), frame_id) != uint_parse::ok)
-    return "frame_id " + detail::quoted(frame.substr(0, colon)) + " is not an unsigned 64-bit number";
+    return "frame_id " + util::quoted(frame.substr(0, colon)) + " is not an unsigned 64-bit number";
   const auto iter_text = frame.substr(colon + 1);
   std::int64_t iter_id = 0;
   auto [end, ec] = std::from_chars(iter_text.data(), iter_text.data() + iter_text.size(), iter_id);
   if (iter_text.empty() || ec != std::errc{} || end != iter_text.data() + iter_text.size())
-    return "iter_id " + detail::quoted(iter_text) + " is not a signed 64-bit number";
+    return "iter_id " + util::quoted(iter_text) + " is not a signed 64-bit number";
   out.src_device = std::string(parts[0]);
   out.src_incarnation = incarnation;
   out.dst_device = std::string(parts[2]);
@@ -146,7 +146,7 @@ inline std::optional<std::string> parse_key_into(std::string_view key, rendezvou
 inline rendezvous_key parse_rendezvous_key(std::string_view key) {
   rendezvous_key out;
   if (auto why = detail::parse_key_into(key, out))
-    throw_error(errc::invalid_argument, "bad rendezvous key " + detail::quoted(key) + ": " + *why);
+    throw_error(errc::invalid_argument, "bad rendezvous key " + util::quoted(key) + ": " + *why);
   return out;
 }
 

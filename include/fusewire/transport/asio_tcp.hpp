@@ -54,11 +54,11 @@
 #include <boost/asio/read.hpp>
 #include <boost/container/small_vector.hpp>
 
-#include <fusewire/core/detail/small_fifo.hpp>
+#include <fusewire/util/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/reactor/asio_engine.hpp>
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
 #include <fusewire/transport/detail/member_task.hpp>
@@ -120,7 +120,7 @@ struct asio_options {
 /// queue can check it is default-constructible while the class is incomplete).
 struct asio_write_op {
   boost::container::small_vector<boost::asio::const_buffer, 4> buffers;
-  unique_function<void(std::error_code, std::size_t)> handler;
+  util::unique_function<void(std::error_code, std::size_t)> handler;
   std::error_code preset;   // started on a closed connection
   std::size_t written = 0;  // bytes sent so far
 };
@@ -129,8 +129,8 @@ struct asio_write_op {
 struct asio_read_op {
   mutable_buffer dst;
   std::size_t filled = 0;  // exact reads: bytes already in dst
-  unique_function<void(std::error_code, std::size_t)> exact;
-  unique_function<void(std::error_code, tensor_buffer)> some;
+  util::unique_function<void(std::error_code, std::size_t)> exact;
+  util::unique_function<void(std::error_code, tensor_buffer)> some;
   std::error_code preset;
 };
 
@@ -758,9 +758,9 @@ class asio_connection_state final : public ref_counted, public closable, public 
   int released_fd_ = -1;  // taken back from Asio, until the release's handler has it
   int detached_fd_ = -1;  // out of Asio's epoll set (detach()), until attach() or close
   boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  ///< for attach()
-  small_fifo<read_op> reads_;
-  small_fifo<write_op> writes_;
-  small_fifo<write_op> sent_;  ///< sent in full, before writes_; completed (in order) by written_task_
+  util::small_fifo<read_op> reads_;
+  util::small_fifo<write_op> writes_;
+  util::small_fifo<write_op> sent_;  ///< sent in full, before writes_; completed (in order) by written_task_
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
@@ -806,7 +806,7 @@ namespace detail {
 /// A listening socket's state, shared by its handle and its pending accept.
 class asio_listener_state final : public ref_counted, public closable {
  public:
-  using handler_type = unique_function<void(std::error_code, asio_tcp_connection)>;
+  using handler_type = util::unique_function<void(std::error_code, asio_tcp_connection)>;
 
   asio_listener_state(asio_reactor& reactor, boost::asio::ip::tcp::acceptor acceptor, std::uint16_t port,
                       asio_options opts)

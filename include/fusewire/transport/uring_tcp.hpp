@@ -105,10 +105,10 @@
 
 #include <boost/container/small_vector.hpp>
 
-#include <fusewire/core/detail/reusable_buffer.hpp>
+#include <fusewire/core/reusable_buffer.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/reactor/uring_engine.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
@@ -177,7 +177,7 @@ struct uring_options {
 /// One connection's state, kept alive by its handle and by its kernel operations.
 class uring_connection_state final : public ref_counted, public closable, public spin_reader {
  public:
-  using connect_handler = unique_function<void(std::error_code, uring_tcp_connection)>;
+  using connect_handler = util::unique_function<void(std::error_code, uring_tcp_connection)>;
   using release_handler = release_progress::handler_type;
 
   uring_connection_state(uring_reactor& reactor, int fd, uring_options opts)
@@ -360,15 +360,15 @@ class uring_connection_state final : public ref_counted, public closable, public
     bool zero_copy = false;
     std::error_code result;
     msghdr msg{};
-    unique_function<void(std::error_code, std::size_t)> handler;
+    util::unique_function<void(std::error_code, std::size_t)> handler;
   };
 
   struct read_req {
     mutable_buffer dst;
     std::size_t filled = 0;
     std::error_code result;  // set when started on a closed connection
-    unique_function<void(std::error_code, std::size_t)> exact;
-    unique_function<void(std::error_code, tensor_buffer)> some;
+    util::unique_function<void(std::error_code, std::size_t)> exact;
+    util::unique_function<void(std::error_code, tensor_buffer)> some;
   };
 
   // -- plumbing --
@@ -1000,7 +1000,7 @@ class uring_connection_state final : public ref_counted, public closable, public
   std::size_t stash_bytes_ = 0;
   tensor_buffer fallback_;
   static constexpr std::size_t spin_read_bytes = 4096;  ///< a spinning reactor's plain recv takes at most this
-  fusewire::detail::reusable_buffer spin_buffer_{spin_read_bytes};
+  fusewire::reusable_buffer spin_buffer_{spin_read_bytes};
   uring_tcp_stats stats_;
 };
 
@@ -1069,7 +1069,7 @@ inline void uring_connection_state::on_connect(int res, unsigned) {
 /// A listening socket's state, shared by its handle and its pending accept.
 class uring_listener_state final : public ref_counted, public closable {
  public:
-  using handler_type = unique_function<void(std::error_code, uring_tcp_connection)>;
+  using handler_type = util::unique_function<void(std::error_code, uring_tcp_connection)>;
 
   uring_listener_state(uring_reactor& reactor, int fd, uring_options opts)
       : reactor_(&reactor), fd_(fd), port_(local_port(fd)), opts_(opts) {

@@ -89,7 +89,7 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/handle.hpp>
@@ -449,7 +449,7 @@ class verbs_context {
 /// has a QP) and posted tasks.
 class verbs_conn_state final : public ref_counted, public closable, public verbs_cm_target {
  public:
-  using established_fn = unique_function<void(std::error_code)>;
+  using established_fn = util::unique_function<void(std::error_code)>;
 
   enum class phase : std::uint8_t { resolving_addr, resolving_route, connecting, open, gone };
 
@@ -774,7 +774,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     std::size_t total = 0;
     std::size_t start = 0;  // stream offset of its first byte
     std::size_t end = 0;    // stream offset after its last byte
-    unique_function<void(std::error_code, std::size_t)> handler;
+    util::unique_function<void(std::error_code, std::size_t)> handler;
     std::error_code preset;
     bool remote = false;  // a one-sided write: one tx unit, no stream bytes
     const std::byte* src = nullptr;
@@ -784,8 +784,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
   struct read_op {
     mutable_buffer dst;
     std::size_t filled = 0;
-    unique_function<void(std::error_code, std::size_t)> exact;
-    unique_function<void(std::error_code, tensor_buffer)> some;
+    util::unique_function<void(std::error_code, std::size_t)> exact;
+    util::unique_function<void(std::error_code, tensor_buffer)> some;
     std::error_code preset;
   };
   /// Set in an RDMA write's immediate: the sender is done with that grant.
@@ -1599,7 +1599,7 @@ class verbs_listener_state_access {
 /// A listening rdmacm id, shared by its handle and pending work.
 class verbs_listener_state final : public ref_counted, public closable, public verbs_cm_target {
  public:
-  using handler_type = unique_function<void(std::error_code, verbs_connection)>;
+  using handler_type = util::unique_function<void(std::error_code, verbs_connection)>;
 
   verbs_listener_state(verbs_context& ctx, rdma_cm_id* id, std::uint16_t port)
       : ctx_(&ctx), reactor_(&ctx.reactor()), id_(id), port_(port) {

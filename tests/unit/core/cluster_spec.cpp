@@ -16,7 +16,7 @@
 #include <vector>
 
 using fusewire::cluster_spec;
-using fusewire::endpoint;
+using fusewire::net_address;
 using fusewire::errc;
 using fusewire::task_id;
 
@@ -93,22 +93,22 @@ const std::string two_by_two_map =
 }  // namespace
 
 TEST_CASE("endpoints: host:port and [v6]:port, printed back the same way") {
-  endpoint e = endpoint::parse("localhost:2222");
+  net_address e = net_address::parse("localhost:2222");
   CHECK(e.host == "localhost");
   CHECK(e.port == 2222);
   CHECK(e.to_string() == "localhost:2222");
-  e = endpoint::parse("[::1]:65535");
+  e = net_address::parse("[::1]:65535");
   CHECK(e.host == "::1");
   CHECK(e.port == 65535);
   CHECK(e.to_string() == "[::1]:65535");
-  CHECK(endpoint::parse("10.0.0.1:1").to_string() == "10.0.0.1:1");
-  CHECK(endpoint::parse("[fe80::1%eth0]:80").host == "fe80::1%eth0");
-  CHECK(endpoint::parse("Host-A.example.com:8080") == endpoint{"host-a.EXAMPLE.com", 8080});
-  CHECK(endpoint::parse("a:1") != endpoint{"a", 2});
+  CHECK(net_address::parse("10.0.0.1:1").to_string() == "10.0.0.1:1");
+  CHECK(net_address::parse("[fe80::1%eth0]:80").host == "fe80::1%eth0");
+  CHECK(net_address::parse("Host-A.example.com:8080") == endpoint{"host-a.EXAMPLE.com", 8080});
+  CHECK(net_address::parse("a:1") != endpoint{"a", 2});
 }
 
 TEST_CASE("bad endpoints say what was expected") {
-  auto parse_error = [](std::string_view s) { return error_of([&] { (void)endpoint::parse(s); }); };
+  auto parse_error = [](std::string_view s) { return error_of([&] { (void)net_address::parse(s); }); };
   CHECK(parse_error("localhost") == with_suffix("expected host:port, got 'localhost'"));
   CHECK(parse_error("") == with_suffix("expected host:port, got ''"));
   CHECK(parse_error(":2222") == with_suffix("expected host:port, got ':2222'"));
@@ -127,9 +127,9 @@ TEST_CASE("bad endpoints say what was expected") {
         with_suffix("bad port 'http' in 'localhost:http' (expected an integer from 1 to 65535)"));
   CHECK(parse_error("[::1]:-1") == with_suffix("bad port '-1' in '[::1]:-1' (expected an integer from 1 to 65535)"));
   std::error_code ec;
-  CHECK(endpoint::parse("nope", ec).port == 0);
+  CHECK(net_address::parse("nope", ec).port == 0);
   CHECK(ec == errc::invalid_config);
-  CHECK(endpoint::parse("h:9", ec).port == 9);
+  CHECK(net_address::parse("h:9", ec).port == 9);
   CHECK_FALSE(ec);
 }
 

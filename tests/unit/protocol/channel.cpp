@@ -263,7 +263,7 @@ TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the accept
 }
 
 TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, else a fresh buffer") {
-  fw::detail::reusable_buffer r;
+  fw::reusable_buffer r;
   fw::tensor_buffer first = r.take(40);
   REQUIRE(first.size() == 40);
   fw::tensor_buffer second = r.take(40);  // the first is still held: not the same bytes
@@ -281,7 +281,7 @@ TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, el
 }
 
 TEST_CASE("reusable_buffer: scratch bytes only while nobody holds them; keep(n) hands over what was written") {
-  fw::detail::reusable_buffer r(64);
+  fw::reusable_buffer r(64);
   fw::mutable_buffer s = r.scratch();
   REQUIRE(s.size() == 64);
   s[0] = std::byte{7};

@@ -1,10 +1,10 @@
-#include <fusewire/reactor/detail/timer_queue.hpp>
+#include <fusewire/util/timer_queue.hpp>
 
 #include <doctest/doctest.h>
 
 #include <vector>
 
-using fusewire::detail::timer_queue;
+using fusewire::util::timer_queue;
 using namespace std::chrono_literals;
 
 TEST_CASE("timer_queue fires due timers in deadline order, then by insertion") {
@@ -93,13 +93,13 @@ TEST_CASE("not_before is never later than the first live deadline; the coarse cl
   CHECK(q.not_before() == t0 + 5ms);
   // The reactor skips the precise clock when coarse_now() + coarse_lag() is before not_before():
   // that needs the coarse clock to lag steady_clock by less than coarse_lag().
-  CHECK(fusewire::detail::coarse_lag() > timer_queue::clock::duration::zero());
+  CHECK(fusewire::util::coarse_lag() > timer_queue::clock::duration::zero());
   for (int i = 0; i < 1000; ++i) {
     // Each bound is read in the order that a pause between the reads can only loosen.
     const auto before = timer_queue::clock::now();
-    const auto coarse = fusewire::detail::coarse_now();
+    const auto coarse = fusewire::util::coarse_now();
     const auto after = timer_queue::clock::now();
     CHECK(coarse <= after);
-    CHECK(before - coarse < fusewire::detail::coarse_lag());
+    CHECK(before - coarse < fusewire::util::coarse_lag());
   }
 }

@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include <fusewire/core/detail/small_fifo.hpp>
+#include <fusewire/util/small_fifo.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/slot_table.hpp>
 
@@ -18,12 +18,12 @@ namespace rvd = fusewire::rendezvous::detail;
 
 namespace {
 
-std::vector<int> contents(fusewire::detail::small_fifo<int>& q) { return {q.begin(), q.end()}; }
+std::vector<int> contents(fusewire::util::small_fifo<int>& q) { return {q.begin(), q.end()}; }
 
 }  // namespace
 
 TEST_CASE("small_fifo: first in, first out, also through compaction of a queue that never drains") {
-  fusewire::detail::small_fifo<int> q;
+  fusewire::util::small_fifo<int> q;
   CHECK(q.empty());
   q.push_back(1);
   CHECK(q.size() == 1);
@@ -52,7 +52,7 @@ TEST_CASE("small_fifo: first in, first out, also through compaction of a queue t
 }
 
 TEST_CASE("small_fifo: erase and erase_if keep the others in order; an emptied queue is reusable") {
-  fusewire::detail::small_fifo<int> q;
+  fusewire::util::small_fifo<int> q;
   for (int i = 0; i < 10; ++i) q.push_back(i);
   q.pop_front();
   q.erase(5);
@@ -69,7 +69,7 @@ TEST_CASE("small_fifo: erase and erase_if keep the others in order; an emptied q
 }
 
 TEST_CASE("small_fifo: a popped element is released at once") {
-  fusewire::detail::small_fifo<std::shared_ptr<int>> q;
+  fusewire::util::small_fifo<std::shared_ptr<int>> q;
   auto a = std::make_shared<int>(1);
   auto b = std::make_shared<int>(2);
   q.push_back(a);

@@ -10,16 +10,16 @@
 #include <string_view>
 #include <vector>
 
-#include <fusewire/core/detail/text.hpp>
+#include <fusewire/util/text.hpp>
 
 namespace fusewire {
 inline namespace v0 {
 namespace graph::detail {
 
-using fusewire::detail::is_digit;
-using fusewire::detail::parse_uint;
-using fusewire::detail::quoted;
-using fusewire::detail::uint_parse;
+using fusewire::util::is_digit;
+using fusewire::util::parse_uint;
+using fusewire::util::quoted;
+using fusewire::util::uint_parse;
 
 constexpr bool is_alpha(char c) noexcept { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 

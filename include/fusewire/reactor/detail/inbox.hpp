@@ -8,7 +8,7 @@
 
 #include <boost/lockfree/spsc_queue.hpp>
 
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -24,14 +24,14 @@ class spsc_inbox {
 
   /// Consumer side: deletes tasks that were never run.
   ~spsc_inbox() {
-    queue_.consume_all([](task* t) { t->dispose(); });
+    queue_.consume_all([](util::task* t) { t->dispose(); });
   }
 
-  boost::lockfree::spsc_queue<task*>& queue() noexcept { return queue_; }
+  boost::lockfree::spsc_queue<util::task*>& queue() noexcept { return queue_; }
   std::atomic<bool>& producing() noexcept { return producing_; }
 
  private:
-  boost::lockfree::spsc_queue<task*> queue_;
+  boost::lockfree::spsc_queue<util::task*> queue_;
   alignas(64) std::atomic<bool> producing_{false};
 };
 
@@ -39,7 +39,7 @@ class spsc_inbox {
 class locked_inbox {
  public:
   /// Appends `t` unless the inbox was closed; returns whether it was taken.
-  bool push(task_ptr& t) {
+  bool push(util::task_ptr& t) {
     std::lock_guard lock(mutex_);
     if (closed_) return false;
     tasks_.push_back(std::move(t));
@@ -49,14 +49,14 @@ class locked_inbox {
 
   bool maybe_nonempty() const noexcept { return nonempty_.load(std::memory_order_relaxed); }
 
-  task_list take() {
+  util::task_list take() {
     std::lock_guard lock(mutex_);
     nonempty_.store(false, std::memory_order_relaxed);
     return std::move(tasks_);
   }
 
   /// After this, push() refuses; returns what was still queued.
-  task_list close() {
+  util::task_list close() {
     std::lock_guard lock(mutex_);
     closed_ = true;
     nonempty_.store(false, std::memory_order_relaxed);
@@ -65,7 +65,7 @@ class locked_inbox {
 
  private:
   std::mutex mutex_;
-  task_list tasks_;
+  util::task_list tasks_;
   bool closed_ = false;
   std::atomic<bool> nonempty_{false};
 };

@@ -61,7 +61,7 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/protocol/channel.hpp>
-#include <fusewire/reactor/detail/timer_queue.hpp>
+#include <fusewire/util/timer_queue.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/meta.hpp>
 
@@ -289,7 +289,7 @@ class rdma_direct {
     op->in_flight = true;
     direct_writes_.fetch_add(1, std::memory_order_relaxed);
     if (staged) staged_writes_.fetch_add(1, std::memory_order_relaxed);
-    p.last_write = fusewire::detail::coarse_now();
+    p.last_write = fusewire::util::coarse_now();
     auto ch = p.ch;
     auto write_error = std::make_shared<std::error_code>();
     ch->connection().async_write_remote(src, a.region,

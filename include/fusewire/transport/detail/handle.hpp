@@ -18,7 +18,7 @@
 
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
@@ -201,7 +201,7 @@ class basic_listener_handle {
 template <class Connection, class Reactor>
 class pending_connect {
  public:
-  using handler_type = unique_function<void(std::error_code, Connection)>;
+  using handler_type = util::unique_function<void(std::error_code, Connection)>;
 
   /// Checks the calling thread (naming `transport` in the error), then counts the connect as work.
   template <class H>
@@ -257,7 +257,7 @@ class pending_connect {
 /// or stop (cancel), or why the transport could not stop its operations (fail).
 class release_progress {
  public:
-  using handler_type = unique_function<void(std::error_code, int)>;
+  using handler_type = util::unique_function<void(std::error_code, int)>;
 
   bool active() const noexcept { return active_; }
   const std::error_code& error() const noexcept { return error_; }

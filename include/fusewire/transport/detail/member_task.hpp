@@ -4,7 +4,7 @@
 /// pumps and write completions of the TCP transports post one per frame).
 /// Private to the transport layer.
 
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 
 namespace fusewire {
@@ -16,7 +16,7 @@ namespace detail {
 /// While queued it holds a reference to the state, as a posted lambda holding
 /// a ref_ptr would. `State` derives from ref_counted; reactor thread only.
 template <class State>
-class member_task final : public task {
+class member_task final : public util::task {
  public:
   using member = void (State::*)();
 
@@ -33,7 +33,7 @@ class member_task final : public task {
     if (scheduled_) return;
     scheduled_ = true;
     state_->add_ref();
-    reactor.post_task(task_ptr(this));
+    reactor.post_task(util::task_ptr(this));
   }
 
   void run() override {

@@ -7,7 +7,6 @@
 
 namespace fusewire {
 inline namespace v0 {
-namespace detail {
 
 /// `take(n)` gives the first `n` bytes of one cached buffer of `capacity`
 /// bytes while nobody else holds any of it (the last frame's head, prefix or
@@ -45,6 +44,5 @@ class reusable_buffer {
   tensor_buffer cache_;
 };
 
-}  // namespace detail
 }  // namespace v0
 }  // namespace fusewire

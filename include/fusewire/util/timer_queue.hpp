@@ -1,6 +1,6 @@
 #pragma once
-/// The reactor's timers: a binary min-heap of deadlines with lazy deletion.
-/// Private to the reactor layer; single-threaded (the owning reactor's thread).
+/// A timer queue: a binary min-heap of deadlines with lazy deletion. Used by
+/// reactors and by the rendezvous layer; single-threaded (its owner's thread).
 
 #include <time.h>
 
@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include <fusewire/reactor/detail/function.hpp>
+#include <fusewire/util/unique_function.hpp>
 
 namespace fusewire {
 inline namespace v0 {
-namespace detail {
+namespace util {
 
 /// CLOCK_MONOTONIC (steady_clock's clock) at tick resolution (a few ms)
 /// without reading the TSC: for stamps that need no precision (keepalive
@@ -147,6 +147,6 @@ class timer_queue {
   std::uint64_t next_id_ = 1;
 };
 
-}  // namespace detail
+}  // namespace util
 }  // namespace v0
 }  // namespace fusewire

@@ -16,7 +16,7 @@
 
 namespace fusewire {
 inline namespace v0 {
-namespace detail {
+namespace util {
 
 /// FIFO over a small_vector with a moving head: push_back, front, pop_front in
 /// amortized O(1); the popped prefix is dropped once it is the larger part.
@@ -67,6 +67,6 @@ class small_fifo {
   std::size_t head_ = 0;
 };
 
-}  // namespace detail
+}  // namespace util
 }  // namespace v0
 }  // namespace fusewire

@@ -1,6 +1,6 @@
 #pragma once
-/// Move-only type-erased callables and an intrusive task list. Private to the
-/// reactor and transport layers.
+/// Move-only type-erased callables and an intrusive task list: the currency of
+/// reactor inboxes, transport handlers and rendezvous completions.
 
 #include <cstddef>
 #include <functional>
@@ -11,7 +11,7 @@
 
 namespace fusewire {
 inline namespace v0 {
-namespace detail {
+namespace util {
 
 template <class Signature>
 class unique_function;
@@ -205,6 +205,6 @@ class task_list {
   std::size_t size_ = 0;
 };
 
-}  // namespace detail
+}  // namespace util
 }  // namespace v0
 }  // namespace fusewire

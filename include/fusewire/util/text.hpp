@@ -1,5 +1,5 @@
 #pragma once
-/// Small text helpers shared by core's parsers (options, cluster spec). Private to core.
+/// Small text helpers for parsers and error messages (options, cluster spec, graph, tf).
 
 #include <charconv>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace fusewire {
 inline namespace v0 {
-namespace detail {
+namespace util {
 
 constexpr char ascii_lower(char c) noexcept {
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
@@ -80,6 +80,6 @@ inline std::string quoted(std::string_view s) {
   return out;
 }
 
-}  // namespace detail
+}  // namespace util
 }  // namespace v0
 }  // namespace fusewire
