@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fusewire next to the peers it is measured against, side by side in ONE run
-# (this machine is noisy: only ratios within one run mean much):
+# (a shared machine is noisy: only ratios within one run mean much):
 #
 #   10 B round trip p50, poll mode  fusewire-uring/asio vs floor:poll (busy-polling C ping-pong)
 #                                   and UCX over TCP (ucx_perftest tag_lat, UCX_TLS=tcp)

@@ -1,4 +1,5 @@
-// rendezvous_bench: the numbers issue 3 asks of rendezvous::endpoint, on loopback.
+// rendezvous_bench: rendezvous::endpoint's data path on loopback, per transport
+// (usage and how to read the output: bench/rendezvous/README.md).
 //
 //   skew   6.3 MB scatter-gather payload (10 buffers: 6 x 1 MiB, 3 x 10 KiB,
 //          1 x 10 B, fwbench's skew scheme) worker -> PS -> worker; round trip
@@ -8,8 +9,6 @@
 //          Both runs start each step's operations through one endpoint::batch
 //          per side, handed over at submit() (--stream N: in groups of N
 //          as they are added); --no-batch: one send/recv call per operation.
-//          RVBENCH_STRIPES=n sets endpoint_tuning::stripes, RVBENCH_URING_ZC=bytes
-//          uring_tcp's zero-copy threshold.
 //   idle   memory per extra connected peer (one connection each way): RSS and
 //          heap delta, measured with forked peer processes.
 //   spread (only when asked) one PS endpoint echoes tensors for 4 worker
@@ -17,7 +16,11 @@
 //          echo): echoes/s in all with the PS on 1 and on 2 reactors
 //          (endpoint_tuning::reactors), alternated 3 times, for 100 B and 256 KiB.
 //
-// Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--side fused|unfused|both] [--only skew|fuse|idle|spread] [--transport asio|uring|all]
+// RVBENCH_STRIPES=n sets endpoint_tuning::stripes (skew); RVBENCH_URING_ZC=bytes
+// sets uring_tcp's zero-copy threshold.
+//
+// Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]
+//                         [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>

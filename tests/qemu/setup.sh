@@ -43,7 +43,7 @@ fi
 
 mkdir -p "$cache"
 # Kernel: the image package linux-image-amd64 currently points at.
-# Kept: the .deb (~70 MB); its unpacked tree (~400 MB) only while building.
+# Kept: the .deb; its unpacked tree, several times larger, only while building.
 unpack() {
   rm -rf "$cache/kernel"
   dpkg-deb -x "$(cat "$cache/kernel.deb")" "$cache/kernel" || skip "dpkg-deb -x $(cat "$cache/kernel.deb") failed"

@@ -3,8 +3,9 @@
 /// validate() that names what is wrong, and from_env() reading the seeds'
 /// environment knobs (DeepRec GRPC++, RDMA-TensorFlow) plus fusewire's own.
 ///
-/// `env_knobs` is the single table of variables (name, default, meaning); the
-/// README and `--help` texts are generated from it.
+/// `env_knobs` is the single table of variables (name, default, meaning).
+/// docs/configuration.md lists the same knobs by hand; tests/unit/docs/readme.cpp
+/// checks that it has a row for each with its real default.
 
 #include <algorithm>
 #include <array>

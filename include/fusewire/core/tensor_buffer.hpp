@@ -62,11 +62,11 @@ class deleter_owner final : public buffer_owner {
 
 /// Blocks of small heap buffers a thread freed, kept for its next small
 /// allocations: a frame's prefix and meta, and a small tensor, cost no trip
-/// to the allocator (an aligned allocation skips glibc's per-thread cache and
-/// was two of the most expensive calls of a 10 B round trip). Each thread has
-/// its own list (at most `max_blocks`, freed when the thread exits), so no
-/// lock; a block freed on another thread joins that thread's list. Off under
-/// AddressSanitizer, so that it still sees every use after free.
+/// to the allocator (an aligned allocation skips glibc's per-thread cache, so
+/// it is costly on the small-message path). Each thread has its own list (at
+/// most `max_blocks`, freed when the thread exits), so no lock; a block freed
+/// on another thread joins that thread's list. Off under AddressSanitizer, so
+/// that it still sees every use after free.
 class small_blocks {
  public:
   static constexpr std::size_t block_size = 256;  ///< control block + bytes

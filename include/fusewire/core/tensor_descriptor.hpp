@@ -195,8 +195,8 @@ struct tensor_descriptor {
       }
     }
     if (std::find(s.begin(), s.end(), std::int64_t{0}) != s.end()) return 0;
-    // Overflow-checked products, not `max / d` tests: a 64-bit division costs
-    // tens of cycles, and every fused entry's size is checked on both sides.
+    // Overflow-checked products, not `max / d` tests: a 64-bit division is
+    // slow, and every fused entry's size is checked on both sides.
     std::int64_t n = 1;
     for (std::int64_t d : s) {
       if (__builtin_mul_overflow(n, d, &n)) {

@@ -32,8 +32,8 @@ constexpr void store_le(std::byte* out, T value) noexcept {
 template <std::unsigned_integral T>
 [[nodiscard]] constexpr T load_le(const std::byte* in) noexcept {
   if (!std::is_constant_evaluated() && std::endian::native == std::endian::little) {
-    // One load: GCC does not merge the byte loop below (16 instructions for a
-    // u64, and the reader's read() was then too big to inline).
+    // One load: GCC does not merge the byte loop below into one, and the loop
+    // makes the reader's read() too big to inline.
     T value;
     std::memcpy(&value, in, sizeof(T));
     return value;
