@@ -103,8 +103,8 @@ TEST_CASE("endpoints: host:port and [v6]:port, printed back the same way") {
   CHECK(e.to_string() == "[::1]:65535");
   CHECK(net_address::parse("10.0.0.1:1").to_string() == "10.0.0.1:1");
   CHECK(net_address::parse("[fe80::1%eth0]:80").host == "fe80::1%eth0");
-  CHECK(net_address::parse("Host-A.example.com:8080") == endpoint{"host-a.EXAMPLE.com", 8080});
-  CHECK(net_address::parse("a:1") != endpoint{"a", 2});
+  CHECK(net_address::parse("Host-A.example.com:8080") == net_address{"host-a.EXAMPLE.com", 8080});
+  CHECK(net_address::parse("a:1") != net_address{"a", 2});
 }
 
 TEST_CASE("bad endpoints say what was expected") {
@@ -157,7 +157,7 @@ TEST_CASE("TF_CONFIG: jobs, tasks and which task this is") {
   CHECK(spec.job_names() == std::vector<std::string>{"chief", "ps", "worker"});
   CHECK(spec.size() == 4);
   CHECK(spec.job("ps").size() == 2);
-  CHECK(spec.job("ps")[1] == endpoint{"::1", 2223});
+  CHECK(spec.job("ps")[1] == net_address{"::1", 2223});
   CHECK(spec.job("evaluator").empty());
   REQUIRE(spec.self().has_value());
   CHECK(*spec.self() == task_id{"ps", 1});
@@ -168,7 +168,7 @@ TEST_CASE("TF_CONFIG: jobs, tasks and which task this is") {
   CHECK(spec.to_string() == "chief=host0:2222;ps=host1:2222,[::1]:2223;worker=host2:2222");
   CHECK_FALSE(spec.has_endpoint_map());
   // Without a map the fast path is the control endpoint.
-  CHECK(spec.fast_path_endpoint({"ps", 1}) == endpoint{"::1", 2223});
+  CHECK(spec.fast_path_endpoint({"ps", 1}) == net_address{"::1", 2223});
 
   const cluster_spec no_task = cluster_spec::from_tf_config(R"({"cluster": {"worker": ["a:1"]}})");
   CHECK_FALSE(no_task.self().has_value());
@@ -279,7 +279,7 @@ TEST_CASE("an endpoint map gives every task its fast-path endpoint") {
         "cluster spec has no job 'chief' (jobs: ps, worker): invalid argument");
 
   // A job added after the map was loaded has no entry; it is named when asked for.
-  spec.add_job("chief", {endpoint{"localhost", 2226}});
+  spec.add_job("chief", {net_address{"localhost", 2226}});
   CHECK(error_of([&] { (void)spec.fast_path_endpoint({"chief", 0}); }) ==
         with_suffix(file.string() + " has no entry for chief 0 (localhost:2226)"));
 }
@@ -321,7 +321,7 @@ TEST_CASE("endpoint map errors name the file and line, or the task without an en
 TEST_CASE("cluster spec strings: ps=h:p,h:p;worker=h:p") {
   const cluster_spec spec = cluster_spec::from_string(" ps = a:1, [::1]:2 ; worker=b:3;");
   CHECK(spec.job_names() == std::vector<std::string>{"ps", "worker"});
-  CHECK(spec.job("ps")[1] == endpoint{"::1", 2});
+  CHECK(spec.job("ps")[1] == net_address{"::1", 2});
   CHECK(spec.to_string() == "ps=a:1,[::1]:2;worker=b:3");
   CHECK(cluster_spec::from_string(spec.to_string()).to_string() == spec.to_string());
   CHECK_FALSE(spec.self().has_value());
@@ -343,14 +343,14 @@ TEST_CASE("cluster spec strings: ps=h:p,h:p;worker=h:p") {
 TEST_CASE("add_job and set_self check what they are given") {
   cluster_spec spec;
   CHECK(spec.empty());
-  spec.add_job("worker", {endpoint{"a", 1}, endpoint{"b", 1}});
+  spec.add_job("worker", {net_address{"a", 1}, net_address{"b", 1}});
   CHECK(spec.size() == 2);
-  CHECK(error_of([&] { spec.add_job("worker", {endpoint{"c", 1}}); }) == with_suffix("job 'worker' is listed twice"));
-  CHECK(error_of([&] { spec.add_job("ps", {endpoint{"c", 0}}); }) ==
+  CHECK(error_of([&] { spec.add_job("worker", {net_address{"c", 1}}); }) == with_suffix("job 'worker' is listed twice"));
+  CHECK(error_of([&] { spec.add_job("ps", {net_address{"c", 0}}); }) ==
         with_suffix("ps 0 has no valid address (got 'c:0')"));
-  CHECK(error_of([&] { spec.add_job("ps", {endpoint{"", 5}}); }) ==
+  CHECK(error_of([&] { spec.add_job("ps", {net_address{"", 5}}); }) ==
         with_suffix("ps 0 has no valid address (got ':5')"));
-  CHECK(error_of([&] { spec.add_job("ps", {endpoint{"B", 1}}); }) == with_suffix("worker 1 and ps 0 both use B:1"));
+  CHECK(error_of([&] { spec.add_job("ps", {net_address{"B", 1}}); }) == with_suffix("worker 1 and ps 0 both use B:1"));
   CHECK(spec.job_names() == std::vector<std::string>{"worker"});  // failed adds change nothing
 
   spec.set_self({"worker", 1});
