@@ -16,14 +16,40 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "verbs_test_util.hpp"
 
-#define TRANSPORTS fusewire::verbs
-#define SUITE_HOST verbs_test::host()
-#define SUITE_MAKE(T) verbs_test::transport()
 #include "../unit/transport/transport_suite.hpp"
+
+namespace {
+
+/// The suite reaches verbs on the RDMA-capable interface, with the small test config.
+template <>
+struct suite_traits<fw::verbs> : suite_defaults<fw::verbs> {
+  static std::string host() { return verbs_test::host(); }
+  static fw::verbs make() { return verbs_test::transport(); }
+};
+
+using verbs_transports = std::tuple<fw::verbs>;
+
+}  // namespace
+
+// Every test case of the suite but the hand-off ones: verbs is no handoff_transport.
+TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_echo, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_scatter_gather, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_read_order, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_connections, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_peer_closes, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_connect_refused, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_off_thread, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_group_stop, verbs_transports);
 
 static_assert(fw::transport<fw::verbs>);
 
@@ -44,8 +70,8 @@ TEST_CASE("verbs: a reader that does not read stops the writer by withholding cr
   auto client = std::make_shared<fw::verbs_connection>();  // reactor 1 only
   auto done = std::make_shared<bool>(false);
   h.on(1, [&, client, done] {
-    h.transport.connect(harness<fw::verbs>::here(), SUITE_HOST, port, [&, client, done](std::error_code ec,
-                                                                                        fw::verbs_connection c) {
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client, done](std::error_code ec,
+                                                                                                fw::verbs_connection c) {
       REQUIRE_FALSE(ec);
       *client = std::move(c);
       const fw::const_buffer one[] = {fw::const_buffer(src)};
@@ -109,8 +135,8 @@ TEST_CASE("verbs: small writes in one tick are coalesced into few messages") {
   std::promise<fw::verbs_stats> sent;
   auto client = std::make_shared<fw::verbs_connection>();
   h.group.submit_to(1, [&, client] {
-    h.transport.connect(harness<fw::verbs>::here(), SUITE_HOST, port, [&, client](std::error_code ec,
-                                                                                  fw::verbs_connection c) {
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client](std::error_code ec,
+                                                                                          fw::verbs_connection c) {
       REQUIRE_FALSE(ec);
       *client = std::move(c);
       auto left = std::make_shared<int>(1000);
@@ -149,7 +175,7 @@ TEST_CASE("verbs: an absent TF_RDMA_DEV_NAME falls back to the first active devi
   vc.device = "no_such_device9";
   fw::verbs t(vc);
   auto port = group.submit(0, [&] {
-    auto l = t.listen(*fw::verbs_reactor::current(), SUITE_HOST, 0);
+    auto l = t.listen(*fw::verbs_reactor::current(), verbs_test::host(), 0);
     return l.port();
   });
   CHECK(port.get() != 0);
@@ -212,7 +238,7 @@ TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered
     pool1->emplace(h.transport.make_registered_pool(harness<fw::verbs>::here(), pc));
     *src = (*pool1)->allocate(1u << 20, 0);
     std::memcpy(src->data(), expect.data(), expect.size());
-    h.transport.connect(harness<fw::verbs>::here(), SUITE_HOST, port, [&, client, src, plain, r](
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client, src, plain, r](
                                                                           std::error_code ec, fw::verbs_connection c) {
       REQUIRE_FALSE(ec);
       *client = std::move(c);
@@ -280,7 +306,7 @@ struct verbs_pairs {
   std::size_t add() {
     std::promise<std::error_code> connected;
     h.group.submit_to(1, [&, c = clients] {
-      h.transport.connect(harness<fw::verbs>::here(), SUITE_HOST, port,
+      h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
                           [&, c](std::error_code ec, fw::verbs_connection conn) {
                             c->push_back(std::move(conn));
                             connected.set_value(ec);

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <tuple>
 
 namespace fw = fusewire;
 using namespace std::chrono_literals;
@@ -18,13 +19,39 @@ static_assert(fw::handoff_transport<fw::asio_tcp>);
 #if FUSEWIRE_HAS_URING
 static_assert(fw::transport<fw::uring_tcp>);
 static_assert(fw::handoff_transport<fw::uring_tcp>);
-#define TRANSPORTS fw::asio_tcp, fw::uring_tcp
-#else
-#define TRANSPORTS fw::asio_tcp
 #endif
-#define HANDOFF_TRANSPORTS TRANSPORTS
 
 #include "transport_suite.hpp"
+
+namespace {
+#if FUSEWIRE_HAS_URING
+using tcp_transports = std::tuple<fw::asio_tcp, fw::uring_tcp>;
+#else
+using tcp_transports = std::tuple<fw::asio_tcp>;
+#endif
+}  // namespace
+
+// Every test case of the suite for each TCP transport, the hand-off ones too: both are handoff_transports.
+TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_echo, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_scatter_gather, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_read_order, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_connections, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_peer_closes, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_connect_refused, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_off_thread, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_group_stop, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_moves_on, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_read_ahead, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_pending_reads, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_second_release, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_reactor_stops, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_cut_write, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(handoff_adopt, tcp_transports);
 
 #if FUSEWIRE_HAS_URING
 namespace {
@@ -441,8 +468,8 @@ int plain_send_buffer() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a connection to a peer on this host gets config.local_send_buffer as SO_SNDBUF; 0 leaves autotuning",
-                   T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a connection to a peer on this host gets config.local_send_buffer as SO_SNDBUF; 0 leaves autotuning",
+                          T, local_send_buffer) {
   // The kernel caps SO_SNDBUF at net.core.wmem_max and stores twice the value.
   long wmem_max = 0;
   {
@@ -468,8 +495,10 @@ TEST_CASE_TEMPLATE("a connection to a peer on this host gets config.local_send_b
   CHECK(server0 != expected);
   CHECK(typename T::config{}.local_send_buffer == 256 * 1024);  // the default, as documented
 }
+TEST_CASE_TEMPLATE_APPLY(local_send_buffer, tcp_transports);
 
-TEST_CASE_TEMPLATE("a bad config.local_send_buffer is refused, naming the field and the allowed range", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the field and the allowed range",
+                          T, bad_local_send_buffer) {
   for (std::size_t bad : {std::size_t{1}, std::size_t{4095}, (std::size_t{1} << 30) + 1}) {
     CAPTURE(bad);
     typename T::config cfg;
@@ -490,9 +519,10 @@ TEST_CASE_TEMPLATE("a bad config.local_send_buffer is refused, naming the field 
     CHECK_NOTHROW(T{cfg});
   }
 }
+TEST_CASE_TEMPLATE_APPLY(bad_local_send_buffer, tcp_transports);
 
-TEST_CASE_TEMPLATE("try_read takes bytes that arrived with an earlier read, all or nothing, never past a queued read", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("try_read takes bytes that arrived with an earlier read, all or nothing, never past a queued read",
+                          T, try_read) {
   static_assert(fw::readahead_connection<typename T::connection_type>);
   harness<T> h(fw::reactor_mode::block);
   using conn_t = typename T::connection_type;
@@ -540,6 +570,7 @@ TEST_CASE_TEMPLATE("try_read takes bytes that arrived with an earlier read, all 
   CHECK(o.got == src);  // nothing lost or taken twice by the refused calls
   CHECK(get(eof) == fw::errc::connection_closed);
 }
+TEST_CASE_TEMPLATE_APPLY(try_read, tcp_transports);
 
 namespace {
 
@@ -703,8 +734,8 @@ std::pair<spin_side<T>, spin_side<T>> spin_exchange(fw::reactor_mode mode, bool&
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a spinning reactor reads waiting connections with a plain recv, keeping the stream's order", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a spinning reactor reads waiting connections with a plain recv, keeping the stream's order",
+                          T, spin_plain_recv) {
   for (fw::reactor_mode mode : {fw::reactor_mode::poll, fw::reactor_mode::adaptive, fw::reactor_mode::block}) {
     CAPTURE(static_cast<int>(mode));
     bool spins = false;
@@ -743,12 +774,13 @@ TEST_CASE_TEMPLATE("a spinning reactor reads waiting connections with a plain re
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(spin_plain_recv, tcp_transports);
 
 // uring_tcp arms no multishot recv for a connection a spinning reactor reads
 // with plain recvs: when the reactor goes to sleep, it must arm one again, or
 // bytes sent while it sleeps would never be reported.
-TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs still gets bytes sent while it sleeps", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a connection read by a spinning reactor's plain recvs still gets bytes sent while it sleeps",
+                          T, spin_recv_sleeps) {
   using conn_t = typename T::connection_type;
   harness<T> h(fw::reactor_mode::adaptive);
   if (!spin_capable(h)) {
@@ -804,15 +836,17 @@ TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs still 
     return 0;
   });
 }
+TEST_CASE_TEMPLATE_APPLY(spin_recv_sleeps, tcp_transports);
 
 // More connections wait than a spinning reactor reads with plain recvs: the
 // ones it evicts from its watch list must be reported by the engine again
 // (uring_tcp arms their multishot recvs), or they would never get their bytes.
-TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list still get their bytes", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("connections evicted from a spinning reactor's watch list still get their bytes",
+                          T, spin_evicted) {
   using conn_t = typename T::connection_type;
   typename harness<T>::group_t::engine_config engine;
   engine.spin_readers = 2;
-  harness<T> h(fw::reactor_mode::poll, SUITE_MAKE(T), engine);
+  harness<T> h(fw::reactor_mode::poll, suite_traits<T>::make(), engine);
   constexpr std::size_t n = 5;
   std::vector<std::promise<std::uint32_t>> got(n);
   struct reader : std::enable_shared_from_this<reader> {
@@ -870,12 +904,14 @@ TEST_CASE_TEMPLATE("connections evicted from a spinning reactor's watch list sti
     return 0;
   });
 }
+TEST_CASE_TEMPLATE_APPLY(spin_evicted, tcp_transports);
 
 // asio_tcp takes a hot socket out of Asio's epoll set while the spinning
 // reactor reads it with plain recvs; a write that fills the socket then needs
 // Asio's wait for writability, so the socket must go back to Asio first (and a
 // close while it is out must close it). Both transports run it.
-TEST_CASE_TEMPLATE("a write that fills the socket of a connection read by plain recvs completes", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a write that fills the socket of a connection read by plain recvs completes",
+                          T, spin_write_fills) {
   using conn_t = typename T::connection_type;
   harness<T> h(fw::reactor_mode::poll);
   const bool spins = spin_capable(h);
@@ -982,11 +1018,12 @@ TEST_CASE_TEMPLATE("a write that fills the socket of a connection read by plain 
     return 0;
   });
 }
+TEST_CASE_TEMPLATE_APPLY(spin_write_fills, tcp_transports);
 
 // A connection a spinning reactor reads with plain recvs (asio_tcp: its socket
 // out of Asio's epoll set) is released and adopted like any other.
-TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs is released and adopted as any other", T,
-                   HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a connection read by a spinning reactor's plain recvs is released and adopted as any other",
+                          T, spin_handoff) {
   harness<T> h(fw::reactor_mode::poll);
   handoff_pair<T> p(h);
   const auto a = pattern(16, 21), b = pattern(40, 22), c = pattern(3000, 23);
@@ -1009,3 +1046,4 @@ TEST_CASE_TEMPLATE("a connection read by a spinning reactor's plain recvs is rel
   handoff_pair<T>::check_moved(r);
   exchange_moved(p, moved, b, c);
 }
+TEST_CASE_TEMPLATE_APPLY(spin_handoff, tcp_transports);

@@ -1,14 +1,14 @@
 // The transport test suite, written once: included by every instantiation
 // (tests/unit/transport/transport_suite.cpp for the TCP transports,
-// tests/rdma/verbs_suite.cpp for verbs). Before including it, define
-//   TRANSPORTS            the comma-separated transport types to instantiate for;
-// and optionally
-//   SUITE_HOST            an expression giving the address to listen on and connect to
-//                         (default "127.0.0.1");
-//   SUITE_MAKE(T)         an expression making a transport T (default T{});
-//   SUITE_LARGEST_ECHO    the largest echo size in bytes (default 64 MiB);
-//   HANDOFF_TRANSPORTS    those of TRANSPORTS that are handoff_transports (their
-//                         release/adopt tests; none if undefined).
+// tests/rdma/verbs_suite.cpp for verbs). Each test case is defined here with
+// TEST_CASE_TEMPLATE_DEFINE under an id; an instantiation applies every id to
+// a std::tuple of its transports after including this file:
+//   using transports = std::tuple<fw::asio_tcp, fw::uring_tcp>;
+//   TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, transports);
+// the suite_* ids to every transport, the handoff_* ids (release/adopt) to
+// those that are handoff_transports. A test case added here is run only where
+// its id is applied, so add it to every instantiation. A transport made or
+// reached otherwise than suite_traits' defaults specialises suite_traits.
 // Server and client run on different reactors (threads) of one group.
 #pragma once
 
@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -35,26 +36,30 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
-
-#ifndef TRANSPORTS
-#error "define TRANSPORTS before including transport_suite.hpp"
-#endif
-#ifndef SUITE_HOST
-#define SUITE_HOST std::string("127.0.0.1")
-#endif
-#ifndef SUITE_MAKE
-#define SUITE_MAKE(T) T{}
-#endif
-#ifndef SUITE_LARGEST_ECHO
-#define SUITE_LARGEST_ECHO (std::size_t{64} << 20)
-#endif
 
 namespace fw = fusewire;
 using namespace std::chrono_literals;
 
 namespace {
+
+/// How the suite makes and reaches a transport T. An instantiation whose
+/// transport needs other values specialises suite_traits for it, deriving
+/// from suite_defaults<T> to keep the rest.
+template <class T>
+struct suite_defaults {
+  /// The address to listen on and connect to.
+  static std::string host() { return "127.0.0.1"; }
+  /// A transport for a harness that is given none.
+  static T make() { return T{}; }
+  /// The largest message the echo test sends, in bytes.
+  static constexpr std::size_t largest_echo = std::size_t{64} << 20;
+};
+
+template <class T>
+struct suite_traits : suite_defaults<T> {};
 
 template <class T>
 T get(std::future<T>& f) {
@@ -85,7 +90,7 @@ struct harness {
     return cfg;
   }
 
-  explicit harness(fw::reactor_mode mode = fw::reactor_mode::adaptive, T t = SUITE_MAKE(T),
+  explicit harness(fw::reactor_mode mode = fw::reactor_mode::adaptive, T t = suite_traits<T>::make(),
                    typename group_t::engine_config engine = {})
       : transport(std::move(t)), group(config(mode), engine) {}
   ~harness() { group.stop(); }
@@ -98,7 +103,7 @@ struct harness {
 
   static reactor_t& here() { return *reactor_t::current(); }
 
-  /// Listens on SUITE_HOST (any port) on `core`; `on_accept(conn)` runs for each connection.
+  /// Listens on suite_traits<T>::host() (any port) on `core`; `on_accept(conn)` runs for each connection.
   std::uint16_t serve(unsigned core, std::function<void(conn_t)> on_accept) {
     return on(core, [this, on_accept = std::move(on_accept)]() mutable {
       struct server : std::enable_shared_from_this<server> {
@@ -113,7 +118,7 @@ struct harness {
         }
       };
       auto srv = std::make_shared<server>();
-      srv->listener = transport.listen(here(), SUITE_HOST, 0);
+      srv->listener = transport.listen(here(), suite_traits<T>::host(), 0);
       srv->on_accept = std::move(on_accept);
       srv->loop();
       return srv->listener.port();
@@ -127,7 +132,7 @@ struct harness {
     auto connected = std::make_shared<std::promise<std::error_code>>();
     auto fc = connected->get_future();
     group.submit_to(1, [this, port, client, connected] {
-      transport.connect(here(), SUITE_HOST, port, [client, connected](std::error_code ec, conn_t c) {
+      transport.connect(here(), suite_traits<T>::host(), port, [client, connected](std::error_code ec, conn_t c) {
         *client = std::move(c);
         connected->set_value(ec);
       });
@@ -168,7 +173,7 @@ struct harness {
     auto eof = std::make_shared<std::promise<std::error_code>>();
     auto done = eof->get_future();
     group.submit_to(1, [this, port, &src, piece, eof] {
-      transport.connect(here(), SUITE_HOST, port, [&src, piece, eof](std::error_code ec, conn_t c) {
+      transport.connect(here(), suite_traits<T>::host(), port, [&src, piece, eof](std::error_code ec, conn_t c) {
         REQUIRE_FALSE(ec);
         auto conn = std::make_shared<conn_t>(std::move(c));
         for (std::size_t off = 0; off < src.size(); off += piece) {
@@ -214,7 +219,7 @@ echo_result client_echo(harness<T>& h, unsigned core, std::uint16_t port, std::v
   auto st = std::make_shared<state>();
   auto fut = st->done.get_future();
   h.group.submit_to(core, [&h, st = std::move(st), port, sg = std::move(sg), dst]() mutable {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port,
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
                         [st, sg = std::move(sg), dst](std::error_code ec, conn_t c) mutable {
                           if (ec) {
                             st->r.connect_ec = ec;
@@ -245,11 +250,13 @@ std::pair<std::error_code, std::size_t> connect_and_write(harness<T>& h, std::ui
                                                           std::span<const fw::const_buffer> sg) {
   std::promise<std::pair<std::error_code, std::size_t>> wrote;
   h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-      conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
-    });
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
+                        [&](std::error_code ec, typename T::connection_type c) {
+                          REQUIRE_FALSE(ec);
+                          auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+                          conn->async_write(sg,
+                                            [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
+                        });
   });
   auto f = wrote.get_future();
   return get(f);
@@ -270,7 +277,7 @@ std::uint16_t closed_port() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("connect and accept on loopback", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("connect and accept on loopback", T, suite_connect_accept) {
   harness<T> h;
   std::promise<std::string> accepted_peer;
   const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
@@ -280,20 +287,21 @@ TEST_CASE_TEMPLATE("connect and accept on loopback", T, TRANSPORTS) {
   CHECK(port != 0);
   std::promise<std::pair<std::string, bool>> connected;
   h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      CHECK_FALSE(ec);
-      connected.set_value({c.remote_endpoint(), c.is_open()});
-    });
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
+                        [&](std::error_code ec, typename T::connection_type c) {
+                          CHECK_FALSE(ec);
+                          connected.set_value({c.remote_endpoint(), c.is_open()});
+                        });
   });
   auto r = connected.get_future();
   auto client = get(r);
-  CHECK(client.first == SUITE_HOST + ":" + std::to_string(port));
+  CHECK(client.first == suite_traits<T>::host() + ":" + std::to_string(port));
   CHECK(client.second);
   auto f = accepted_peer.get_future();
-  CHECK(get(f).rfind(SUITE_HOST + ":", 0) == 0);
+  CHECK(get(f).rfind(suite_traits<T>::host() + ":", 0) == 0);
 }
 
-TEST_CASE_TEMPLATE("echo 1 B .. 64 MiB byte for byte" * doctest::timeout(600), T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("echo 1 B .. 64 MiB byte for byte" * doctest::timeout(600), T, suite_echo) {
   for (fw::reactor_mode mode : {fw::reactor_mode::adaptive, fw::reactor_mode::block, fw::reactor_mode::poll}) {
     CAPTURE(static_cast<int>(mode));
     harness<T> h(mode);
@@ -301,7 +309,7 @@ TEST_CASE_TEMPLATE("echo 1 B .. 64 MiB byte for byte" * doctest::timeout(600), T
     std::vector<std::size_t> sizes = {1, 10, 100, 1000, 4096, 65536, 100000, 1u << 20};
     if (mode == fw::reactor_mode::adaptive) {
       for (std::size_t big : {std::size_t{16} << 20, std::size_t{64} << 20}) {
-        if (big <= SUITE_LARGEST_ECHO) sizes.push_back(big);
+        if (big <= suite_traits<T>::largest_echo) sizes.push_back(big);
       }
     }
     for (std::size_t n : sizes) {
@@ -314,14 +322,14 @@ TEST_CASE_TEMPLATE("echo 1 B .. 64 MiB byte for byte" * doctest::timeout(600), T
       CHECK_FALSE(r.read_ec);
       CHECK(r.written == n);
       CHECK(r.read == n);
-      CHECK(r.peer == SUITE_HOST + ":" + std::to_string(port));
+      CHECK(r.peer == suite_traits<T>::host() + ":" + std::to_string(port));
       REQUIRE(std::memcmp(src.data(), dst.data(), n) == 0);
     }
   }
 }
 
-TEST_CASE_TEMPLATE("a scatter-gather write of 10 buffers arrives in order; exact reads fill the destination", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a scatter-gather write of 10 buffers arrives in order; exact reads fill the destination", T,
+                          suite_scatter_gather) {
   harness<T> h;
   std::vector<std::size_t> sizes = {1, 7, 32, 100, 4096, 1, 70000, 3, 300000, 15};
   const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
@@ -357,8 +365,8 @@ TEST_CASE_TEMPLATE("a scatter-gather write of 10 buffers arrives in order; exact
   CHECK(std::memcmp(body.data(), expected.data() + 32, body.size()) == 0);
 }
 
-TEST_CASE_TEMPLATE("a write of more buffers than one sendmsg takes, to a reader that starts late, arrives whole and in order",
-                   T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a write of more buffers than one sendmsg takes, to a reader that starts late, arrives whole and in order",
+                          T, suite_many_buffers) {
   // 3,000 buffers (IOV_MAX is 1,024) of 1 B .. 2 KiB, 3 MB in all: more than
   // the socket buffers hold before the reader starts, so the writer also waits
   // for room mid-list.
@@ -398,8 +406,8 @@ TEST_CASE_TEMPLATE("a write of more buffers than one sendmsg takes, to a reader 
 // inline, also not an earlier write's from a later call), and the bytes
 // arrive in order. The second round mixes in a write above uring_tcp's
 // speculative_send (it goes through the ring).
-TEST_CASE_TEMPLATE("writes started back to back in one task reach the kernel at once and complete in order, after it", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("writes started back to back in one task reach the kernel at once and complete in order, after it",
+                          T, suite_back_to_back_writes) {
   using conn_t = typename T::connection_type;
   harness<T> h;
   auto server = std::make_shared<conn_t>();
@@ -474,7 +482,7 @@ TEST_CASE_TEMPLATE("writes started back to back in one task reach the kernel at 
   });
 }
 
-TEST_CASE_TEMPLATE("reads are served in call order across read_some and exact reads", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("reads are served in call order across read_some and exact reads", T, suite_read_order) {
   harness<T> h;
   const auto src = pattern(200000, 9);
   std::promise<std::vector<std::byte>> got;
@@ -526,7 +534,8 @@ TEST_CASE_TEMPLATE("reads are served in call order across read_some and exact re
   CHECK(get(e) == fw::errc::connection_closed);
 }
 
-TEST_CASE_TEMPLATE("many concurrent connections on both reactors" * doctest::timeout(300), T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("many concurrent connections on both reactors" * doctest::timeout(300), T,
+                          suite_many_connections) {
   harness<T> h;
   const std::uint16_t port0 = h.serve_echo(0);
   const std::uint16_t port1 = h.serve_echo(1);
@@ -545,7 +554,7 @@ TEST_CASE_TEMPLATE("many concurrent connections on both reactors" * doctest::tim
     const std::uint16_t port = (i % 3 == 0) ? port0 : port1;
     h.group.submit_to(core, [&, i, port] {
       using conn_t = typename T::connection_type;
-      h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, i](std::error_code ec, conn_t c) {
+      h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port, [&, i](std::error_code ec, conn_t c) {
         REQUIRE_FALSE(ec);
         auto conn = std::make_shared<conn_t>(std::move(c));
         const fw::const_buffer one[] = {fw::const_buffer(src[static_cast<std::size_t>(i)])};
@@ -565,7 +574,8 @@ TEST_CASE_TEMPLATE("many concurrent connections on both reactors" * doctest::tim
   for (int i = 0; i < n; ++i) REQUIRE(src[static_cast<std::size_t>(i)] == dst[static_cast<std::size_t>(i)]);
 }
 
-TEST_CASE_TEMPLATE("close completes every pending operation exactly once with errc::cancelled", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("close completes every pending operation exactly once with errc::cancelled", T,
+                          suite_close_cancels) {
   harness<T> h;
   // A server that accepts and then neither reads nor writes (holds the connection).
   auto held = std::make_shared<std::vector<typename T::connection_type>>();  // lives on reactor 0 only
@@ -584,7 +594,7 @@ TEST_CASE_TEMPLATE("close completes every pending operation exactly once with er
   std::promise<void> closed;
   h.group.submit_to(1, [&, c] {
     using conn_t = typename T::connection_type;
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&, c](std::error_code ec, conn_t conn_in) {
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port, [&, c](std::error_code ec, conn_t conn_in) {
       REQUIRE_FALSE(ec);
       auto conn = std::make_shared<conn_t>(std::move(conn_in));
       conn->async_read(fw::mutable_buffer(dst), [c](std::error_code e, std::size_t) {
@@ -652,7 +662,8 @@ TEST_CASE_TEMPLATE("close completes every pending operation exactly once with er
   CHECK(r.writes_order == "123");
 }
 
-TEST_CASE_TEMPLATE("the peer closing mid-read fails the read with errc::connection_closed", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("the peer closing mid-read fails the read with errc::connection_closed", T,
+                          suite_peer_closes) {
   harness<T> h;
   const auto ten = pattern(10, 3);
   std::promise<std::error_code> sent;  // `ten` must outlive the server's write
@@ -672,7 +683,7 @@ TEST_CASE_TEMPLATE("the peer closing mid-read fails the read with errc::connecti
   std::vector<std::byte> dst(100);
   h.group.submit_to(1, [&] {
     using conn_t = typename T::connection_type;
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, conn_t c) {
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port, [&](std::error_code ec, conn_t c) {
       REQUIRE_FALSE(ec);
       auto conn = std::make_shared<conn_t>(std::move(c));
       auto r = std::make_shared<result>();
@@ -696,14 +707,15 @@ TEST_CASE_TEMPLATE("the peer closing mid-read fails the read with errc::connecti
   CHECK_FALSE(get(s));
 }
 
-TEST_CASE_TEMPLATE("connecting to a closed port fails with errc::connection_refused", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("connecting to a closed port fails with errc::connection_refused", T, suite_connect_refused) {
   harness<T> h;
   const std::uint16_t port = closed_port();
   std::promise<std::pair<std::error_code, bool>> done;
   h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-      done.set_value({ec, c.is_open()});
-    });
+    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
+                        [&](std::error_code ec, typename T::connection_type c) {
+                          done.set_value({ec, c.is_open()});
+                        });
   });
   auto f = done.get_future();
   const auto r = get(f);
@@ -720,21 +732,22 @@ TEST_CASE_TEMPLATE("connecting to a closed port fails with errc::connection_refu
   CHECK(get(g) == fw::errc::invalid_argument);
 }
 
-TEST_CASE_TEMPLATE("listen errors name the address; closing a listener cancels its accepts", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("listen errors name the address; closing a listener cancels its accepts", T,
+                          suite_listen_errors) {
   harness<T> h;
   const std::uint16_t port = h.serve(0, [](typename T::connection_type) {});
   const std::string what = h.on(0, [&] {
     try {
-      (void)h.transport.listen(harness<T>::here(), SUITE_HOST, port);
+      (void)h.transport.listen(harness<T>::here(), suite_traits<T>::host(), port);
     } catch (const std::system_error& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   });
-  CHECK(what == std::string(T::name()) + "::listen(" + SUITE_HOST + ":" + std::to_string(port) + "): Address already in use");
+  CHECK(what == std::string(T::name()) + "::listen(" + suite_traits<T>::host() + ":" + std::to_string(port) + "): Address already in use");
   const auto ec = h.on(0, [&] {
     std::error_code e;
-    auto l = h.transport.listen(harness<T>::here(), SUITE_HOST, port, e);
+    auto l = h.transport.listen(harness<T>::here(), suite_traits<T>::host(), port, e);
     CHECK_FALSE(l.is_open());
     return e;
   });
@@ -742,7 +755,8 @@ TEST_CASE_TEMPLATE("listen errors name the address; closing a listener cancels i
 
   std::promise<std::error_code> cancelled;
   h.group.submit_to(0, [&] {
-    auto l = std::make_shared<typename T::listener_type>(h.transport.listen(harness<T>::here(), SUITE_HOST, 0));
+    auto l = std::make_shared<typename T::listener_type>(
+        h.transport.listen(harness<T>::here(), suite_traits<T>::host(), 0));
     l->async_accept([&, l](std::error_code e, typename T::connection_type c) {
       CHECK_FALSE(c.is_open());
       cancelled.set_value(e);
@@ -753,11 +767,11 @@ TEST_CASE_TEMPLATE("listen errors name the address; closing a listener cancels i
   CHECK(get(f) == fw::errc::cancelled);
 }
 
-TEST_CASE_TEMPLATE("calls off the owning reactor's thread are refused with a clear error", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("calls off the owning reactor's thread are refused with a clear error", T, suite_off_thread) {
   harness<T> h;
   const std::string prefix = std::string(T::name());
   try {
-    (void)h.transport.listen(h.group.at(0), SUITE_HOST, 0);
+    (void)h.transport.listen(h.group.at(0), suite_traits<T>::host(), 0);
     FAIL("listen from the test thread was accepted");
   } catch (const std::system_error& e) {
     CHECK(e.code() == fw::errc::invalid_argument);
@@ -765,7 +779,7 @@ TEST_CASE_TEMPLATE("calls off the owning reactor's thread are refused with a cle
   }
   // A listener made on reactor 0, used from reactor 1.
   auto l = std::make_shared<typename T::listener_type>();
-  h.on(0, [&, l] { *l = h.transport.listen(harness<T>::here(), SUITE_HOST, 0); });
+  h.on(0, [&, l] { *l = h.transport.listen(harness<T>::here(), suite_traits<T>::host(), 0); });
   const std::string what = h.on(1, [l] {
     try {
       l->async_accept([](std::error_code, typename T::connection_type) {});
@@ -778,8 +792,8 @@ TEST_CASE_TEMPLATE("calls off the owning reactor's thread are refused with a cle
   h.on(0, [l] { typename T::listener_type dies_here = std::move(*l); });  // handles die on their reactor
 }
 
-TEST_CASE_TEMPLATE("stopping the group completes pending operations with errc::cancelled" * doctest::timeout(120), T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("stopping the group completes pending operations with errc::cancelled" * doctest::timeout(120),
+                          T, suite_group_stop) {
   std::atomic<int> server_read{0}, client_read{0}, accept_calls{0};
   std::atomic<bool> all_cancelled{true};
   {
@@ -794,17 +808,18 @@ TEST_CASE_TEMPLATE("stopping the group completes pending operations with errc::c
     });
     std::promise<void> connected;
     h.group.submit_to(1, [&] {
-      h.transport.connect(harness<T>::here(), SUITE_HOST, port, [&](std::error_code ec, typename T::connection_type c) {
-        REQUIRE_FALSE(ec);
-        auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-        auto dst = std::make_shared<std::vector<std::byte>>(10);
-        conn->async_read(fw::mutable_buffer(*dst), [&, conn, dst](std::error_code e, std::size_t) {
-          client_read.fetch_add(1);
-          // The server's reactor may stop (and close its end) first.
-          if (e != fw::errc::cancelled && e != fw::errc::connection_closed) all_cancelled = false;
-        });
-        connected.set_value();
-      });
+      h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
+                          [&](std::error_code ec, typename T::connection_type c) {
+                            REQUIRE_FALSE(ec);
+                            auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+                            auto dst = std::make_shared<std::vector<std::byte>>(10);
+                            conn->async_read(fw::mutable_buffer(*dst), [&, conn, dst](std::error_code e, std::size_t) {
+                              client_read.fetch_add(1);
+                              // The server's reactor may stop (and close its end) first.
+                              if (e != fw::errc::cancelled && e != fw::errc::connection_closed) all_cancelled = false;
+                            });
+                            connected.set_value();
+                          });
     });
     auto f = connected.get_future();
     get(f);
@@ -820,7 +835,6 @@ TEST_CASE_TEMPLATE("stopping the group completes pending operations with errc::c
 }
 
 
-#ifdef HANDOFF_TRANSPORTS
 namespace {
 
 /// A connection accepted on reactor 0 (`server`) and its peer connected from
@@ -863,10 +877,11 @@ struct handoff_pair {
     auto connected = std::make_shared<std::promise<std::error_code>>();
     auto cf = connected->get_future();
     h.group.submit_to(1, [hp = &h, c = client, connected, port] {
-      hp->transport.connect(harness<T>::here(), SUITE_HOST, port, [c, connected](std::error_code ec, conn_t conn) {
-        *c = std::move(conn);
-        connected->set_value(ec);
-      });
+      hp->transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
+                            [c, connected](std::error_code ec, conn_t conn) {
+                              *c = std::move(conn);
+                              connected->set_value(ec);
+                            });
     });
     owned = {{0, server}, {1, client}};
     REQUIRE_FALSE(get(cf));
@@ -990,13 +1005,14 @@ struct handoff_pair {
   std::vector<std::pair<unsigned, conn_ptr>> owned;  // (reactor, connection): dropped there
 };
 
-void check_wrote(std::future<std::pair<std::error_code, std::size_t>>& f, std::size_t n) {
+// An instantiation without handoff transports leaves the plain helpers below unused.
+[[maybe_unused]] void check_wrote(std::future<std::pair<std::error_code, std::size_t>>& f, std::size_t n) {
   const auto [ec, wrote] = get(f);
   CHECK_FALSE(ec);
   CHECK(wrote == n);
 }
 
-void check_read(std::future<std::pair<std::error_code, std::vector<std::byte>>>& f,
+[[maybe_unused]] void check_read(std::future<std::pair<std::error_code, std::vector<std::byte>>>& f,
                 const std::vector<std::byte>& expected) {
   const auto [ec, got] = get(f);
   CHECK_FALSE(ec);
@@ -1019,7 +1035,7 @@ void exchange_moved(handoff_pair<T>& p, typename handoff_pair<T>::conn_ptr moved
   check_read(rb, back);
 }
 
-std::vector<std::byte> concat(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+[[maybe_unused]] std::vector<std::byte> concat(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
   std::vector<std::byte> out(a);
   out.insert(out.end(), b.begin(), b.end());
   return out;
@@ -1027,9 +1043,9 @@ std::vector<std::byte> concat(const std::vector<std::byte>& a, const std::vector
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a connection released on one reactor and adopted on another goes on where it stopped, "
-                   "byte for byte" * doctest::timeout(300),
-                   T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a connection released on one reactor and adopted on another goes on where it stopped, "
+                          "byte for byte" * doctest::timeout(300),
+                          T, handoff_moves_on) {
   harness<T> h;
   handoff_pair<T> p(h);
   // Before the move, on reactor 0: writes each way (one scatter-gather), reads of both kinds.
@@ -1094,9 +1110,9 @@ TEST_CASE_TEMPLATE("a connection released on one reactor and adopted on another 
   check_read(rd2, d2);
 }
 
-TEST_CASE_TEMPLATE("a release with bytes read ahead but not consumed closes the socket and fails with "
-                   "errc::invalid_argument",
-                   T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a release with bytes read ahead but not consumed closes the socket and fails with "
+                          "errc::invalid_argument",
+                          T, handoff_read_ahead) {
   harness<T> h;
   handoff_pair<T> p(h);
   const auto hundred = pattern(100, 12);
@@ -1119,9 +1135,9 @@ TEST_CASE_TEMPLATE("a release with bytes read ahead but not consumed closes the 
   CHECK((ec == fw::errc::connection_closed || ec == fw::errc::connection_reset));
 }
 
-TEST_CASE_TEMPLATE("a release completes pending reads with errc::cancelled first, then hands out a socket "
-                   "that reads on",
-                   T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a release completes pending reads with errc::cancelled first, then hands out a socket "
+                          "that reads on",
+                          T, handoff_pending_reads) {
   // A small pending read (asio_tcp: into the chunk; uring_tcp: the multishot
   // recv) and a large one (a receive straight into the destination).
   for (std::size_t pending : {std::size_t{10}, std::size_t{1} << 20}) {
@@ -1164,9 +1180,9 @@ TEST_CASE_TEMPLATE("a release completes pending reads with errc::cancelled first
   }
 }
 
-TEST_CASE_TEMPLATE("a second release, or one on a closed connection, fails with errc::connection_closed; close() "
-                   "during a release cancels it and closes the socket",
-                   T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a second release, or one on a closed connection, fails with errc::connection_closed; close() "
+                          "during a release cancels it and closes the socket",
+                          T, handoff_second_release) {
   using conn_t = typename T::connection_type;
   using released = typename handoff_pair<T>::released;
   harness<T> h;
@@ -1227,7 +1243,8 @@ TEST_CASE_TEMPLATE("a second release, or one on a closed connection, fails with 
   CHECK_FALSE(cl.inline_call);
 }
 
-TEST_CASE_TEMPLATE("the reactor stopping during a release cancels it and closes the socket", T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("the reactor stopping during a release cancels it and closes the socket", T,
+                          handoff_reactor_stops) {
   harness<T> h;
   handoff_pair<T> p(h);
   const int fd = h.on(0, [s = p.server] { return s->native_handle(); });
@@ -1251,8 +1268,8 @@ TEST_CASE_TEMPLATE("the reactor stopping during a release cancels it and closes 
   CHECK(errno == EBADF);
 }
 
-TEST_CASE_TEMPLATE("a release that cuts a write in half closes the socket and fails with errc::invalid_argument", T,
-                   HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a release that cuts a write in half closes the socket and fails with errc::invalid_argument",
+                          T, handoff_cut_write) {
   harness<T> h;
   handoff_pair<T> p(h);
   // More than the socket buffers hold, to a peer that does not read: the write
@@ -1270,9 +1287,9 @@ TEST_CASE_TEMPLATE("a release that cuts a write in half closes the socket and fa
   CHECK(r.fd == -1);
 }
 
-TEST_CASE_TEMPLATE("adopt takes only a connected TCP socket, closes anything else, and runs only on its "
-                   "reactor's thread",
-                   T, HANDOFF_TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("adopt takes only a connected TCP socket, closes anything else, and runs only on its "
+                          "reactor's thread",
+                          T, handoff_adopt) {
   harness<T> h;
   struct attempt {
     std::error_code ec;
@@ -1321,4 +1338,3 @@ TEST_CASE_TEMPLATE("adopt takes only a connected TCP socket, closes anything els
   }
   CHECK(is_closed(fd));  // taken all the same
 }
-#endif  // HANDOFF_TRANSPORTS
