@@ -3,7 +3,7 @@
 /// legacy "/job:ps/task:1/cpu:0", partial names and '*' wildcards), parsed by
 /// the grammar TensorFlow's DeviceNameUtils uses, and the task (core's
 /// `task_id`) that owns a device. Graphs place their nodes with these names;
-/// the tf adapter re-exports this header as `fusewire::tf::device_name`.
+/// the tf adapter reads rendezvous keys with them and spells them `tf::`.
 
 #include <concepts>
 #include <cstdint>

@@ -17,13 +17,20 @@
 #include <system_error>
 
 #include <fusewire/core/cluster_spec.hpp>
-#include <fusewire/util/text.hpp>
 #include <fusewire/core/error.hpp>
-#include <fusewire/tf/device_name.hpp>
+#include <fusewire/graph/device_name.hpp>
+#include <fusewire/util/text.hpp>
 
 namespace fusewire {
 inline namespace v0 {
 namespace tf {
+
+// A key's devices are read by the graph layer's device-name grammar, the one
+// the partitioner places nodes with; the adapter spells its names as tf::.
+using graph::device_name;
+using graph::parse_device_name;
+using graph::parse_task;
+using graph::task_name;
 
 /// The five parts of a rendezvous key.
 struct rendezvous_key {

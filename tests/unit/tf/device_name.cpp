@@ -1,4 +1,5 @@
-#include <fusewire/tf/device_name.hpp>
+#include <fusewire/graph/device_name.hpp>
+#include <fusewire/tf/rendezvous_key.hpp>
 
 #include <doctest/doctest.h>
 
