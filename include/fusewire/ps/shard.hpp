@@ -2,7 +2,8 @@
 /// ps::shard: everything one PS task holds and does — its dense slices and
 /// embedding rows, their optimizer slots, the sync-step aggregation and
 /// barrier, de-duplication of resent requests, and checkpoints — with no
-/// network in it. ps::server drives one shard from its endpoint's reactor
+/// network in it. It also keeps the worker barrier (client::barrier) when it
+/// is PS 0. ps::server drives one shard from its endpoint's reactor
 /// thread; tests drive it directly.
 ///
 /// Not thread-safe by design (share-nothing): one thread calls every member.
@@ -170,6 +171,8 @@ class shard {
     if (it == rows_[var].end()) return {};
     return {it->second.data.data(), static_cast<std::size_t>(model_.variables[var].row_size())};
   }
+  /// Barrier generations every worker passed so far.
+  std::uint64_t barrier_generation() const noexcept { return barrier_generation_; }
   /// Rows of `var` created here so far.
   std::size_t row_count(std::uint32_t var) const { return var < rows_.size() ? rows_[var].size() : 0; }
 
@@ -241,6 +244,7 @@ class shard {
       }
     }
     if ((req.flags & request_flags::shutdown) != 0) shutdown_ = true;
+    if ((req.flags & request_flags::barrier) != 0) return arrive(worker, req);
     const bool waits = opts_.mode == training_mode::sync && req.min_step == global_step_ + 1;
     if (waits) {
       ++stats_.deferred;
@@ -662,6 +666,38 @@ class shard {
     }
   }
 
+  /// Worker `worker` reached barrier generation req.push_step. Its reply waits
+  /// until every worker of the job arrived; then all are answered at once and
+  /// the generation advances. A resend of an arrival is counted once (the
+  /// latest sequence number is answered: the client matches replies by it).
+  void arrive(std::uint32_t worker, const request_view& req) {
+    const std::uint64_t generation = req.push_step;
+    if (generation < barrier_generation_) {
+      // Released already; this is a resend whose reply was lost.
+      reply_builder rb(req.seq, global_step_, incarnation_);
+      return reply_(worker, rb.finish());
+    }
+    if (generation > barrier_generation_) {
+      if (barrier_arrived_ != 0) {
+        return fail(worker, req.seq, errc::invalid_argument,
+                    "barrier: worker index " + std::to_string(worker) + " is at generation " + std::to_string(generation) +
+                        ", the others wait at " + std::to_string(barrier_generation_));
+      }
+      barrier_generation_ = generation;  // this PS restarted and lost the count; the workers know it
+    }
+    if (barrier_seq_.size() != num_workers_) barrier_seq_.assign(num_workers_, 0);
+    if (barrier_seq_[worker] == 0) ++barrier_arrived_;
+    barrier_seq_[worker] = req.seq;  // sequence numbers start at 1
+    if (barrier_arrived_ < num_workers_) return;
+    ++barrier_generation_;
+    barrier_arrived_ = 0;
+    auto waiting = std::exchange(barrier_seq_, std::vector<std::uint64_t>(num_workers_, 0));
+    for (std::uint32_t w = 0; w < waiting.size(); ++w) {
+      reply_builder rb(waiting[w], global_step_, incarnation_);
+      reply_(w, rb.finish());
+    }
+  }
+
   void maybe_autosave() {
     if (opts_.checkpoint_every == 0 || opts_.checkpoint_dir.empty() || global_step_ % opts_.checkpoint_every != 0) return;
     try {
@@ -703,6 +739,9 @@ class shard {
   std::uint64_t global_step_ = 0;
   std::uint64_t restored_step_ = 0;
   bool shutdown_ = false;
+  std::uint64_t barrier_generation_ = 0;
+  std::size_t barrier_arrived_ = 0;
+  std::vector<std::uint64_t> barrier_seq_;  ///< per worker: sequence number of its arrival, 0 = not arrived
   shard_stats stats_;
   std::vector<dense_state> dense_;
   std::vector<std::vector<std::size_t>> dense_index_;  ///< [var][slice] -> index in dense_, or npos
