@@ -3,6 +3,7 @@
 /// encoding, optimizers, the PS state (shard), ps::server and ps::client with
 /// their config aggregates, and ps::serve_until_signal.
 
+#include <fusewire/ps/batch.hpp>
 #include <fusewire/ps/client.hpp>
 #include <fusewire/ps/config.hpp>
 #include <fusewire/ps/message.hpp>

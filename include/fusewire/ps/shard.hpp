@@ -41,6 +41,7 @@
 
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/detail/barrier_tally.hpp>
 #include <fusewire/ps/message.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/optimizer.hpp>
@@ -98,7 +99,8 @@ class shard {
         reply_(std::move(reply)),
         incarnation_(incarnation),
         fingerprint_(model_.fingerprint(num_ps)),
-        workers_(num_workers) {
+        workers_(num_workers),
+        barrier_(num_workers) {
     if (ps_index >= num_ps) {
       throw_error(errc::invalid_argument, "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
     }
@@ -172,7 +174,7 @@ class shard {
     return {it->second.data.data(), static_cast<std::size_t>(model_.variables[var].row_size())};
   }
   /// Barrier generations every worker passed so far.
-  std::uint64_t barrier_generation() const noexcept { return barrier_generation_; }
+  std::uint64_t barrier_generation() const noexcept { return barrier_.generation(); }
   /// Rows of `var` created here so far.
   std::size_t row_count(std::uint32_t var) const { return var < rows_.size() ? rows_[var].size() : 0; }
 
@@ -666,34 +668,23 @@ class shard {
     }
   }
 
-  /// Worker `worker` reached barrier generation req.push_step. Its reply waits
-  /// until every worker of the job arrived; then all are answered at once and
-  /// the generation advances. A resend of an arrival is counted once (the
-  /// latest sequence number is answered: the client matches replies by it).
+  /// client::barrier(): see detail::barrier_tally.
   void arrive(std::uint32_t worker, const request_view& req) {
-    const std::uint64_t generation = req.push_step;
-    if (generation < barrier_generation_) {
-      // Released already; this is a resend whose reply was lost.
-      reply_builder rb(req.seq, global_step_, incarnation_);
-      return reply_(worker, rb.finish());
-    }
-    if (generation > barrier_generation_) {
-      if (barrier_arrived_ != 0) {
-        return fail(worker, req.seq, errc::invalid_argument,
-                    "barrier: worker index " + std::to_string(worker) + " is at generation " + std::to_string(generation) +
-                        ", the others wait at " + std::to_string(barrier_generation_));
+    switch (barrier_.arrive(worker, req.push_step, req.seq)) {
+      case detail::barrier_tally::outcome::waiting: return;
+      case detail::barrier_tally::outcome::passed: {
+        reply_builder rb(req.seq, global_step_, incarnation_);
+        return reply_(worker, rb.finish());
       }
-      barrier_generation_ = generation;  // this PS restarted and lost the count; the workers know it
+      case detail::barrier_tally::outcome::out_of_step:
+        return fail(worker, req.seq, errc::invalid_argument,
+                    "barrier: worker index " + std::to_string(worker) + " is at generation " +
+                        std::to_string(req.push_step) + ", the others wait at " + std::to_string(barrier_.generation()));
+      case detail::barrier_tally::outcome::released: break;
     }
-    if (barrier_seq_.size() != num_workers_) barrier_seq_.assign(num_workers_, 0);
-    if (barrier_seq_[worker] == 0) ++barrier_arrived_;
-    barrier_seq_[worker] = req.seq;  // sequence numbers start at 1
-    if (barrier_arrived_ < num_workers_) return;
-    ++barrier_generation_;
-    barrier_arrived_ = 0;
-    auto waiting = std::exchange(barrier_seq_, std::vector<std::uint64_t>(num_workers_, 0));
-    for (std::uint32_t w = 0; w < waiting.size(); ++w) {
-      reply_builder rb(waiting[w], global_step_, incarnation_);
+    const auto released = barrier_.take_released();
+    for (std::uint32_t w = 0; w < released.size(); ++w) {
+      reply_builder rb(released[w], global_step_, incarnation_);
       reply_(w, rb.finish());
     }
   }
@@ -739,15 +730,13 @@ class shard {
   std::uint64_t global_step_ = 0;
   std::uint64_t restored_step_ = 0;
   bool shutdown_ = false;
-  std::uint64_t barrier_generation_ = 0;
-  std::size_t barrier_arrived_ = 0;
-  std::vector<std::uint64_t> barrier_seq_;  ///< per worker: sequence number of its arrival, 0 = not arrived
   shard_stats stats_;
   std::vector<dense_state> dense_;
   std::vector<std::vector<std::size_t>> dense_index_;  ///< [var][slice] -> index in dense_, or npos
   std::vector<std::unordered_map<std::int64_t, row_state>> rows_;
   std::vector<std::unordered_map<std::int64_t, std::vector<float>>> acc_rows_;
   std::vector<worker_state> workers_;
+  detail::barrier_tally barrier_;
   std::set<std::uint32_t> contributors_;
   std::vector<deferred_request> deferred_;
   std::vector<float> grad_;
