@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -101,7 +102,7 @@ class click_rule {
 constexpr const char* emb_name = "ctr/embedding";
 constexpr const char* dense_names[4] = {"ctr/w1", "ctr/b1", "ctr/w2", "ctr/b2"};
 
-ps::model_spec make_model(const config& c, std::size_t workers) {
+ps::model_spec make_model(const config& c) {
   ps::model_spec m;
   m.optimizer = ps::optimizer_config::adagrad(c.lr);
   const auto in = static_cast<std::int64_t>(c.fields * c.dim), h = static_cast<std::int64_t>(c.hidden);
@@ -111,7 +112,6 @@ ps::model_spec make_model(const config& c, std::size_t workers) {
   m.add_dense(dense_names[1], {h});
   m.add_dense(dense_names[2], {h, 1}, ps::initializer::uniform(-l2, l2, c.seed));
   m.add_dense(dense_names[3], {1});
-  add_done_flags(m, workers);
   return m;
 }
 
@@ -251,7 +251,9 @@ template <class Transport>
 class remote_params {
  public:
   remote_params(const config& c, const fusewire::cluster_spec& spec, const ps::model_spec& model)
-      : client_({"worker", c.task}, spec, model, net_options(c.mode, c.fusion == "on"), options(c)) {}
+      : client_({"worker", c.task}, spec, model,
+                {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync),
+                 .step_timeout = std::chrono::seconds(60)}) {}
 
   void run(const exchange& x, ctr_model& m, std::vector<float>& rows) {
     b_.clear();
@@ -276,12 +278,6 @@ class remote_params {
   ps::client<Transport>& client() { return client_; }
 
  private:
-  static ps::client_options options(const config& c) {
-    ps::client_options co;
-    co.mode = c.sync ? ps::training_mode::sync : ps::training_mode::async;
-    co.step_timeout = std::chrono::seconds(60);
-    return co;
-  }
   ps::client<Transport> client_;
   ps::batch b_;
   std::vector<decltype(b_.pull(std::string_view{}))> hd_;
@@ -436,11 +432,10 @@ void print_setup(const config& c) {
 
 template <class Transport>
 int run_worker(const config& c, const fusewire::cluster_spec& spec) {
-  const std::size_t workers = spec.job("worker").size();
-  remote_params<Transport> params(c, spec, make_model(c, workers));
+  remote_params<Transport> params(c, spec, make_model(c));
   if (c.task == 0) print_setup(c);
   const int rc = train(c, params, [&] {
-    if (!c.sync) finish_training(params.client(), c.task, workers);
+    params.client().barrier();  // every worker finished training
     return c.task == 0;
   });
   if (c.task == 0) params.client().shutdown_servers();
@@ -449,7 +444,7 @@ int run_worker(const config& c, const fusewire::cluster_spec& spec) {
 
 /// --local: one worker's loop with the parameters in this process; prints the summary lines itself.
 int run_local(const config& c) {
-  local_params params(make_model(c, 1));
+  local_params params(make_model(c));
   print_setup(c);
   std::printf("(local: no parameter servers, everything in this process)\n");
   return train(c, params, [] { return true; });
@@ -552,8 +547,9 @@ int main(int argc, char** argv) {
     if (!spec) return 2;
     return with_transport(c.transport, [&]<class Transport>() {
       if (c.role == "ps") {
-        return serve<Transport>(*spec, c.task, make_model(c, spec->job("worker").size()),
-                                net_options(c.mode, c.fusion == "on"), c.sync);
+        ps::serve_until_signal<Transport>({"ps", c.task}, *spec, make_model(c),
+                                          {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync)});
+        return 0;
       }
       return run_worker<Transport>(c, *spec);
     });

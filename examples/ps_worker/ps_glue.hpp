@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "mlp.hpp"
@@ -39,9 +38,9 @@ inline ps::optimizer_config make_optimizer(const std::string& name, float lr) {
   throw std::invalid_argument("optimizer '" + name + "' is not one of: sgd, momentum, adagrad, adam");
 }
 
-/// The MLP's variables as the parameter servers hold them (plus the done flags).
+/// The MLP's variables as the parameter servers hold them.
 /// w1 is about 400 KB: a 64 KB minimum slice splits it over up to 6 PS.
-inline ps::model_spec make_model(const mlp_shape& s, const glue_options& g, std::size_t workers) {
+inline ps::model_spec make_model(const mlp_shape& s, const glue_options& g) {
   ps::model_spec m;
   m.optimizer = make_optimizer(g.optimizer, g.lr);
   m.min_slice_bytes = 64 * 1024;
@@ -55,7 +54,6 @@ inline ps::model_spec make_model(const mlp_shape& s, const glue_options& g, std:
   m.add_dense(mlp_shape::names[1], {h});
   m.add_dense(mlp_shape::names[2], {h, c}, glorot(s.hidden, s.classes));
   m.add_dense(mlp_shape::names[3], {c});
-  add_done_flags(m, workers);
   return m;
 }
 
@@ -94,9 +92,10 @@ template <class Transport>
 class ps_session {
  public:
   ps_session(const fusewire::cluster_spec& spec, unsigned task, const mlp_shape& s, const glue_options& g)
-      : g_(g), task_(task), workers_(spec.job("worker").size()),
-        model_(make_model(s, g, workers_)),
-        client_({"worker", task}, spec, model_, net_options(g), client_options(g)) {
+      : g_(g),
+        model_(make_model(s, g)),
+        client_({"worker", task}, spec, model_,
+                {.options = net_options(g), .mode = training_mode(g.sync), .step_timeout = std::chrono::seconds(60)}) {
     if (g.sync && !g.fusion) {
       throw std::invalid_argument("--fusion off needs --async: in sync mode each worker step must be one request "
                                   "per PS");
@@ -131,22 +130,13 @@ class ps_session {
     copy_out(params);
   }
 
-  /// Marks this worker finished; worker 0 then waits until every worker is (async only:
-  /// in sync mode the last step already waited for everyone).
-  void finish() {
-    if (!g_.sync) finish_training(client_, task_, workers_);
-  }
+  /// Waits until every worker finished training.
+  void finish() { client_.barrier(); }
 
   /// Asks every PS to stop serving (worker 0, at the very end).
   void shutdown_servers() { client_.shutdown_servers(); }
 
  private:
-  static ps::client_options client_options(const glue_options& g) {
-    ps::client_options co;
-    co.mode = g.sync ? ps::training_mode::sync : ps::training_mode::async;
-    co.step_timeout = std::chrono::seconds(60);
-    return co;
-  }
   void pull_all() {
     handles_.clear();
     for (const char* name : mlp_shape::names) handles_.push_back(batch_.pull(name));
@@ -160,8 +150,6 @@ class ps_session {
   }
 
   glue_options g_;
-  unsigned task_;
-  std::size_t workers_;
   ps::model_spec model_;
   ps::client<Transport> client_;
   ps::batch batch_;

@@ -145,7 +145,7 @@ int run_local(const config& c, double* accuracy_out = nullptr) {
   shape.inputs = d.train.pixels;
   shape.hidden = c.hidden;
   mlp model(shape);
-  const auto model_spec = make_model(shape, glue(c), 1);
+  const auto model_spec = make_model(shape, glue(c));
   tensors params = initial_params(model_spec, shape), grads;
   local_optimizer opt(model_spec.optimizer, params);
   const shard sh = make_shard(c, d.train.count, 1, 0);
@@ -295,7 +295,9 @@ int run_ps(const config& c, const fusewire::cluster_spec& spec) {
   mlp_shape shape;
   shape.hidden = c.hidden;
   const glue_options g = glue(c);
-  return serve<Transport>(spec, c.task, make_model(shape, g, spec.job("worker").size()), net_options(g), c.sync);
+  ps::serve_until_signal<Transport>({"ps", c.task}, spec, make_model(shape, g),
+                                    {.options = net_options(g), .mode = training_mode(c.sync)});
+  return 0;
 }
 
 /// Starts every task of a loopback cluster and prints the summary table.

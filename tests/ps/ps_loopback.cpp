@@ -52,13 +52,10 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   const auto m = model();
   const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_loopback_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  ps::server_options so;
-  so.checkpoint_dir = dir;
-  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, test_options(), so);
-  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, test_options(), so);
-  ps::client_options co;
-  co.step_timeout = 20000ms;
-  ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, test_options(), co);
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
+  const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
+  ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, co);
 
   // Initial values are the initializers', whichever PS holds them.
   const std::vector<std::int64_t> ids{5, 17, 5, 999, 0};
@@ -106,7 +103,7 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   {
     auto uo = co;
     uo.fuse = false;
-    ps::client<fw::asio_tcp> unfused({"worker", 1}, spec, m, test_options(), uo);
+    ps::client<fw::asio_tcp> unfused({"worker", 1}, spec, m, uo);
     b.clear();
     b.push("b", std::span<const float>(gw.data(), 4));
     const auto hb3 = b.pull("b");
@@ -118,9 +115,9 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
     std::vector<float> wv(b.result(hw3).begin(), b.result(hw3).end());
     for (std::size_t i = 0; i < 40; ++i) CHECK(wv[i] == doctest::Approx(init_w[i] - 0.1f * gw[i]));
     CHECK(b.result(he3).size() == 20);
-    ps::client_options bad = uo;
+    auto bad = uo;
     bad.mode = ps::training_mode::sync;
-    CHECK(error_of([&] { ps::client<fw::asio_tcp> c({"worker", 1}, spec, m, test_options(), bad); }) ==
+    CHECK(error_of([&] { ps::client<fw::asio_tcp> c({"worker", 1}, spec, m, bad); }) ==
           "ps client: fuse = false needs async training (a sync step is one request per PS): invalid argument");
   }
 
@@ -142,7 +139,7 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   {
     auto other = m;
     other.optimizer.learning_rate = 0.2f;
-    ps::client<fw::asio_tcp> stranger({"worker", 1}, spec, other, test_options(), co);
+    ps::client<fw::asio_tcp> stranger({"worker", 1}, spec, other, co);
     const std::string msg = error_of([&] { (void)stranger.pull("b"); });
     CHECK(msg.find("model fingerprint mismatch") != std::string::npos);
   }

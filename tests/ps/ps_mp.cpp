@@ -11,6 +11,10 @@
 //   ps_mp restart     a PS is SIGKILLed mid-training and restarted from its checkpoint; the worker
 //                     keeps going (its steps retry) and ends with exactly the reference values
 //   ps_mp dead        a PS dies for good: the worker's step fails with timed_out within its deadline
+//   ps_mp barrier     2 PS + 3 workers arriving at different times meet at client::barrier() twice;
+//                     past each one, every worker sees every other worker's pushes from before it
+//   ps_mp barrier_timeout  one of 2 workers never comes: barrier() fails with timed_out by its timeout
+//   ps_mp serve_signal     ps::serve_until_signal returns after SIGTERM (and after a worker's shutdown)
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
@@ -63,17 +67,14 @@ fw::options mp_options() {
   return o;
 }
 
-ps::client_options client_opts(ps::training_mode mode = ps::training_mode::async) {
-  ps::client_options co;
-  co.mode = mode;
-  co.step_timeout = 20000ms;
-  co.retry_interval = 500ms;
-  return co;
+ps::client_config<transport> client_opts(ps::training_mode mode = ps::training_mode::async) {
+  return {.options = mp_options(), .mode = mode, .step_timeout = 20000ms, .retry_interval = 500ms};
 }
 
 /// Runs a PS until a worker shuts it down.
-int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_spec& m, ps::server_options so) {
-  ps::server<transport> server({"ps", index}, spec, m, mp_options(), so);
+int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_spec& m, ps::server_config<transport> so) {
+  so.options = mp_options();
+  ps::server<transport> server({"ps", index}, spec, m, std::move(so));
   if (server.state().restored_step() != 0) {
     std::printf("ps:%u restored step %llu\n", index, static_cast<unsigned long long>(server.state().restored_step()));
   }
@@ -108,7 +109,7 @@ constexpr int semantics_steps = 10;
 
 int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
   const auto m = semantics_model();
-  ps::client<transport> cl({"worker", w}, spec, m, mp_options(), client_opts());
+  ps::client<transport> cl({"worker", w}, spec, m, client_opts());
   ps::batch b;
   for (int s = 0; s < semantics_steps; ++s) {
     std::vector<float> gw(512), gb(8), ge(24);
@@ -211,7 +212,7 @@ ps::model_spec optimizer_model() {
 
 int optimizers_worker(const fw::cluster_spec& spec) {
   const auto m = optimizer_model();
-  ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), client_opts());
+  ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
   const std::vector<std::int64_t> ids{3, 4, 1000003};
   const std::size_t n = optimizer_cases().size();
   std::vector<pstest::reference_optimizer> dense_ref, row_ref;
@@ -274,7 +275,7 @@ ps::model_spec sync_model() {
 
 int sync_worker(const fw::cluster_spec& spec, unsigned w) {
   const auto m = sync_model();
-  ps::client<transport> cl({"worker", w}, spec, m, mp_options(), client_opts(ps::training_mode::sync));
+  ps::client<transport> cl({"worker", w}, spec, m, client_opts(ps::training_mode::sync));
   const std::vector<std::int64_t> ids{1, 2};
   std::vector<double> ref(32, 1.0), ref_rows(4, 0.0);
   ps::batch b;
@@ -305,7 +306,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
 int run_sync() {
   const auto spec = rvtest::loopback_cluster(2, 2);
   const auto m = sync_model();
-  ps::server_options so;
+  ps::server_config<transport> so;
   so.mode = ps::training_mode::sync;
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, so); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, so); });
@@ -314,7 +315,7 @@ int run_sync() {
   bool ok = all_succeeded({{w0, "worker:0"}, {w1, "worker:1"}});
   // Both workers are done: stop the PS.
   const pid_t stopper = spawn(30, [&] {
-    ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), client_opts(ps::training_mode::sync));
+    ps::client<transport> cl({"worker", 0}, spec, m, client_opts(ps::training_mode::sync));
     cl.shutdown_servers();
     return 0;
   });
@@ -334,7 +335,7 @@ ps::model_spec checkpoint_model() {
 
 int checkpoint_worker(const fw::cluster_spec& spec, int phase) {
   const auto m = checkpoint_model();
-  ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), client_opts());
+  ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
   const std::vector<std::int64_t> ids{11, 12, 13};
   std::vector<float> init(32), rinit(12);
   for (std::size_t i = 0; i < 32; ++i) init[i] = m.variables[0].init.value("w", i / 4, i % 4);
@@ -394,7 +395,7 @@ int run_checkpoint() {
   const auto spec = rvtest::loopback_cluster(2, 1);
   const auto m = checkpoint_model();
   const auto dir = fresh_dir("checkpoint");
-  ps::server_options so;
+  ps::server_config<transport> so;
   so.checkpoint_dir = dir;
   bool ok = true;
   for (int phase = 1; phase <= 2; ++phase) {
@@ -414,7 +415,7 @@ constexpr int restart_steps = 30;
 
 int restart_worker(const fw::cluster_spec& spec, const signal_pipe& reached, const signal_pipe& resume) {
   const auto m = semantics_model();
-  ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), client_opts());
+  ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
   std::vector<double> rw(512);
   for (std::size_t i = 0; i < 512; ++i) rw[i] = m.variables[0].init.value("w", i / 8, i % 8);
   std::map<std::int64_t, std::vector<double>> rows;
@@ -459,7 +460,7 @@ int run_restart() {
   const auto spec = rvtest::loopback_cluster(2, 1);
   const auto m = semantics_model();
   const auto dir = fresh_dir("restart");
-  ps::server_options so;
+  ps::server_config<transport> so;
   so.checkpoint_dir = dir;
   so.checkpoint_every = 1;
   signal_pipe reached, resume;
@@ -487,7 +488,7 @@ int dead_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const si
   auto co = client_opts();
   co.step_timeout = 1500ms;
   co.retry_interval = 300ms;
-  ps::client<transport> cl({"worker", 0}, spec, m, mp_options(), co);
+  ps::client<transport> cl({"worker", 0}, spec, m, co);
   (void)cl.pull("w");
   ready.notify();
   EXPECT(killed.wait(20000));
@@ -517,11 +518,117 @@ int run_dead() {
   return ok ? 0 : 1;
 }
 
+
+// ---- barrier -------------------------------------------------------------------------
+
+constexpr unsigned barrier_workers = 3;
+
+ps::model_spec barrier_model() {
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(1.0f);
+  m.add_dense("arrived", {barrier_workers}, ps::initializer::zeros());
+  return m;
+}
+
+int barrier_worker(const fw::cluster_spec& spec, unsigned w) {
+  const auto m = barrier_model();
+  ps::client<transport> cl({"worker", w}, spec, m, client_opts());
+  for (int round = 1; round <= 2; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 * w));  // workers arrive one after another
+    std::vector<float> mark(barrier_workers, 0.0f);
+    mark[w] = -1.0f;  // SGD with lr 1: +1 at index w
+    cl.push("arrived", mark);
+    cl.barrier(20s);
+    // Every worker pushed before it arrived, so all its marks are in.
+    const std::vector<float> seen = cl.pull("arrived");
+    for (unsigned k = 0; k < barrier_workers; ++k) EXPECT(seen[k] >= static_cast<float>(round));
+    EXPECT(cl.barrier_generation() == static_cast<std::uint64_t>(round));
+  }
+  std::printf("worker:%u: passed 2 barriers, saw every worker's marks after each\n", w);
+  cl.barrier(20s);  // nobody shuts the servers down while another still reads
+  if (w == 0) cl.shutdown_servers();
+  return 0;
+}
+
+int run_barrier() {
+  const auto spec = rvtest::loopback_cluster(2, barrier_workers);
+  const auto m = barrier_model();
+  const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
+  const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
+  std::vector<std::pair<pid_t, const char*>> kids;
+  static const char* names[barrier_workers] = {"worker:0", "worker:1", "worker:2"};
+  for (unsigned w = 0; w < barrier_workers; ++w) kids.push_back({spawn(60, [&, w] { return barrier_worker(spec, w); }), names[w]});
+  bool ok = true;
+  for (auto& [pid, name] : kids) ok = succeeded(pid, name) && ok;
+  return all_succeeded({{p0, "ps:0"}, {p1, "ps:1"}}) && ok ? 0 : 1;
+}
+
+int barrier_timeout_worker(const fw::cluster_spec& spec) {
+  const auto m = barrier_model();
+  ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
+  std::error_code ec;
+  const auto start = std::chrono::steady_clock::now();
+  cl.barrier(1500ms, ec);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT(ec == fw::make_error_code(fw::errc::timed_out));
+  EXPECT(took >= 1400ms && took < 10s);
+  EXPECT(cl.barrier_generation() == 0);
+  try {
+    cl.barrier(500ms);
+    EXPECT(false);
+  } catch (const std::system_error& e) {
+    EXPECT(e.code() == fw::make_error_code(fw::errc::timed_out));
+    EXPECT(std::string(e.what()).starts_with("barrier 0: not every worker arrived within 500 ms"));
+    std::printf("worker:0: barrier failed as expected: %s\n", e.what());
+  }
+  cl.shutdown_servers();
+  return 0;
+}
+
+int run_barrier_timeout() {
+  const auto spec = rvtest::loopback_cluster(1, 2);  // worker:1 never starts
+  const auto m = barrier_model();
+  const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
+  const pid_t w0 = spawn(60, [&] { return barrier_timeout_worker(spec); });
+  return all_succeeded({{w0, "worker:0"}, {p0, "ps:0"}}) ? 0 : 1;
+}
+
+// ---- serve_signal ----------------------------------------------------------------------
+
+int run_serve_signal() {
+  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto m = barrier_model();
+  auto serve = [&](int expected) {
+    const int got = ps::serve_until_signal<transport>({"ps", 0}, spec, m, {.options = mp_options()});
+    EXPECT(got == expected);
+    return 0;
+  };
+  // A signal stops it.
+  pid_t p0 = spawn(60, [&] { return serve(SIGTERM); });
+  const pid_t w0 = spawn(60, [&] {
+    ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
+    (void)cl.pull("arrived");  // the PS serves
+    return 0;
+  });
+  bool ok = succeeded(w0, "worker:0");
+  ::kill(p0, SIGTERM);
+  ok = succeeded(p0, "ps:0 (SIGTERM)") && ok;
+  // A worker's shutdown stops it too (0).
+  p0 = spawn(60, [&] { return serve(0); });
+  const pid_t w1 = spawn(60, [&] {
+    ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
+    cl.shutdown_servers();
+    return 0;
+  });
+  ok = all_succeeded({{w1, "worker:0 (shutdown)"}, {p0, "ps:0 (shutdown)"}}) && ok;
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s semantics|optimizers|sync|checkpoint|restart|dead\n", argv[0]);
+    std::fprintf(stderr, "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|barrier|barrier_timeout|serve_signal\n", argv[0]);
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -534,8 +641,11 @@ int main(int argc, char** argv) {
   else if (scenario == "checkpoint") rc = run_checkpoint();
   else if (scenario == "restart") rc = run_restart();
   else if (scenario == "dead") rc = run_dead();
+  else if (scenario == "barrier") rc = run_barrier();
+  else if (scenario == "barrier_timeout") rc = run_barrier_timeout();
+  else if (scenario == "serve_signal") rc = run_serve_signal();
   else {
-    std::fprintf(stderr, "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead)\n", argv[1]);
+    std::fprintf(stderr, "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, barrier, barrier_timeout, serve_signal)\n", argv[1]);
     return 2;
   }
   std::printf("%s: %s\n", argv[1], rc == 0 ? "passed" : "FAILED");

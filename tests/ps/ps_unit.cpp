@@ -629,3 +629,30 @@ TEST_CASE("shard: a save request without a checkpoint directory fails with a rea
   CHECK(out[0].reply.message ==
         "ps " + std::to_string(me) + ": checkpoint failed: this PS has no checkpoint_dir: invalid argument");
 }
+
+TEST_CASE("shard: barrier answers every worker once all arrived, counts a resend once, and is reusable") {
+  const auto m = small_model();
+  shard_harness h(m, 0, 1, {}, 3);
+  const auto arrive = [&](std::uint32_t w, std::uint64_t seq, std::uint64_t generation) {
+    return h.send(w, request(m, 1, seq, ps::request_flags::barrier, generation, 0, 7 + w));
+  };
+  for (std::uint64_t gen = 0; gen < 2; ++gen) {
+    const std::uint64_t base = gen * 10 + 1;
+    CHECK(arrive(0, base, gen).empty());
+    CHECK(arrive(0, base, gen).empty());  // a resend: workers 1 and 2 are still missing
+    CHECK(arrive(1, base + 1, gen).empty());
+    auto out = arrive(2, base + 2, gen);
+    REQUIRE(out.size() == 3);
+    for (std::uint32_t w = 0; w < 3; ++w) {
+      CHECK(out[w].worker == w);
+      CHECK(out[w].reply.status == 0);
+      CHECK(out[w].reply.seq == base + w);
+    }
+    CHECK(h.shard.barrier_generation() == gen + 1);
+  }
+  // An arrival at a barrier already passed (its reply was lost) is answered at once.
+  auto late = arrive(1, 30, 0);
+  REQUIRE(late.size() == 1);
+  CHECK(late[0].reply.status == 0);
+  CHECK(h.shard.barrier_generation() == 2);
+}

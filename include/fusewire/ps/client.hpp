@@ -7,11 +7,17 @@
 /// Requests travel on rendezvous key request_key with a per-PS sequence
 /// number inside; replies come back on reply_key carrying it, so a late reply
 /// to an earlier attempt is recognised and dropped. A request without an
-/// answer after client_options::retry_interval — or whose PS connection broke
+/// answer after client_config::retry_interval — or whose PS connection broke
 /// (PS restarted) — is sent again; the PS skips the pushes of a request it
 /// already applied (same client incarnation and sequence number), so a resend
 /// never applies a gradient twice on a PS that kept running. A PS that stays
 /// silent fails run() with errc::timed_out after step_timeout, naming it.
+///
+/// barrier() is a request to PS 0 carrying the barrier's generation; PS 0
+/// answers every worker's once all of them arrived. It is resent like any
+/// request (PS 0 counts a worker once per generation) and fails with
+/// errc::timed_out after its own timeout, so a worker that is gone cannot
+/// hang the others.
 ///
 /// Threads: one thread at a time calls a client's members (they block); the
 /// endpoint's reactor thread only queues completions for it.
@@ -37,6 +43,8 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/batch.hpp>
+#include <fusewire/ps/config.hpp>
 #include <fusewire/ps/message.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/server.hpp>
@@ -46,22 +54,6 @@
 namespace fusewire {
 inline namespace v0 {
 namespace ps {
-
-/// How a worker talks to the PS tasks.
-struct client_options {
-  /// Must match the servers' mode (a PS refuses requests of the other mode).
-  training_mode mode = training_mode::async;
-  /// Job of the PS tasks; their count is num_ps.
-  std::string ps_job = "ps";
-  /// A run() fails with errc::timed_out if some PS has not answered by then.
-  std::chrono::milliseconds step_timeout{30000};
-  /// Resend a request that got no reply for this long.
-  std::chrono::milliseconds retry_interval{2000};
-  /// true: one fused request per PS per run(). false: one request per pull/push
-  /// and slice (all in flight at once) — the baseline fusion is measured against;
-  /// async only.
-  bool fuse = true;
-};
 
 /// Counters of one client.
 struct client_stats {
@@ -73,69 +65,6 @@ struct client_stats {
   std::uint64_t stale = 0;           ///< sync: pushes a PS dropped as stale
 };
 
-/// The pulls and pushes of one step; see the file comment. Reusable: clear() keeps capacity.
-class batch {
- public:
-  /// Names a pull's result.
-  using handle = std::size_t;
-
-  /// Pulls the whole dense variable `var` (row-major, every slice).
-  handle pull(std::string_view var) { return add(op::pull_dense, var, {}, {}); }
-  /// Pulls the rows `ids` of embedding `var` (copied); the result is ids.size() * dim floats in ids' order.
-  handle pull_rows(std::string_view var, std::span<const std::int64_t> ids) { return add(op::pull_rows, var, ids, {}); }
-  /// Pushes the gradient of dense `var` (all its elements). `grad` must stay valid until run() returns.
-  void push(std::string_view var, std::span<const float> grad) { add(op::push_dense, var, {}, grad); }
-  /// Pushes gradients of rows `ids` (ids copied; `grads`: ids.size() * dim floats, valid until run()
-  /// returns). Gradients of a repeated id are summed and applied once.
-  void push_rows(std::string_view var, std::span<const std::int64_t> ids, std::span<const float> grads) {
-    add(op::push_rows, var, ids, grads);
-  }
-
-  /// A pull's values after a successful run().
-  std::span<const float> result(handle h) const { return results_.at(h); }
-  std::span<float> result(handle h) { return results_.at(h); }
-  /// Moves a pull's values out.
-  std::vector<float> take(handle h) { return std::move(results_.at(h)); }
-
-  /// Why the last run(b, ec) failed (names the PS and variable); empty after success.
-  const std::string& error_message() const noexcept { return error_; }
-  std::size_t size() const noexcept { return items_.size(); }
-  bool empty() const noexcept { return items_.empty(); }
-  /// Forgets every pull and push; result storage is kept for reuse (its contents are unspecified until the next run()).
-  void clear() noexcept {
-    items_.clear();
-    pulls_ = 0;
-    error_.clear();
-  }
-
- private:
-  template <transport>
-  friend class client;
-
-  struct item {
-    op kind;
-    std::string var;
-    std::vector<std::int64_t> ids;
-    std::span<const float> values;
-    handle result = 0;
-  };
-
-  handle add(op kind, std::string_view var, std::span<const std::int64_t> ids, std::span<const float> values) {
-    item it{kind, std::string(var), std::vector<std::int64_t>(ids.begin(), ids.end()), values, 0};
-    if (!is_push(kind)) {
-      it.result = pulls_++;
-      if (results_.size() < pulls_) results_.resize(pulls_);
-    }
-    items_.push_back(std::move(it));
-    return items_.back().result;
-  }
-
-  std::vector<item> items_;
-  std::vector<std::vector<float>> results_;
-  std::size_t pulls_ = 0;
-  std::string error_;
-};
-
 /// A worker's connection to every PS task; see the file comment.
 template <transport Transport>
 class client {
@@ -144,9 +73,11 @@ class client {
 
   /// Listens as task `self` (replies come to it). Throws std::system_error:
   /// errc::invalid_argument for a bad model, no PS tasks, or the endpoint's errors.
-  client(task_id self, cluster_spec spec, model_spec model, options opts = {}, client_options copts = {},
-         Transport t = Transport{}, rendezvous::log_sink log = {})
-      : model_(std::move(model)), copts_(std::move(copts)) {
+  client(task_id self, cluster_spec spec, model_spec model, client_config<Transport> config = {})
+      : model_(std::move(model)), copts_(std::move(config)) {
+    options& opts = copts_.options;
+    Transport& t = copts_.transport;
+    rendezvous::log_sink& log = copts_.log;
     const std::size_t num_ps = spec.job(copts_.ps_job).size();
     if (num_ps == 0) throw_error(errc::invalid_argument, "ps client: the cluster spec has no tasks in job '" + copts_.ps_job + "'");
     if (!copts_.fuse && copts_.mode == training_mode::sync) {
@@ -215,6 +146,28 @@ class client {
   void save_checkpoint() { control(request_flags::save); }
   /// Every PS replies, then its server::wait() returns. Throws std::system_error.
   void shutdown_servers() { control(request_flags::shutdown); }
+
+  /// Waits until every worker of the job (server_config::worker_job) called
+  /// barrier() as often as this one, or `timeout` passed: then throws
+  /// std::system_error(errc::timed_out) naming the barrier — a worker that is
+  /// gone or never came makes the others fail here, not hang. Reusable: each
+  /// call is the next generation; after a failure, calling again retries the
+  /// same generation (this worker's arrival still counts). Kept by PS 0.
+  void barrier(std::chrono::milliseconds timeout = default_barrier_timeout) {
+    std::error_code ec;
+    std::string why;
+    barrier_impl(timeout, ec, why);
+    if (ec) throw std::system_error(ec, why);
+  }
+  /// As barrier(timeout), reporting failure through `ec`.
+  void barrier(std::chrono::milliseconds timeout, std::error_code& ec) {
+    std::string why;
+    barrier_impl(timeout, ec, why);
+  }
+  /// Long enough for the slowest worker to finish its share of training.
+  static constexpr std::chrono::milliseconds default_barrier_timeout = std::chrono::minutes(5);
+  /// Barriers this worker passed.
+  std::uint64_t barrier_generation() const noexcept { return barrier_generation_; }
 
   /// The highest global step a PS reported so far.
   std::uint64_t global_step() const noexcept { return *std::max_element(ps_step_.begin(), ps_step_.end()); }
@@ -288,6 +241,50 @@ class client {
     std::error_code ec;
     run_impl(b, flags, true, ec);
     if (ec) throw std::system_error(ec, b.error_message());
+  }
+
+  /// One barrier request to PS 0, carrying the generation; its reply comes once every worker arrived.
+  void barrier_impl(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why) {
+    ec.clear();
+    why.clear();
+    const std::string name = "barrier " + std::to_string(barrier_generation_);
+    if (timeout.count() <= 0) {
+      ec = make_error_code(errc::invalid_argument);
+      why = name + ": timeout must be > 0 ms, got " + std::to_string(timeout.count());
+      return;
+    }
+    request_builder rb;
+    const std::uint32_t flags = request_flags::barrier | (copts_.mode == training_mode::sync ? request_flags::sync : 0u);
+    rb.set_header(incarnation_, ++seq_[0], fingerprint_, barrier_generation_, 0, flags);
+    std::vector<attempt> attempts(1);
+    attempt& a = attempts[0];
+    a.seq = seq_[0];
+    a.request = rb.finish();
+    stats_.bytes_sent += a.request.size();
+    ++stats_.requests;
+    if (!exchange(attempts, timeout, ec, why)) {
+      if (ec == make_error_code(errc::timed_out)) {
+        why = name + ": not every worker arrived within " + std::to_string(timeout.count()) + " ms (" + why + ")";
+      } else {
+        why = name + ": " + why;
+      }
+      return;
+    }
+    reply_view r;
+    std::string dwhy;
+    decode_reply(a.reply.bytes(), r, ec, dwhy);
+    if (ec) {
+      why = name + ": " + ps_tasks_[0].to_string() + ": bad reply: " + dwhy;
+      return;
+    }
+    stats_.bytes_received += a.reply.size();
+    ps_step_[0] = copts_.mode == training_mode::sync ? r.step : std::max(ps_step_[0], r.step);
+    if (r.status != 0) {
+      ec = make_error_code(static_cast<errc>(r.status));
+      why = name + ": " + r.message;
+      return;
+    }
+    ++barrier_generation_;
   }
 
   static bool fail(batch& b, std::error_code& ec, errc e, std::string why) {
@@ -439,7 +436,7 @@ class client {
       }
     }
     std::string why;
-    if (!exchange(attempts, ec, why)) {
+    if (!exchange(attempts, copts_.step_timeout, ec, why)) {
       b.error_ = std::move(why);
       return;
     }
@@ -500,10 +497,10 @@ class client {
   /// Sends every attempt and waits for its reply; see the file comment. Replies
   /// are matched to attempts by (PS, sequence number); one receive per PS is
   /// posted at a time.
-  bool exchange(std::vector<attempt>& attempts, std::error_code& ec, std::string& why) {
+  bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec, std::string& why) {
     using namespace std::chrono_literals;
     const auto start = clock::now();
-    const auto deadline = start + copts_.step_timeout;
+    const auto deadline = start + timeout;
     const std::size_t num_ps = ps_tasks_.size();
     std::vector<clock::time_point> next_recv(num_ps, start);
     std::vector<std::size_t> pending(num_ps, 0);
@@ -520,7 +517,7 @@ class client {
         for (const attempt& a : attempts) {
           if (a.done) continue;
           ec = make_error_code(errc::timed_out);
-          why = ps_tasks_[a.ps].to_string() + " did not answer within " + std::to_string(copts_.step_timeout.count()) + " ms" +
+          why = ps_tasks_[a.ps].to_string() + " did not answer within " + std::to_string(timeout.count()) + " ms" +
                 (a.last_error ? " (last error: " + a.last_error.message() + ")" : std::string());
           return false;
         }
@@ -620,7 +617,7 @@ class client {
   }
 
   model_spec model_;
-  client_options copts_;
+  client_config<Transport> copts_;  ///< options, transport and log are moved into the endpoint
   placement place_;
   std::uint64_t fingerprint_ = 0;
   std::unordered_map<std::string, std::uint32_t> names_;
@@ -628,6 +625,7 @@ class client {
   std::vector<std::uint64_t> seq_, ps_step_, want_;
   std::vector<bool> recv_outstanding_;
   std::uint64_t incarnation_ = 0;
+  std::uint64_t barrier_generation_ = 0;
   client_stats stats_;
   std::shared_ptr<event_queue> events_;
   std::unique_ptr<endpoint_type> ep_;

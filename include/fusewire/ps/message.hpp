@@ -7,7 +7,7 @@
 ///     header (64 bytes)
 ///       u32 magic 'FWPS' (0x53505746)   u16 version (1)   u16 type (1 = request)
 ///       u64 client incarnation          u64 seq           u64 model fingerprint
-///       u64 push_step                   u64 min_step      u32 flags   u32 entry count
+///       u64 push_step (barrier: generation)  u64 min_step  u32 flags   u32 entry count
 ///     entries, each:
 ///       u8 op (1 pull_dense, 2 push_dense, 3 pull_rows, 4 push_rows)  u8[3] zero
 ///       u32 variable index              u32 slice index (dense; 0 for rows)  u32 zero
@@ -74,7 +74,9 @@ inline constexpr std::uint32_t sync = 1u << 0;         ///< the client trains sy
 inline constexpr std::uint32_t contributes = 1u << 1;  ///< counts as this worker's push for step push_step (sync)
 inline constexpr std::uint32_t save = 1u << 2;         ///< write a checkpoint after applying
 inline constexpr std::uint32_t shutdown = 1u << 3;     ///< stop serving after replying
-inline constexpr std::uint32_t all = 0xf;
+/// Arrive at barrier generation push_step; PS 0 replies once every worker arrived.
+inline constexpr std::uint32_t barrier = 1u << 4;
+inline constexpr std::uint32_t all = 0x1f;
 }  // namespace request_flags
 
 /// Reply flags.

@@ -31,6 +31,7 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/config.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/shard.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
@@ -58,12 +59,15 @@ class server {
  public:
   using endpoint_type = rendezvous::endpoint<Transport>;
 
-  /// Builds the shard (restoring its checkpoint if sopts say so), then listens
-  /// as task `self` ("ps:<i>", its job's task count = num_ps). Throws
+  /// Builds the shard (restoring its checkpoint if `config` says so), then
+  /// listens as task `self` ("ps:<i>", its job's task count = num_ps). Throws
   /// std::system_error: errc::invalid_argument for a bad model, a self that is
   /// not in `spec`, an unusable checkpoint; the endpoint's errors (listen).
-  server(task_id self, cluster_spec spec, model_spec model, options opts = {}, server_options sopts = {},
-         Transport t = Transport{}, rendezvous::log_sink log = {}) {
+  server(task_id self, cluster_spec spec, model_spec model, server_config<Transport> config = {}) {
+    server_options sopts = config.shard_options();
+    options& opts = config.options;
+    Transport& t = config.transport;
+    rendezvous::log_sink& log = config.log;
     if (!spec.contains(self)) throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
     for (std::uint32_t i = 0; i < spec.job(sopts.worker_job).size(); ++i) workers_.push_back({sopts.worker_job, i});
@@ -98,6 +102,7 @@ class server {
   }
 
   /// Blocks until a worker asked for shutdown (client::shutdown_servers) or stop() ran.
+  /// To also stop on SIGINT/SIGTERM, serve with ps::serve_until_signal (ps/serve.hpp).
   void wait() {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [this] { return stopping_; });

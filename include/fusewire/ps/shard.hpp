@@ -2,7 +2,8 @@
 /// ps::shard: everything one PS task holds and does — its dense slices and
 /// embedding rows, their optimizer slots, the sync-step aggregation and
 /// barrier, de-duplication of resent requests, and checkpoints — with no
-/// network in it. ps::server drives one shard from its endpoint's reactor
+/// network in it. It also keeps the worker barrier (client::barrier) when it
+/// is PS 0. ps::server drives one shard from its endpoint's reactor
 /// thread; tests drive it directly.
 ///
 /// Not thread-safe by design (share-nothing): one thread calls every member.
@@ -40,6 +41,7 @@
 
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/detail/barrier_tally.hpp>
 #include <fusewire/ps/message.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/optimizer.hpp>
@@ -97,7 +99,8 @@ class shard {
         reply_(std::move(reply)),
         incarnation_(incarnation),
         fingerprint_(model_.fingerprint(num_ps)),
-        workers_(num_workers) {
+        workers_(num_workers),
+        barrier_(num_workers) {
     if (ps_index >= num_ps) {
       throw_error(errc::invalid_argument, "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
     }
@@ -170,6 +173,8 @@ class shard {
     if (it == rows_[var].end()) return {};
     return {it->second.data.data(), static_cast<std::size_t>(model_.variables[var].row_size())};
   }
+  /// Barrier generations every worker passed so far.
+  std::uint64_t barrier_generation() const noexcept { return barrier_.generation(); }
   /// Rows of `var` created here so far.
   std::size_t row_count(std::uint32_t var) const { return var < rows_.size() ? rows_[var].size() : 0; }
 
@@ -241,6 +246,7 @@ class shard {
       }
     }
     if ((req.flags & request_flags::shutdown) != 0) shutdown_ = true;
+    if ((req.flags & request_flags::barrier) != 0) return arrive(worker, req);
     const bool waits = opts_.mode == training_mode::sync && req.min_step == global_step_ + 1;
     if (waits) {
       ++stats_.deferred;
@@ -662,6 +668,27 @@ class shard {
     }
   }
 
+  /// client::barrier(): see detail::barrier_tally.
+  void arrive(std::uint32_t worker, const request_view& req) {
+    switch (barrier_.arrive(worker, req.push_step, req.seq)) {
+      case detail::barrier_tally::outcome::waiting: return;
+      case detail::barrier_tally::outcome::passed: {
+        reply_builder rb(req.seq, global_step_, incarnation_);
+        return reply_(worker, rb.finish());
+      }
+      case detail::barrier_tally::outcome::out_of_step:
+        return fail(worker, req.seq, errc::invalid_argument,
+                    "barrier: worker index " + std::to_string(worker) + " is at generation " +
+                        std::to_string(req.push_step) + ", the others wait at " + std::to_string(barrier_.generation()));
+      case detail::barrier_tally::outcome::released: break;
+    }
+    const auto released = barrier_.take_released();
+    for (std::uint32_t w = 0; w < released.size(); ++w) {
+      reply_builder rb(released[w], global_step_, incarnation_);
+      reply_(w, rb.finish());
+    }
+  }
+
   void maybe_autosave() {
     if (opts_.checkpoint_every == 0 || opts_.checkpoint_dir.empty() || global_step_ % opts_.checkpoint_every != 0) return;
     try {
@@ -709,6 +736,7 @@ class shard {
   std::vector<std::unordered_map<std::int64_t, row_state>> rows_;
   std::vector<std::unordered_map<std::int64_t, std::vector<float>>> acc_rows_;
   std::vector<worker_state> workers_;
+  detail::barrier_tally barrier_;
   std::set<std::uint32_t> contributors_;
   std::vector<deferred_request> deferred_;
   std::vector<float> grad_;

@@ -1,0 +1,83 @@
+#pragma once
+/// ps::server_config and ps::client_config: everything a PS task or a worker
+/// is set up with besides who it is, the cluster and the model — one
+/// aggregate each, written with designated initializers:
+///
+///     ps::server<fw::asio_tcp> server({"ps", 0}, spec, model, {.options = net, .mode = ps::training_mode::sync});
+///     ps::client<fw::asio_tcp> client({"worker", 0}, spec, model, {.options = net, .step_timeout = 10s});
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <fusewire/core/options.hpp>
+#include <fusewire/ps/model.hpp>
+#include <fusewire/ps/shard.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/transport/concepts.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+/// How a PS task is set up; see the file comment. The training and checkpoint
+/// fields mean (and default to) what they do in server_options, which the shard takes.
+template <transport Transport>
+struct server_config {
+  /// The endpoint's options (reactor mode, pool size, connect timeout, ...).
+  fusewire::options options{};
+  training_mode mode = training_mode::async;
+  /// Job whose tasks send requests (each gets one posted receive) and meet at client::barrier().
+  std::string worker_job = "worker";
+  /// sync: pushes averaged per step; 0 = the number of tasks in worker_job.
+  std::size_t replicas = 0;
+  /// Where checkpoints go (file checkpoint_path(dir, index, num_ps)); empty = none.
+  std::filesystem::path checkpoint_dir{};
+  /// Save after every N applied steps; 0 = only when a worker asks (client::save_checkpoint).
+  std::uint64_t checkpoint_every = 0;
+  /// At start, load the checkpoint file if it exists.
+  bool restore = true;
+  Transport transport{};
+  /// Where the endpoint's diagnostics go; empty = nowhere.
+  rendezvous::log_sink log{};
+
+  /// The fields the shard takes.
+  server_options shard_options() const {
+    server_options so;
+    so.mode = mode;
+    so.worker_job = worker_job;
+    so.replicas = replicas;
+    so.checkpoint_dir = checkpoint_dir;
+    so.checkpoint_every = checkpoint_every;
+    so.restore = restore;
+    return so;
+  }
+};
+
+/// How a worker talks to the PS tasks; see the file comment.
+template <transport Transport>
+struct client_config {
+  /// The endpoint's options (reactor mode, pool size, connect timeout, ...).
+  fusewire::options options{};
+  /// Must match the servers' mode (a PS refuses requests of the other mode).
+  training_mode mode = training_mode::async;
+  /// Job of the PS tasks; their count is num_ps.
+  std::string ps_job = "ps";
+  /// A run() fails with errc::timed_out if some PS has not answered by then.
+  std::chrono::milliseconds step_timeout{30000};
+  /// Resend a request that got no reply for this long.
+  std::chrono::milliseconds retry_interval{2000};
+  /// true: one fused request per PS per run(). false: one request per pull/push
+  /// and slice (all in flight at once) — the baseline fusion is measured against;
+  /// async only.
+  bool fuse = true;
+  Transport transport{};
+  /// Where the endpoint's diagnostics go; empty = nowhere.
+  rendezvous::log_sink log{};
+};
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire
