@@ -65,6 +65,7 @@
 #include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
+#include <fusewire/transport/detail/stream_connection.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
 
 namespace fusewire {
@@ -125,39 +126,22 @@ struct asio_write_op {
   std::size_t written = 0;  // bytes sent so far
 };
 
-/// A read queued on an asio_connection_state.
-struct asio_read_op {
-  mutable_buffer dst;
-  std::size_t filled = 0;  // exact reads: bytes already in dst
-  util::unique_function<void(std::error_code, std::size_t)> exact;
-  util::unique_function<void(std::error_code, tensor_buffer)> some;
-  std::error_code preset;
-};
-
 /// One TCP connection's state, shared by its handle and its in-flight Asio
 /// operations (which hold a ref_ptr until their handler ran).
-class asio_connection_state final : public ref_counted, public closable, public spin_reader {
+class asio_connection_state final : public stream_connection<asio_connection_state, asio_reactor>,
+                                    public spin_reader {
  public:
   using socket_type = boost::asio::ip::tcp::socket;
-  using release_handler = release_progress::handler_type;
 
   asio_connection_state(asio_reactor& reactor, socket_type socket, asio_options opts)
-      : reactor_(&reactor), socket_(std::move(socket)), opts_(opts) {
-    reactor_->add_closable(*this);
-  }
+      : stream_connection(reactor), socket_(std::move(socket)), opts_(opts) {}
 
   ~asio_connection_state() override {
-    if (closable_linked_) {  // still open, so the reactor (and its engine) still runs
-      reactor_->remove_closable(*this);
-      reactor_->engine().unwatch(*this);
-    }
+    unlink();
     if (released_fd_ >= 0) ::close(released_fd_);
     if (detached_fd_ >= 0) ::close(detached_fd_);
   }
 
-  asio_reactor& reactor() const noexcept { return *reactor_; }
-  bool is_open() const noexcept { return open_; }
-  const std::string& peer() const noexcept { return peer_; }
   int native_handle() noexcept { return detached_fd_ >= 0 ? detached_fd_ : socket_ ? socket_->native_handle() : -1; }
   const asio_tcp_stats& stats() const noexcept { return stats_; }
 
@@ -188,78 +172,6 @@ class asio_connection_state final : public ref_counted, public closable, public 
     }
   }
 
-  template <class H>
-  void async_read(mutable_buffer dst, H&& handler) {
-    reactor_->work_started();
-    read_op op;
-    op.dst = dst;
-    op.exact = std::forward<H>(handler);
-    enqueue_read(std::move(op));
-  }
-
-  template <class H>
-  void async_read_some(H&& handler) {
-    reactor_->work_started();
-    read_op op;
-    op.some = std::forward<H>(handler);
-    enqueue_read(std::move(op));
-  }
-
-  /// An exact read served now from the bytes read ahead (see
-  /// readahead_connection); false: nothing consumed.
-  bool try_read(mutable_buffer dst) {
-    if (!open_ || reading_ || !reads_.empty()) return false;
-    return take_exactly(ahead_, dst);
-  }
-
-  /// Closes the socket. The operation Asio is running completes through its own
-  /// handler (errc::cancelled); the queued ones after it, in call order.
-  /// During a release: the release fails with errc::cancelled and closes the socket.
-  void close() noexcept {
-    if (!open_) {
-      if (release_.active()) abort_release();
-      return;
-    }
-    open_ = false;
-    if (closable_linked_) reactor_->remove_closable(*this);
-    boost::system::error_code ignored;
-    if (socket_) socket_->close(ignored);
-    if (detached_fd_ >= 0) ::close(std::exchange(detached_fd_, -1));
-    chunk_.reset();
-    chunk_used_ = 0;
-    ahead_.clear();
-    wind_down();
-  }
-
-  void shutdown() noexcept override { close(); }
-
-  /// Takes the socket back from Asio without shutting it down; once the
-  /// handlers of the operations that aborted have run, `handler(error_code{},
-  /// fd)` runs, posted (see handoff_transport in concepts.hpp).
-  template <class H>
-  void async_release(H&& handler) {
-    reactor_->work_started();
-    release_handler h(std::forward<H>(handler));
-    if (!open_) {  // closed, or released (or being released) already
-      reactor_->post([self = ref_ptr<asio_connection_state>(this), h = std::move(h)]() mutable {
-        self->complete(h, make_error_code(errc::connection_closed), -1);
-      });
-      return;
-    }
-    open_ = false;
-    release_.start(std::move(h));
-    // Still registered as closable: a stop during the release closes the socket.
-    if (!ahead_.empty()) release_.lose_stream();
-    boost::system::error_code ec;
-    released_fd_ = detached_fd_ >= 0 ? std::exchange(detached_fd_, -1) : socket_->release(ec);
-    if (ec) {
-      release_.fail(from_asio(ec, false));
-      released_fd_ = -1;
-      socket_->close(ec);
-    }
-    wind_down();
-  }
-
   /// Starts the connect; `on_done(error_code)` runs once, from Asio's handler.
   template <class F>
   void connect(const boost::asio::ip::tcp::endpoint& endpoint, F&& on_done) {
@@ -270,23 +182,59 @@ class asio_connection_state final : public ref_counted, public closable, public 
       std::error_code e = from_asio(ec, !self->open_);
       if (!e) e = self->prepare();
       if (e) self->close();
-      self->release_socket_if_idle();
+      self->let_go_if_idle();
       f(e);
     });
   }
 
  private:
+  friend stream_connection;
   using write_op = asio_write_op;
-  using read_op = asio_read_op;
 
-  /// close() and async_release(), once the connection stopped being open:
-  /// posts the completions of the queued operations, and lets go of the
-  /// socket once Asio is done with it.
-  void wind_down() noexcept {
-    reactor_->engine().unwatch(*this);
-    read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
-    write_task_.schedule(*reactor_);
-    release_socket_if_idle();
+  static constexpr const char* release_no_memory = "asio_tcp: could not post a release's completion (out of memory)";
+
+  // ---- stream_connection's hooks ----
+
+  /// Closes the socket: the operation Asio is running completes through its
+  /// own handler (errc::cancelled); the queued ones after it, in call order.
+  void close_stream() noexcept {
+    boost::system::error_code ignored;
+    if (socket_) socket_->close(ignored);
+    if (detached_fd_ >= 0) ::close(std::exchange(detached_fd_, -1));
+    chunk_.reset();
+    chunk_used_ = 0;
+  }
+
+  /// Takes the socket back from Asio (basic_socket::release(), which aborts
+  /// Asio's operations on it); the fd is handed out once their handlers ran.
+  void begin_release() noexcept {
+    boost::system::error_code ec;
+    released_fd_ = detached_fd_ >= 0 ? std::exchange(detached_fd_, -1) : socket_->release(ec);
+    if (ec) {
+      release_.fail(from_asio(ec, false));
+      released_fd_ = -1;
+      socket_->close(ec);
+    }
+  }
+
+  void abort_handoff() noexcept {
+    if (released_fd_ >= 0) ::close(std::exchange(released_fd_, -1));
+  }
+
+  int take_released_fd() noexcept {
+    chunk_.reset();
+    chunk_used_ = 0;
+    return std::exchange(released_fd_, -1);
+  }
+
+  bool writes_pending() const noexcept { return !writes_.empty(); }
+  bool may_take_ahead(std::size_t) const noexcept { return !reading_; }
+  void took_ahead(std::size_t) noexcept {}
+  void dropped_ahead() noexcept {}
+  bool may_start_read(const read_op&) const noexcept { return !reading_; }
+  // Never completes inline: bytes read now are served by the posted pump.
+  void start_first_read() {
+    if (start_read()) read_task_.schedule(*reactor_);
   }
 
   /// Why queued operations fail now (or no error: they may run).
@@ -312,7 +260,7 @@ class asio_connection_state final : public ref_counted, public closable, public 
       writes_.pop_front();
       complete(op.handler, ec, std::size_t{0});
     }
-    release_socket_if_idle();
+    let_go_if_idle();
   }
 
   void start_write() {
@@ -425,15 +373,6 @@ class asio_connection_state final : public ref_counted, public closable, public 
     on_written(written_ec_);
   }
 
-  void enqueue_read(read_op op) {
-    if (!open_) op.preset = make_error_code(errc::connection_closed);
-    const bool direct = reads_.empty() && !reading_ && open_ && !read_error_ && ahead_.empty();
-    reads_.push_back(std::move(op));
-    if (reads_pump_.running) return;  // a handler the pump called: the pump serves it next
-    // Never completes inline: bytes read now are served by the posted pump.
-    if (!direct || start_read()) read_task_.schedule(*reactor_);
-  }
-
   /// Serves the queued reads, in order, from what was read ahead; reads the
   /// socket for the first one that needs more (or fails them on an error).
   void pump_reads() {
@@ -466,20 +405,9 @@ class asio_connection_state final : public ref_counted, public closable, public 
         break;
       }
       read_op op = pop_read();
-      if (op.filled != 0) release_.lose_stream();  // the bytes in dst would be lost to the next owner
-      if (op.exact) {
-        complete(op.exact, ec, op.filled);
-      } else {
-        complete(op.some, ec, tensor_buffer());
-      }
+      fail_read(op, ec);
     }
-    release_socket_if_idle();
-  }
-
-  read_op pop_read() {
-    read_op op = std::move(reads_.front());
-    reads_.pop_front();
-    return op;
+    let_go_if_idle();
   }
 
   // The front read needs bytes from the socket. An exact read of at least
@@ -688,83 +616,31 @@ class asio_connection_state final : public ref_counted, public closable, public 
   /// Drops the Asio socket object once closed and idle, so nothing of this
   /// state touches the io_context after the reactor stopped. A release is
   /// finished then: no Asio handler of this connection is left to run.
-  void release_socket_if_idle() noexcept {
+  void let_go_if_idle() noexcept {
     if (open_ || reading_ || waiting_ || writing_ || connecting_) return;
     socket_.reset();
-    release_.post_finish(*reactor_, "asio_tcp: could not post a release's completion (out of memory)",
-                         [self = ref_ptr<asio_connection_state>(this)] { self->finish_release(); });
-  }
-
-  /// close() or the reactor's stop during a release.
-  void abort_release() noexcept {
-    if (!release_.cancel()) return;
-    if (closable_linked_) reactor_->remove_closable(*this);
-    if (released_fd_ >= 0) ::close(std::exchange(released_fd_, -1));
-  }
-
-  /// Completes what the release aborted (in call order, before its own
-  /// handler), then hands out the fd, or closes it if the release failed.
-  void finish_release() {
-    pump_reads();
-    pump_writes();
-    if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
-      release_.repost();
-      release_socket_if_idle();  // posts this again
-      return;
-    }
-    if (closable_linked_) reactor_->remove_closable(*this);
-    // Bytes read ahead that no read took would be lost to the next owner.
-    if (!ahead_.empty()) release_.lose_stream();
-    std::error_code ec = release_.error();
-    int fd = std::exchange(released_fd_, -1);
-    if (!ec) ec = set_nonblocking_cloexec(fd);
-    if (ec && fd >= 0) {
-      ::close(fd);
-      fd = -1;
-    }
-    ahead_.clear();
-    chunk_.reset();
-    chunk_used_ = 0;
-    release_handler h = release_.finish();
-    complete(h, ec, fd);
-  }
-
-  template <class F, class... Args>
-  void complete(F& handler, Args&&... args) {
-    reactor_->work_finished();
-    reactor_->invoke(handler, std::forward<Args>(args)...);
+    post_release_finish();
   }
 
   static constexpr std::size_t min_chunk_tail = 2048;
 
-  asio_reactor* reactor_;
   std::optional<socket_type> socket_;
   asio_options opts_;
-  std::string peer_;
-  bool open_ = true;
   bool reading_ = false;  // an Asio read is in flight (into the chunk, or into the front read's destination)
   bool writing_ = false;
   bool connecting_ = false;
   bool waiting_ = false;  // an Asio wait for the socket to be readable is in flight
-  detail::read_pump reads_pump_;
-  member_task<asio_connection_state> read_task_{*this, &asio_connection_state::pump_reads};    ///< pump_reads, posted
-  member_task<asio_connection_state> write_task_{*this, &asio_connection_state::pump_writes};  ///< pump_writes, posted
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
   boost::system::error_code written_ec_;  ///< what post_written passes on
   bool written_failed_ = false;           ///< post_written ran: the front write failed with written_ec_
-  std::error_code read_error_;
-  std::error_code write_error_;
-  release_progress release_;
   int released_fd_ = -1;  // taken back from Asio, until the release's handler has it
   int detached_fd_ = -1;  // out of Asio's epoll set (detach()), until attach() or close
   boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  ///< for attach()
-  util::small_fifo<read_op> reads_;
   util::small_fifo<write_op> writes_;
   util::small_fifo<write_op> sent_;  ///< sent in full, before writes_; completed (in order) by written_task_
   std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
-  std::deque<tensor_buffer> ahead_;  // bytes read ahead, not handed out yet
   asio_tcp_stats stats_;
 };
 

@@ -116,6 +116,7 @@
 #include <fusewire/transport/detail/received.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/socket.hpp>
+#include <fusewire/transport/detail/stream_connection.hpp>
 #include <fusewire/transport/detail/thread_check.hpp>
 
 #ifndef IORING_SEND_ZC_REPORT_USAGE
@@ -175,33 +176,26 @@ struct uring_options {
 };
 
 /// One connection's state, kept alive by its handle and by its kernel operations.
-class uring_connection_state final : public ref_counted, public closable, public spin_reader {
+class uring_connection_state final : public stream_connection<uring_connection_state, uring_reactor>,
+                                     public spin_reader {
  public:
   using connect_handler = util::unique_function<void(std::error_code, uring_tcp_connection)>;
-  using release_handler = release_progress::handler_type;
 
   uring_connection_state(uring_reactor& reactor, int fd, uring_options opts)
-      : reactor_(&reactor), fd_(fd), opts_(opts) {
+      : stream_connection(reactor), fd_(fd), opts_(opts) {
     multishot_op_.owner = this;
     multishot_op_.complete = &on_multishot_cqe;
     direct_op_.owner = this;
     direct_op_.complete = &on_direct_cqe;
     connect_op_.owner = this;
     connect_op_.complete = &on_connect_cqe;
-    reactor_->add_closable(*this);
   }
 
   ~uring_connection_state() override {
-    if (closable_linked_) {  // still open, so the reactor (and its engine) still runs
-      reactor_->remove_closable(*this);
-      engine().unwatch(*this);
-    }
+    unlink();
     if (fd_ >= 0) ::close(fd_);
   }
 
-  uring_reactor& reactor() const noexcept { return *reactor_; }
-  bool is_open() const noexcept { return open_; }
-  const std::string& peer() const noexcept { return peer_; }
   int native_handle() const noexcept { return fd_; }
   const uring_tcp_stats& stats() const noexcept { return stats_; }
 
@@ -259,87 +253,6 @@ class uring_connection_state final : public ref_counted, public closable, public
     }
   }
 
-  // ---- reads ----------------------------------------------------------------
-
-  template <class H>
-  void async_read(mutable_buffer dst, H&& handler) {
-    reactor_->work_started();
-    read_req r;
-    r.dst = dst;
-    r.exact = std::forward<H>(handler);
-    if (!open_) r.result = make_error_code(errc::connection_closed);
-    enqueue_read(std::move(r));
-  }
-
-  template <class H>
-  void async_read_some(H&& handler) {
-    reactor_->work_started();
-    read_req r;
-    r.some = std::forward<H>(handler);
-    if (!open_) r.result = make_error_code(errc::connection_closed);
-    enqueue_read(std::move(r));
-  }
-
-  /// An exact read served now from what the multishot recv already delivered
-  /// (see readahead_connection); false: nothing consumed.
-  bool try_read(mutable_buffer dst) {
-    if (!open_ || !reads_.empty() || stash_bytes_ < dst.size()) return false;
-    if (!take_exactly(stash_, dst)) return false;
-    stash_bytes_ -= dst.size();
-    stats_.bytes_copied_to_destination += dst.size();
-    return true;
-  }
-
-  // ---- close ----------------------------------------------------------------
-
-  /// Shuts the socket down and cancels its kernel operations. Handlers run in
-  /// call order once the kernel is done with their buffers (posted, never inline).
-  /// During a release: the release fails with errc::cancelled and closes the socket.
-  void close() noexcept {
-    if (!open_) {
-      if (release_.active()) abort_release();
-      return;
-    }
-    open_ = false;
-    closed_locally_ = true;
-    if (closable_linked_) reactor_->remove_closable(*this);
-    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-    (void)cancel_kernel_ops();  // without an SQE, the shutdown above still ends every pending recv/send
-    wind_down();
-  }
-
-  void shutdown() noexcept override { close(); }
-
-  // ---- release --------------------------------------------------------------
-
-  /// Gives up the socket without shutting it down: cancels the kernel
-  /// operations as close() does, and once the kernel is done with every buffer
-  /// `handler(error_code{}, fd)` runs, posted, after the cancelled operations'
-  /// handlers (see handoff_transport in concepts.hpp).
-  template <class H>
-  void async_release(H&& handler) {
-    reactor_->work_started();
-    release_handler h(std::forward<H>(handler));
-    if (!open_) {  // closed, or released (or being released) already
-      reactor_->post([self = ref_ptr<uring_connection_state>(this), h = std::move(h)]() mutable {
-        self->complete(h, make_error_code(errc::connection_closed), -1);
-      });
-      return;
-    }
-    open_ = false;
-    closed_locally_ = true;
-    release_.start(std::move(h));
-    // Still registered as closable: a stop during the release closes the socket.
-    if (stash_bytes_ != 0) release_.lose_stream();
-    if (const std::error_code ec = cancel_kernel_ops()) {
-      // No SQE for a cancellation: only a shutdown ends the operations, and it
-      // leaves a socket nobody can use.
-      release_.fail(ec);
-      ::shutdown(fd_, SHUT_RDWR);
-    }
-    wind_down();
-  }
-
  private:
   enum class multishot_state { idle, armed, cancelling };
   enum class direct_kind { none, exact, fallback };
@@ -361,14 +274,6 @@ class uring_connection_state final : public ref_counted, public closable, public
     std::error_code result;
     msghdr msg{};
     util::unique_function<void(std::error_code, std::size_t)> handler;
-  };
-
-  struct read_req {
-    mutable_buffer dst;
-    std::size_t filled = 0;
-    std::error_code result;  // set when started on a closed connection
-    util::unique_function<void(std::error_code, std::size_t)> exact;
-    util::unique_function<void(std::error_code, tensor_buffer)> some;
   };
 
   // -- plumbing --
@@ -394,17 +299,46 @@ class uring_connection_state final : public ref_counted, public closable, public
     return {};
   }
 
-  /// close() and async_release(), after the cancellations: drops what was read
-  /// ahead, posts the completions of the queued operations, and lets go of the
-  /// fd once the kernel is done with it.
-  void wind_down() noexcept {
-    engine().unwatch(*this);
-    stash_.clear();
-    stash_bytes_ = 0;
-    read_task_.schedule(*reactor_);  // posting them cannot fail: the tasks are members
-    write_task_.schedule(*reactor_);
-    close_fd_if_idle();
+  // ---- stream_connection's hooks ----
+
+  friend stream_connection;
+
+  static constexpr const char* release_no_memory = "uring_tcp: could not post a release's completion (out of memory)";
+
+  /// Shuts the socket down and cancels its kernel operations; their handlers
+  /// run once the kernel is done with their buffers.
+  void close_stream() noexcept {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    (void)cancel_kernel_ops();  // without an SQE, the shutdown above still ends every pending recv/send
   }
+
+  /// Cancels the kernel operations as close() does, without the shutdown; the
+  /// fd is handed out once no SQE is in flight and no zero-copy notification is owed.
+  void begin_release() noexcept {
+    if (const std::error_code ec = cancel_kernel_ops()) {
+      // No SQE for a cancellation: only a shutdown ends the operations, and it
+      // leaves a socket nobody can use.
+      release_.fail(ec);
+      ::shutdown(fd_, SHUT_RDWR);
+    }
+  }
+
+  void abort_handoff() noexcept {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    let_go_if_idle();
+  }
+
+  int take_released_fd() noexcept { return std::exchange(fd_, -1); }
+  bool writes_pending() const noexcept { return !writes_.empty(); }
+  bool may_take_ahead(std::size_t n) const noexcept { return ahead_bytes_ >= n; }
+  void took_ahead(std::size_t n) noexcept {
+    ahead_bytes_ -= n;
+    stats_.bytes_copied_to_destination += n;
+  }
+  void dropped_ahead() noexcept { ahead_bytes_ = 0; }
+  /// Nothing could complete inline: a non-empty destination.
+  static bool may_start_read(const read_op& op) noexcept { return op.some || !op.dst.empty(); }
+  void start_first_read() { pump_reads(); }
 
 
   uring_engine& engine() noexcept { return reactor_->engine(); }
@@ -419,13 +353,13 @@ class uring_connection_state final : public ref_counted, public closable, public
   /// A request's last CQE arrived (zero-copy notifications are counted apart).
   void request_done() noexcept {
     --requests_;
-    close_fd_if_idle();
+    let_go_if_idle();
   }
 
   /// Called at the end of a final CQE's handling; may delete this.
   void op_done() noexcept {
     if (--kernel_ops_ == 0) {
-      close_fd_if_idle();
+      let_go_if_idle();
       release();
     }
   }
@@ -440,7 +374,7 @@ class uring_connection_state final : public ref_counted, public closable, public
   /// data would otherwise pin the caller's pages (and hold back the write's
   /// handler) until an unresponsive peer read them. A release that can still
   /// hand the fd out keeps it, and waits for the notifications too.
-  void close_fd_if_idle() noexcept {
+  void let_go_if_idle() noexcept {
     if (open_ || requests_ != 0) return;
     if (fd_ >= 0 && !(release_.active() && !release_.error())) {
       if (notifications_owed_ != 0) {
@@ -450,52 +384,11 @@ class uring_connection_state final : public ref_counted, public closable, public
       ::close(fd_);
       fd_ = -1;
     }
-    if (notifications_owed_ == 0) {
-      release_.post_finish(*reactor_, "uring_tcp: could not post a release's completion (out of memory)",
-                           [self = ref_ptr<uring_connection_state>(this)] { self->finish_release(); });
-    }
-  }
-
-  /// close() or the reactor's stop during a release.
-  void abort_release() noexcept {
-    if (!release_.cancel()) return;
-    if (closable_linked_) reactor_->remove_closable(*this);
-    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-    close_fd_if_idle();
-  }
-
-  /// Posted once the kernel is done with the socket: completes what the
-  /// release cancelled (in call order, before its own handler), then hands out
-  /// the fd, or closes it if the release failed meanwhile.
-  void finish_release() {
-    pump_reads();
-    pump_writes();
-    if (!reads_.empty() || !writes_.empty()) {  // more than one pass of the read pump
-      release_.repost();
-      close_fd_if_idle();  // posts this again
-      return;
-    }
-    if (closable_linked_) reactor_->remove_closable(*this);
-    const std::error_code ec = release_.error();
-    int fd = -1;
-    if (ec && fd_ >= 0) {
-      ::close(fd_);
-    } else {
-      fd = fd_;
-    }
-    fd_ = -1;
-    release_handler h = release_.finish();
-    complete(h, ec, fd);
-  }
-
-  template <class F, class... Args>
-  void complete(F& handler, Args&&... args) {
-    reactor_->work_finished();
-    reactor_->invoke(handler, std::forward<Args>(args)...);
+    if (notifications_owed_ == 0) post_release_finish();
   }
 
   std::error_code error_from(int res) const {
-    if (closed_locally_) return make_error_code(errc::cancelled);
+    if (!open_) return make_error_code(errc::cancelled);  // closed or released here
     return from_errno(-res);
   }
 
@@ -517,22 +410,22 @@ class uring_connection_state final : public ref_counted, public closable, public
       if (!open_) {
         // Closed: everything not in the kernel's hands completes with cancelled, in order.
         if (direct_ == direct_kind::exact) return;
-        read_req r = pop_read();
-        fail_read(r, r.result ? r.result : make_error_code(errc::cancelled));
+        read_op r = pop_read();
+        fail_read(r, r.preset ? r.preset : make_error_code(errc::cancelled));
         continue;
       }
-      read_req& front = reads_.front();
+      read_op& front = reads_.front();
       if (front.some) {
-        if (!stash_.empty()) {
-          tensor_buffer b = std::move(stash_.front());
-          stash_.pop_front();
-          stash_bytes_ -= b.size();
-          read_req r = pop_read();
+        if (!ahead_.empty()) {
+          tensor_buffer b = std::move(ahead_.front());
+          ahead_.pop_front();
+          ahead_bytes_ -= b.size();
+          read_op r = pop_read();
           complete(r.some, std::error_code(), std::move(b));
           continue;
         }
         if (read_error_) {
-          read_req r = pop_read();
+          read_op r = pop_read();
           fail_read(r, read_error_);
           continue;
         }
@@ -545,16 +438,16 @@ class uring_connection_state final : public ref_counted, public closable, public
         break;
       }
       // exact read: first what already arrived (the one copy), then straight into dst
-      const std::size_t copied = take_received(stash_, front.dst, front.filled);
+      const std::size_t copied = take_received(ahead_, front.dst, front.filled);
       stats_.bytes_copied_to_destination += copied;
-      stash_bytes_ -= copied;
+      ahead_bytes_ -= copied;
       if (front.filled == front.dst.size()) {
-        read_req r = pop_read();
+        read_op r = pop_read();
         complete(r.exact, std::error_code(), r.filled);
         continue;
       }
       if (read_error_) {
-        read_req r = pop_read();
+        read_op r = pop_read();
         fail_read(r, read_error_);
         continue;
       }
@@ -586,40 +479,10 @@ class uring_connection_state final : public ref_counted, public closable, public
       break;
     }
     // Backpressure: stop reading ahead once enough unconsumed bytes piled up.
-    if (multishot_ == multishot_state::armed && stash_bytes_ >= opts_.read_ahead &&
+    if (multishot_ == multishot_state::armed && ahead_bytes_ >= opts_.read_ahead &&
         (reads_.empty() || reads_.front().exact)) {
       cancel(multishot_op_);
       multishot_ = multishot_state::cancelling;
-    }
-  }
-
-  /// Left to the running pump when a handler it called queues this read;
-  /// straight to pump_reads() when it cannot complete anything inline (nothing
-  /// queued, nothing read ahead, no error, a non-empty destination); else posted.
-  void enqueue_read(read_req r) {
-    const bool direct = reads_.empty() && stash_.empty() && open_ && !read_error_ &&
-                        (r.some || !r.dst.empty());
-    reads_.push_back(std::move(r));
-    if (reads_pump_.running) return;
-    if (direct) {
-      pump_reads();
-    } else {
-      read_task_.schedule(*reactor_);
-    }
-  }
-
-  read_req pop_read() {
-    read_req r = std::move(reads_.front());
-    reads_.pop_front();
-    return r;
-  }
-
-  void fail_read(read_req& r, std::error_code ec) {
-    if (r.filled != 0) release_.lose_stream();  // the bytes in dst would be lost to the next owner
-    if (r.exact) {
-      complete(r.exact, ec, r.filled);
-    } else {
-      complete(r.some, ec, tensor_buffer());
     }
   }
 
@@ -632,7 +495,7 @@ class uring_connection_state final : public ref_counted, public closable, public
     ++stats_.multishot_arms;
   }
 
-  void start_direct_recv(read_req& r) {
+  void start_direct_recv(read_op& r) {
     io_uring_sqe* sqe = start(direct_op_);
     const std::size_t len = std::min<std::size_t>(r.dst.size() - r.filled, 1u << 30);
     io_uring_prep_recv(sqe, fd_, r.dst.data() + r.filled, len, MSG_WAITALL);
@@ -651,7 +514,7 @@ class uring_connection_state final : public ref_counted, public closable, public
   /// Whether `r` (the front read) waits for the multishot receive or a spin
   /// read and a copy: an exact read below copy_threshold, outside a bulk
   /// stretch. Anything else gets its own recv, or ring buffers as they are.
-  bool small_exact(const read_req& r) const noexcept {
+  bool small_exact(const read_op& r) const noexcept {
     return !r.some && r.dst.size() < opts_.copy_threshold && bulk_credit_ == 0;
   }
 
@@ -660,7 +523,7 @@ class uring_connection_state final : public ref_counted, public closable, public
   /// in flight (while the multishot recv is being cancelled, it waits for the
   /// cancellation's last bytes).
   result spin_read() override {
-    if (!open_ || reads_.empty() || direct_ != direct_kind::none || stash_bytes_ != 0) return result::done;
+    if (!open_ || reads_.empty() || direct_ != direct_kind::none || ahead_bytes_ != 0) return result::done;
     if (multishot_ == multishot_state::cancelling) return result::idle;  // its last bytes come first
     // Only small exact reads: a read_some keeps getting ring buffers (handed over as they are).
     if (!small_exact(reads_.front())) return result::done;
@@ -683,10 +546,10 @@ class uring_connection_state final : public ref_counted, public closable, public
     } else {
       tensor_buffer buf = fresh.empty() ? spin_buffer_.keep(static_cast<std::size_t>(n)) : std::move(fresh);
       buf.trim(static_cast<std::size_t>(n));
-      stash_bytes_ += buf.size();
+      ahead_bytes_ += buf.size();
       stats_.bytes_received += buf.size();
       ++stats_.spin_reads;
-      stash_.push_back(std::move(buf));
+      ahead_.push_back(std::move(buf));
       // The connection is hot and these recvs serve it: a multishot recv still
       // armed would be woken by every message, and its poll wake-up runs in the
       // sender's sendmsg (on loopback about 0.3 us per message). It goes;
@@ -728,8 +591,8 @@ class uring_connection_state final : public ref_counted, public closable, public
     if ((flags & IORING_CQE_F_BUFFER) != 0) {
       const auto bid = static_cast<std::uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
       if (res > 0 && open_) {
-        stash_.push_back(ring->take(bid, static_cast<std::size_t>(res)));
-        stash_bytes_ += static_cast<std::size_t>(res);
+        ahead_.push_back(ring->take(bid, static_cast<std::size_t>(res)));
+        ahead_bytes_ += static_cast<std::size_t>(res);
         stats_.bytes_received += static_cast<std::size_t>(res);
         ++stats_.ring_buffers;
         engine().runtime_features().recv_multishot = uring_features::tri::yes;
@@ -742,8 +605,8 @@ class uring_connection_state final : public ref_counted, public closable, public
     if (final) {
       multishot_ = multishot_state::idle;
       if (res == 0) {
-        if (!read_error_) read_error_ = closed_locally_ ? make_error_code(errc::cancelled)
-                                                       : make_error_code(errc::connection_closed);
+        if (!read_error_) read_error_ = !open_ ? make_error_code(errc::cancelled)
+                                               : make_error_code(errc::connection_closed);
       } else if (res == -ENOBUFS) {
         ring_starved_ = true;  // the next read_some uses a plain recv
       } else if (res == -EINVAL && engine().runtime_features().recv_multishot == uring_features::tri::unknown) {
@@ -767,16 +630,16 @@ class uring_connection_state final : public ref_counted, public closable, public
     const direct_kind kind = direct_;
     direct_ = direct_kind::none;
     if (kind == direct_kind::exact) {
-      read_req& r = reads_.front();
+      read_op& r = reads_.front();
       if (res > 0) {
         r.filled += static_cast<std::size_t>(res);
         stats_.bytes_received += static_cast<std::size_t>(res);
       }
       if (r.filled == r.dst.size()) {
-        read_req done = pop_read();
+        read_op done = pop_read();
         complete(done.exact, std::error_code(), done.filled);
       } else if (!open_) {
-        read_req done = pop_read();
+        read_op done = pop_read();
         fail_read(done, make_error_code(errc::cancelled));
       } else if (res == 0) {
         read_error_ = make_error_code(errc::connection_closed);
@@ -790,8 +653,8 @@ class uring_connection_state final : public ref_counted, public closable, public
       if (res > 0 && open_) {
         got.trim(static_cast<std::size_t>(res));
         stats_.bytes_received += static_cast<std::size_t>(res);
-        stash_bytes_ += got.size();
-        stash_.push_back(std::move(got));
+        ahead_bytes_ += got.size();
+        ahead_.push_back(std::move(got));
       } else if (res == 0 && open_) {
         read_error_ = make_error_code(errc::connection_closed);
       } else if (res < 0 && res != -EAGAIN && res != -EINTR && res != -ECANCELED && !read_error_) {
@@ -925,7 +788,7 @@ class uring_connection_state final : public ref_counted, public closable, public
       engine().runtime_features().zc_report_usage = uring_features::tri::no;  // retried without the flag
     } else if (res < 0 && res != -EAGAIN && res != -EINTR) {
       const std::error_code ec = error_from(res);
-      if (!closed_locally_ && !write_error_) write_error_ = ec;
+      if (open_ && !write_error_) write_error_ = ec;
       w.result = ec;
       w.finished = true;
     }
@@ -961,21 +824,14 @@ class uring_connection_state final : public ref_counted, public closable, public
 
   void on_connect(int res, unsigned);
 
-  uring_reactor* reactor_;
   int fd_;
   uring_options opts_;
-  std::string peer_;
-  bool open_ = true;
-  bool closed_locally_ = false;
   bool connecting_ = false;
   bool ring_starved_ = false;
   bool zc_allowed_ = false;  // large writes may use SENDMSG_ZC (policy, peer, the kernel's copy reports)
-  detail::read_pump reads_pump_;
   /// Small exact reads still to be served by exact recvs after a large one.
   unsigned bulk_credit_ = 0;
   static constexpr unsigned bulk_follow_reads = 4;  ///< two frames' header and meta
-  member_task<uring_connection_state> read_task_{*this, &uring_connection_state::pump_reads};    ///< pump_reads, posted
-  member_task<uring_connection_state> write_task_{*this, &uring_connection_state::pump_writes};  ///< pump_writes, posted
   std::size_t kernel_ops_ = 0;  // requests + owed zero-copy notifications; holds a reference while > 0
   // Zero-copy notifications still owed, by all writes. Only these make close
   // reset the socket: kernel_ops_ also counts the CQE being handled, whose
@@ -990,14 +846,9 @@ class uring_connection_state final : public ref_counted, public closable, public
   op_slot connect_op_;
   socket_address connect_addr_;
   connect_handler connect_handler_;
-  release_progress release_;
-  std::error_code read_error_;
-  std::error_code write_error_;
-  std::deque<read_req> reads_;
   std::deque<std::unique_ptr<write_req>> writes_;
   std::unique_ptr<write_req> spare_write_;  ///< a finished write's record, for the next write
-  std::deque<tensor_buffer> stash_;  // received, not yet read
-  std::size_t stash_bytes_ = 0;
+  std::size_t ahead_bytes_ = 0;  ///< in ahead_
   tensor_buffer fallback_;
   static constexpr std::size_t spin_read_bytes = 4096;  ///< a spinning reactor's plain recv takes at most this
   fusewire::reusable_buffer spin_buffer_{spin_read_bytes};
