@@ -2,7 +2,7 @@
 /// rendezvous::endpoint: TensorFlow-style keyed send/recv between the tasks of
 /// a cluster, over any fusewire::transport.
 ///
-/// One endpoint per process (its task_id, the cluster_spec, options). It
+/// One endpoint per process (its task_id, the cluster_spec, an endpoint_config). It
 /// listens on its task's fast-path endpoint and connects to a peer on the
 /// first send to it (reconnecting with backoff, for at most
 /// options.connect_timeout). A task that has no connection to a peer but holds
@@ -178,7 +178,6 @@ struct recv_result {
   tensor_buffer buffer;
 };
 
-
 /// One process's rendezvous endpoint over transport `Transport`; see the file comment.
 template <transport Transport>
 class endpoint {
@@ -191,17 +190,21 @@ class endpoint {
   using send_handler = fusewire::util::unique_function<void(std::error_code)>;
   using recv_handler = fusewire::util::unique_function<void(std::error_code, tensor_buffer)>;
 
-  /// Starts the reactor and listens on `self`'s fast-path endpoint. Throws
-  /// std::system_error: errc::invalid_argument if `spec` has no task `self`,
-  /// errc::invalid_config for bad options, errc::not_supported for a cluster
-  /// token in a build without libcrypto, or the listen error naming the address.
-  endpoint(task_id self, cluster_spec spec, options opts, Transport t = Transport{}, log_sink log = {},
-           endpoint_tuning tuning = {})
+  /// What the constructor takes besides the task and the cluster (see endpoint_config).
+  using config_type = endpoint_config<Transport>;
+
+  /// Starts the reactors and listens on `self`'s fast-path endpoint, e.g.
+  /// `endpoint<uring_tcp> ep(me, spec, {.options = o, .tuning = {.stripes = 4}})`.
+  /// Throws std::system_error: errc::invalid_argument if `spec` has no task
+  /// `self`, errc::invalid_config for bad options or tuning, errc::not_supported
+  /// for a cluster token in a build without libcrypto, or the listen error
+  /// naming the address.
+  endpoint(task_id self, cluster_spec spec, config_type config = {})
       : self_(std::move(self)),
         spec_(std::move(spec)),
-        opts_(std::move(opts)),
-        tuning_(tuning),
-        transport_(std::move(t)) {
+        opts_(std::move(config.options)),
+        tuning_(config.tuning),
+        transport_(std::move(config.transport)) {
     opts_.validate();
     if (tuning_.stripes < 1 || tuning_.stripes > 16) {
       throw_error(errc::invalid_config, "endpoint_tuning.stripes = " + std::to_string(tuning_.stripes) +
@@ -225,7 +228,7 @@ class endpoint {
     reactor_config cfg = make_reactor_config(opts_, 1);
     cfg.count = shards_;
     group_ = std::make_unique<group_type>(cfg);
-    for (unsigned i = 0; i < shards_; ++i) shard_list_.push_back(std::make_unique<shard>(*this, i, log));
+    for (unsigned i = 0; i < shards_; ++i) shard_list_.push_back(std::make_unique<shard>(*this, i, config.log));
     std::error_code ec;
     // Reactor 0 listens, and an accepted connection moves to its peer's reactor
     // after the handshake: every other reactor is started before it listens, so
@@ -403,7 +406,6 @@ class endpoint {
     std::uint64_t hash = 0;  ///< detail::peer_hash_of(name)
   };
 
-
  public:
   /// Sends and recvs collected on one thread and handed to the reactors in one
   /// task (see rendezvous/batch.hpp).
@@ -441,9 +443,8 @@ class endpoint {
   template <class, class>
   friend class detail::rdma_direct;  // RDMA direct placement
 
-  // The records a shard keeps (rendezvous/detail/operations.hpp).
-  struct send_op;
-  struct recv_op;
+  // The records a shard keeps (rendezvous/detail/operations.hpp; send_op and
+  // recv_op are declared above).
   struct out_peer;
   struct incoming;
   struct arrival;
