@@ -154,8 +154,9 @@ class fusewire_server final : public server {
       : config_(c),
         name_(std::move(name)),
         peers_(make_peers(c)),
-        ep_(fw_task{"ps", c.task}, spec_for(c, name_), make_options(name_, c.transport, fusewire::role::ps),
-            make_transport<Transport>(c.transport)) {}
+        ep_(fw_task{"ps", c.task}, spec_for(c, name_),
+            {.options = make_options(name_, c.transport, fusewire::role::ps),
+             .transport = make_transport<Transport>(c.transport)}) {}
 
   // ep_ goes first (declared last): pending receives complete (cancelled)
   // while it closes, with peers_ still there.
@@ -327,8 +328,9 @@ class fusewire_client final : public client {
       : config_(c),
         name_(std::move(name)),
         ps_(make_ps_states(c)),
-        ep_(fw_task{"worker", c.task}, spec_for(c, name_), make_options(name_, c.transport, fusewire::role::worker),
-            make_transport<Transport>(c.transport)) {
+        ep_(fw_task{"worker", c.task}, spec_for(c, name_),
+            {.options = make_options(name_, c.transport, fusewire::role::worker),
+             .transport = make_transport<Transport>(c.transport)}) {
     // Connect to every PS now (a send completes once the connection is up and
     // the bytes are in the kernel): "hello" is a size announcement of 0.
     std::vector<std::future<std::error_code>> hellos;

@@ -265,7 +265,7 @@ int run_task(const settings& s, const fg::plan& plan, std::size_t index, const f
   fw::options opts;
   opts.mode = s.reactor;
   opts.connect_timeout = 20000ms;
-  fw::rendezvous::endpoint<T> ep(part.task, spec, opts);
+  fw::rendezvous::endpoint<T> ep(part.task, spec, {.options = opts});
   fg::rendezvous_channel<T> ch(ep, {.recv_timeout = 60000ms, .on_send_error = {}});
   fg::executor ex(part.graph);
   const std::vector<std::string> all_fetches{"out", "ps0/update", "ps1/update"};

@@ -62,7 +62,9 @@ struct bench {
   fw::cluster_spec spec;
   ep_t ps, w;
   bench(fw::cluster_spec s, fw::options o)
-      : spec(std::move(s)), ps(ps0, spec, o, verbs_test::transport()), w(w0, spec, o, verbs_test::transport()) {
+      : spec(std::move(s)),
+        ps(ps0, spec, {.options = o, .transport = verbs_test::transport()}),
+        w(w0, spec, {.options = o, .transport = verbs_test::transport()}) {
     if (w.send_sync(ps0, "warm", rvtest::pattern(16, 1), 60s) || ps.recv_sync(w0, "warm", 60s).ec) {
       std::fprintf(stderr, "direct_bench: warm-up exchange failed\n");
       std::exit(1);

@@ -186,8 +186,8 @@ rt_result skew_round_trip(const settings& s, bool chunking) {
   o.chunking = chunking;
   rv::endpoint_tuning tuning;
   if (const char* st = std::getenv("RVBENCH_STRIPES")) tuning.stripes = static_cast<unsigned>(std::atoi(st));
-  rv::endpoint<T> ps(ps0, spec, o, make_transport<T>(), {}, tuning);
-  rv::endpoint<T> worker(w0, spec, o, make_transport<T>(), {}, tuning);
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = tuning, .transport = make_transport<T>()});
+  rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = tuning, .transport = make_transport<T>()});
   auto bufs = skew_buffers();
   std::vector<fw::const_buffer> sg;
   std::size_t total = 0;
@@ -300,8 +300,8 @@ double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_sta
   auto spec = cluster(1);
   fw::options o = bench_options();
   o.coalesce = fused;
-  rv::endpoint<T> ps(ps0, spec, o, make_transport<T>());
-  rv::endpoint<T> worker(w0, spec, o, make_transport<T>());
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .transport = make_transport<T>()});
+  rv::endpoint<T> worker(w0, spec, {.options = o, .transport = make_transport<T>()});
   constexpr int per_step = 1000;
   std::vector<std::string> keys;
   for (int k = 0; k < per_step; ++k) keys.push_back(std::string("t").append(std::to_string(k)));
@@ -371,7 +371,7 @@ void idle_memory(unsigned warm, unsigned n) {
       fw::options o = bench_options();
       o.mode = fw::reactor_mode::block;
       o.pool_size = 1 << 20;
-      rv::endpoint<T> me({"worker", i}, spec, o);
+      rv::endpoint<T> me({"worker", i}, spec, {.options = o});
       auto b = fw::tensor_buffer::allocate(64);
       if (me.send_sync(ps0, "hello", b.share(), 20s)) ::_exit(2);
       auto r = me.recv_sync(ps0, "hello", 20s);
@@ -385,7 +385,7 @@ void idle_memory(unsigned warm, unsigned n) {
   }
   fw::options o = bench_options();
   o.mode = fw::reactor_mode::block;
-  rv::endpoint<T> ps(ps0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
   auto round = [&](unsigned from, unsigned to) {
     for (unsigned i = from; i < to; ++i) (void)!::write(go[i], "g", 1);
     for (unsigned i = from; i < to; ++i) {
@@ -419,12 +419,14 @@ double spread_run(const settings& s, unsigned ps_reactors, unsigned workers, std
   const fw::options o = bench_options();
   rv::endpoint_tuning pt;
   pt.reactors = ps_reactors;
-  rv::endpoint<T> ps(ps0, spec, o, make_transport<T>(), {}, pt);
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = pt, .transport = make_transport<T>()});
   rv::endpoint_tuning wt;
   wt.reactors = 1;
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
-    ws.push_back(std::make_unique<rv::endpoint<T>>(fw::task_id{"worker", i}, spec, o, make_transport<T>(), rv::log_sink{}, wt));
+    ws.push_back(std::make_unique<rv::endpoint<T>>(
+        fw::task_id{"worker", i}, spec,
+        rv::endpoint_config<T>{.options = o, .tuning = wt, .transport = make_transport<T>()}));
   }
   std::atomic<bool> failed{false};
   std::atomic<bool> ending{false};  // the workers are going: their connections' errors are expected

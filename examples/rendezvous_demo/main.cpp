@@ -109,7 +109,7 @@ fw::options demo_options() {
 /// The child: receives `count` tensors of each size, checks them, answers with the number intact.
 template <class T>
 int receiver(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts) {
-  rv::endpoint<T> ep(receiver_task, spec, demo_options());
+  rv::endpoint<T> ep(receiver_task, spec, {.options = demo_options()});
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const std::size_t n = sizes[s];
     const auto expect = pattern(n, static_cast<std::uint32_t>(n));
@@ -147,7 +147,7 @@ struct row {
 /// The parent: sends, waits for each size's answer, prints the table.
 template <class T>
 int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts) {
-  rv::endpoint<T> ep(sender_task, spec, demo_options());
+  rv::endpoint<T> ep(sender_task, spec, {.options = demo_options()});
   std::vector<row> rows;
   bool ok = true;
   for (std::size_t s = 0; s < sizes.size(); ++s) {

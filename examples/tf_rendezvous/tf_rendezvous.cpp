@@ -275,7 +275,7 @@ int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluste
   fusewire::options opts;
   opts.mode = fusewire::reactor_mode::block;
   opts.connect_timeout = std::chrono::seconds(20);
-  fusewire::rendezvous::endpoint<Transport> ep(part.task, cluster, opts);
+  fusewire::rendezvous::endpoint<Transport> ep(part.task, cluster, {.options = opts});
   fg::rendezvous_channel<Transport> channel(ep, {.recv_timeout = std::chrono::seconds(20), .on_send_error = {}});
   fg::executor ex(part.graph);
   const auto inputs = feeds();

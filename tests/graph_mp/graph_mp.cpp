@@ -160,7 +160,7 @@ int run_task(const case_def& c, const fg::plan& plan, std::size_t index, const f
              const reference& want, int report_fd) {
   const auto& part = plan.partitions[index];
   const fw::task_id self = part.task;
-  fw::rendezvous::endpoint<T> ep(self, spec, mp_options());
+  fw::rendezvous::endpoint<T> ep(self, spec, {.options = mp_options()});
   fg::rendezvous_channel<T> ch(ep, {.recv_timeout = 20000ms, .on_send_error = {}});
   fg::executor ex(part.graph);
   task_report report;

@@ -68,7 +68,7 @@ std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::
 
 template <class T>
 int exchange_ps(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(ps0, spec, mp_options());
+  rv::endpoint<T> ep(ps0, spec, {.options = mp_options()});
   for (unsigned w = 0; w < 2; ++w) {
     const fw::task_id peer{"worker", w};
     for (std::size_t n : size_classes) {
@@ -91,7 +91,7 @@ int exchange_ps(const fw::cluster_spec& spec) {
 
 template <class T>
 int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
-  rv::endpoint<T> ep({"worker", w}, spec, mp_options());
+  rv::endpoint<T> ep({"worker", w}, spec, {.options = mp_options()});
   for (std::size_t n : size_classes) {
     EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), rvtest::pattern(n, seed_of(w, n)), 60s));
   }
@@ -120,7 +120,7 @@ int run_exchange() {
 
 template <class T>
 int kill_ps(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(ps0, spec, mp_options());
+  rv::endpoint<T> ep(ps0, spec, {.options = mp_options()});
   rv::recv_result hello = ep.recv_sync(w0, "hello", 60s);
   EXPECT(!hello.ec);
   // worker:0 is killed while sending "big"; "never" is never sent.
@@ -149,7 +149,7 @@ int kill_ps(const fw::cluster_spec& spec) {
 
 template <class T>
 int kill_victim(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(w0, spec, mp_options());
+  rv::endpoint<T> ep(w0, spec, {.options = mp_options()});
   EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
   auto big = rvtest::pattern(64 << 20, 77);
   ep.send(ps0, "big", big.share(), [](std::error_code) {});
@@ -160,7 +160,7 @@ int kill_victim(const fw::cluster_spec& spec) {
 
 template <class T>
 int kill_survivor(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(w1, spec, mp_options());
+  rv::endpoint<T> ep(w1, spec, {.options = mp_options()});
   EXPECT(!ep.send_sync(ps0, "after", rvtest::pattern(1 << 20, 5), 60s));
   rv::recv_result ack = ep.recv_sync(ps0, "ack", 60s);
   EXPECT(!ack.ec && rvtest::matches(ack.buffer, 3, 3));
@@ -201,7 +201,7 @@ bool closed_by_peer(int fd) {
 
 template <class T>
 int hostile_ps(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(ps0, spec, mp_options());
+  rv::endpoint<T> ep(ps0, spec, {.options = mp_options()});
   for (int round = 0; round < 3; ++round) {
     rv::recv_result r = ep.recv_sync(w1, "round" + std::to_string(round), 60s);
     EXPECT(!r.ec && rvtest::matches(r.buffer, 100000, static_cast<std::uint32_t>(round)));
@@ -211,7 +211,7 @@ int hostile_ps(const fw::cluster_spec& spec) {
 
 template <class T>
 int hostile_worker(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(w1, spec, mp_options());
+  rv::endpoint<T> ep(w1, spec, {.options = mp_options()});
   for (int round = 0; round < 3; ++round) {
     EXPECT(!ep.send_sync(ps0, "round" + std::to_string(round),
                          rvtest::pattern(100000, static_cast<std::uint32_t>(round)), 60s));
@@ -283,7 +283,7 @@ fw::options frozen_options() {
 
 template <class T>
 int frozen_ps(const fw::cluster_spec& spec) {
-  rv::endpoint<T> ep(ps0, spec, frozen_options());
+  rv::endpoint<T> ep(ps0, spec, {.options = frozen_options()});
   EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);
   EXPECT(!ep.send_sync(w0, "welcome", rvtest::pattern(8, 2), 60s));
   // The driver stops this process here and later kills it.
@@ -293,7 +293,7 @@ int frozen_ps(const fw::cluster_spec& spec) {
 
 template <class T>
 int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const signal_pipe& stopped) {
-  rv::endpoint<T> ep(w0, spec, frozen_options());
+  rv::endpoint<T> ep(w0, spec, {.options = frozen_options()});
   // A connection each way: the worker's to the PS carries its sends, the PS's
   // to the worker carries what the worker receives.
   EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(8, 1), 60s));

@@ -86,8 +86,8 @@ struct pair {
   ep_t ps, w;
 
   explicit pair(bool poll = false)
-      : ps(ps0, spec, direct_options(poll), verbs_test::transport()),
-        w(w0, spec, direct_options(poll), verbs_test::transport()) {
+      : ps(ps0, spec, {.options = direct_options(poll), .transport = verbs_test::transport()}),
+        w(w0, spec, {.options = direct_options(poll), .transport = verbs_test::transport()}) {
     REQUIRE(!w.send_sync(ps0, "warm", rvtest::pattern(16, 1), 60s));
     rv::recv_result r = ps.recv_sync(w0, "warm", 60s);
     REQUIRE(!r.ec);

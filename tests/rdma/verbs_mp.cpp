@@ -69,7 +69,7 @@ std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::
 // ---- exchange ---------------------------------------------------------------
 
 int exchange_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, mp_options(), verbs_test::transport());
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t bytes = 0;
   for (unsigned w = 0; w < 2; ++w) {
@@ -95,7 +95,7 @@ int exchange_ps(const fw::cluster_spec& spec) {
 }
 
 int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
-  ep_t ep({"worker", w}, spec, mp_options(), verbs_test::transport());
+  ep_t ep({"worker", w}, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   for (std::size_t n : size_classes) {
     EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), rvtest::pattern(n, seed_of(w, n)), 120s));
   }
@@ -121,7 +121,7 @@ int run_exchange() {
 // ---- kill ---------------------------------------------------------------------
 
 int kill_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, mp_options(), verbs_test::transport());
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   rv::recv_result hello = ep.recv_sync(w0, "hello", 60s);
   EXPECT(!hello.ec);
   std::promise<std::error_code> never;
@@ -149,7 +149,7 @@ int kill_ps(const fw::cluster_spec& spec) {
 }
 
 int kill_victim(const fw::cluster_spec& spec) {
-  ep_t ep(w0, spec, mp_options(), verbs_test::transport());
+  ep_t ep(w0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
   auto big = rvtest::pattern(64 << 20, 77);
   ep.send(ps0, "big", big.share(), [](std::error_code) {});
@@ -159,7 +159,7 @@ int kill_victim(const fw::cluster_spec& spec) {
 }
 
 int kill_survivor(const fw::cluster_spec& spec) {
-  ep_t ep(w1, spec, mp_options(), verbs_test::transport());
+  ep_t ep(w1, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   EXPECT(!ep.send_sync(ps0, "after", rvtest::pattern(1 << 20, 5), 60s));
   rv::recv_result ack = ep.recv_sync(ps0, "ack", 120s);
   EXPECT(!ack.ec && rvtest::matches(ack.buffer, 3, 3));
@@ -171,7 +171,7 @@ int kill_survivor(const fw::cluster_spec& spec) {
 constexpr std::size_t direct_big = 16u << 20;
 
 int direct_kill_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, mp_options(), verbs_test::transport());
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);  // the worker's ordered connection is known
   std::promise<std::error_code> never;
   auto never_f = never.get_future();
@@ -194,7 +194,7 @@ int direct_kill_ps(const fw::cluster_spec& spec) {
 }
 
 int direct_kill_victim(const fw::cluster_spec& spec) {
-  ep_t ep(w0, spec, mp_options(), verbs_test::transport());
+  ep_t ep(w0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
   EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
   fw::tensor_buffer src = ep.allocate_registered(direct_big);
   auto p = rvtest::pattern(direct_big, 78);

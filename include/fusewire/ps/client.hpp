@@ -97,7 +97,10 @@ class client {
     std::random_device rd;
     incarnation_ = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
     events_ = std::make_shared<event_queue>();
-    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec), std::move(opts), std::move(t), std::move(log));
+    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec),
+                                          rendezvous::endpoint_config<Transport>{.options = std::move(opts),
+                                                                                 .transport = std::move(t),
+                                                                                 .log = std::move(log)});
   }
 
   client(const client&) = delete;

@@ -83,10 +83,11 @@ class server {
     step_.store(shard_->global_step());
     // One reactor: the shard is touched without a lock, so every worker's
     // handlers must run on the same thread (NETWORK_PS_CORE_NUMBER does not apply).
-    rendezvous::endpoint_tuning tuning;
-    tuning.reactors = 1;
-    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec), std::move(opts), std::move(t), std::move(log),
-                                          tuning);
+    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec),
+                                          rendezvous::endpoint_config<Transport>{.options = std::move(opts),
+                                                                                 .tuning = {.reactors = 1},
+                                                                                 .transport = std::move(t),
+                                                                                 .log = std::move(log)});
     for (std::uint32_t w = 0; w < workers_.size(); ++w) post_recv(w);
     housekeeping_ = std::thread([this] { housekeep(); });
   }

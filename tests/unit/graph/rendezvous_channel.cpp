@@ -84,8 +84,8 @@ TEST_CASE("payloads cross endpoints with their descriptors and dead bits, fused 
     // thread in a row then share a frame however slowly the reactor runs (TSan),
     // instead of depending on reaching the reactor within one tick.
     if (coalesce) wo.fuse_delay = 200ms;
-    endpoint worker_ep(worker_task, spec, wo);
-    endpoint ps_ep(ps0_task, spec, quiet_options(coalesce));
+    endpoint worker_ep(worker_task, spec, {.options = wo});
+    endpoint ps_ep(ps0_task, spec, {.options = quiet_options(coalesce)});
     channel w(worker_ep), p(ps_ep);
     // Several small messages in a row: with coalescing they leave as fused frames.
     for (int i = 0; i < 8; ++i)
@@ -129,7 +129,7 @@ TEST_CASE("payloads cross endpoints with their descriptors and dead bits, fused 
 
 TEST_CASE("keys that this process neither sends nor receives are refused") {
   const auto spec = rvtest::loopback_cluster(1, 1);
-  endpoint worker_ep(worker_task, spec, quiet_options(true));
+  endpoint worker_ep(worker_task, spec, {.options = quiet_options(true)});
   channel w(worker_ep, {.recv_timeout = 200ms, .on_send_error = {}});
   CHECK(w.send(1, key(ps0, worker, "not_mine"), {}) == errc::invalid_argument);
   CHECK(w.send(1, "no;parts", {}) == errc::invalid_argument);
@@ -159,7 +159,7 @@ TEST_CASE("a send to a task nobody serves is reported through error()") {
   const auto spec = rvtest::loopback_cluster(1, 1);
   auto opts = quiet_options(false);
   opts.connect_timeout = 300ms;
-  endpoint worker_ep(worker_task, spec, opts);
+  endpoint worker_ep(worker_task, spec, {.options = opts});
   std::promise<std::string> reported;
   channel w(worker_ep, {.recv_timeout = 0ms, .on_send_error = [&](const std::string& k, std::error_code ec) {
                           reported.set_value(k + ": " + ec.message());
@@ -198,7 +198,7 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
         const auto& part = plan.partitions[t];
         std::unique_ptr<endpoint> ep;
         try {
-          ep = std::make_unique<endpoint>(part.task, spec, quiet_options(true));
+          ep = std::make_unique<endpoint>(part.task, spec, endpoint::config_type{.options = quiet_options(true)});
           channel ch(*ep, {.recv_timeout = 20000ms, .on_send_error = {}});
           fg::executor ex(part.graph);
           for (std::uint64_t s = 1; s <= 2; ++s) {

@@ -62,8 +62,8 @@ TEST_CASE_TEMPLATE("batch: per-key FIFO across batches and direct calls, both pa
   for (bool coalesce : {true, false}) {
     CAPTURE(coalesce);
     auto spec = rvtest::loopback_cluster(1, 1);
-    rv::endpoint<T> ps(ps0, spec, test_options());
-    rv::endpoint<T> worker(w0, spec, test_options(coalesce));
+    rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+    rv::endpoint<T> worker(w0, spec, {.options = test_options(coalesce)});
     constexpr std::uint32_t n = 60;
     // Receives first: one batch, in order; every third lands in a posted destination.
     received got(n);
@@ -131,8 +131,8 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
   auto o = test_options();
   o.chunking = false;
   o.max_frame_bytes = 1 << 16;
-  rv::endpoint<T> ps(ps0, spec, o);
-  rv::endpoint<T> worker(w0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  rv::endpoint<T> worker(w0, spec, {.options = o});
   std::vector<std::promise<std::error_code>> sent(4);
   std::vector<std::promise<rv::recv_result>> recvd(3);
   {
@@ -171,8 +171,8 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
 
 TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 2);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   std::promise<std::error_code> late, lost;
   std::promise<rv::recv_result> on_time;
   {
@@ -208,7 +208,7 @@ TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
 TEST_CASE_TEMPLATE("batch: close fails pending batched operations once; a batch submitted after close fails inline", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 2);
-  rv::endpoint<T> ps(ps0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   constexpr int n = 50;
   received got(n);
   countdown all(n);
@@ -247,8 +247,8 @@ TEST_CASE_TEMPLATE("batch: close fails pending batched operations once; a batch 
 TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched keys beyond the sweep limit survive", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   // Steady steps: the same 100 keys each step, receives and sends batched.
   for (int step = 0; step < 30; ++step) {
     CAPTURE(step);
@@ -323,8 +323,8 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
 
 TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both ways round", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   constexpr int n = 300;
   for (const bool sends_first : {true, false}) {
     CAPTURE(sends_first);
@@ -370,8 +370,8 @@ TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both
 TEST_CASE_TEMPLATE("a batched operation that completes releases its handler while its block-mates still wait", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   auto token = std::make_shared<int>(0);
   countdown first(1), rest(1);
   {
@@ -396,8 +396,8 @@ TEST_CASE_TEMPLATE("a batched operation that completes releases its handler whil
 TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIFO holds across its groups", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   // Receives in groups of 4: the first 8 are on the reactor after 8 adds, the last 2 are not.
   constexpr int n = 10;
   received got(n);

@@ -54,8 +54,8 @@ TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte f
     auto spec = rvtest::loopback_cluster(1, 1);
     fw::options o = test_options();
     o.chunking = c.chunking;
-    rv::endpoint<T> ps(ps0, spec, o, T{}, {}, rv::endpoint_tuning{c.stripes});
-    rv::endpoint<T> worker(w0, spec, o, T{}, {}, rv::endpoint_tuning{c.stripes});
+    rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = {.stripes = c.stripes}});
+    rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = {.stripes = c.stripes}});
 
     // recv first, into a destination: the chunks are read straight into it.
     auto dst = fw::tensor_buffer::allocate(n);
@@ -85,8 +85,8 @@ TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain 
   auto spec = rvtest::loopback_cluster(1, 1);
   fw::options o = test_options();
   o.chunk_size = 64 * 1024;
-  rv::endpoint<T> ps(ps0, spec, o, T{}, {}, rv::endpoint_tuning{3});
-  rv::endpoint<T> worker(w0, spec, o, T{}, {}, rv::endpoint_tuning{3});
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = {.stripes = 3}});
+  rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = {.stripes = 3}});
   const std::vector<std::size_t> sizes = {200000, 10, 300001, 70000, 5, 1000000, 65536, 65537, 0, 131072};
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
@@ -127,7 +127,7 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   auto spec = rvtest::loopback_cluster(1, 2);
   const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
   rvtest::log_capture log;
-  rv::endpoint<T> ps(ps0, spec, test_options(), T{}, log.sink());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .log = log.sink()});
   constexpr std::uint64_t total = 4u << 20;
   const auto frame = chunk_frame("big", total, 0);
 
@@ -230,7 +230,7 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   }
   SUBCASE("the receiver goes away while 64 MiB sends are on the wire") {
     fw::options o = test_options();
-    rv::endpoint<T> worker(w1, spec, o);
+    rv::endpoint<T> worker(w1, spec, {.options = o});
     REQUIRE_FALSE(worker.send_sync(ps0, "hello", rvtest::pattern(10, 1), 30s));
     const auto big = rvtest::pattern(64u << 20, 5);
     std::vector<std::future<std::error_code>> sent;
@@ -253,8 +253,8 @@ TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a 
   auto spec = rvtest::loopback_cluster(1, 1);
   fw::options o = test_options();
   o.fuse_delay = std::chrono::microseconds(1000000);
-  rv::endpoint<T> ps(ps0, spec, o);
-  rv::endpoint<T> worker(w0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  rv::endpoint<T> worker(w0, spec, {.options = o});
   REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(20000, 1), 30s));  // connected, not fused
 
   SUBCASE("sends in separate ticks leave as one fused frame") {
@@ -294,8 +294,8 @@ TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped
   fw::options o = test_options();
   o.keepalive = 100ms;
   rvtest::log_capture log;
-  rv::endpoint<T> ps(ps0, spec, o, T{}, log.sink());
-  rv::endpoint<T> worker(w1, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .log = log.sink()});
+  rv::endpoint<T> worker(w1, spec, {.options = o});
   REQUIRE_FALSE(worker.send_sync(ps0, "a", rvtest::pattern(10, 1), 30s));
 
   SUBCASE("an idle connection is kept alive by pings") {
@@ -347,14 +347,14 @@ TEST_CASE_TEMPLATE("a peer that restarts is reconnected to and new sends succeed
   auto spec = rvtest::loopback_cluster(1, 1);
   fw::options o = test_options();
   o.chunk_size = 1u << 20;
-  rv::endpoint<T> worker(w0, spec, o);
+  rv::endpoint<T> worker(w0, spec, {.options = o});
   {
-    rv::endpoint<T> ps(ps0, spec, o);
+    rv::endpoint<T> ps(ps0, spec, {.options = o});
     REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(3u << 20, 1), 30s));
     CHECK(rvtest::matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 1));
   }
   // The peer is gone; its successor listens on the same address.
-  rv::endpoint<T> ps(ps0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
   // A send racing the old connection's teardown may fail (connection_reset); a later one reconnects.
   std::error_code ec = fw::make_error_code(fw::errc::connection_reset);
   int attempts = 0;

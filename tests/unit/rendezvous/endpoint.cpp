@@ -56,8 +56,8 @@ std::error_code lose_worker(Endpoint& ps, std::unique_ptr<Endpoint>& worker) {
 
 TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1024}, std::size_t{65536}, std::size_t{1} << 20,
                         std::size_t{5} << 20}) {
     CAPTURE(n);
@@ -84,8 +84,8 @@ TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", 
 
 TEST_CASE_TEMPLATE("per-key FIFO and scatter-gather payloads", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   auto a = rvtest::pattern(100, 7);
   auto b = rvtest::pattern(3000, 8);
   const fw::const_buffer sg[] = {a.bytes(), b.bytes()};
@@ -112,8 +112,8 @@ TEST_CASE_TEMPLATE("per-key FIFO and scatter-gather payloads", T, TRANSPORTS) {
 
 TEST_CASE_TEMPLATE("deadlines, size mismatch, bad arguments, close", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 2);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
 
   auto r = ps.recv_sync(w0, "never", 50ms);
   CHECK(r.ec == fw::make_error_code(fw::errc::timed_out));
@@ -170,8 +170,8 @@ fire_and_forget exchange(rv::endpoint<T>& worker, rv::endpoint<T>& ps, std::prom
 
 TEST_CASE_TEMPLATE("coroutine awaitables", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   std::promise<bool> done;
   auto f = done.get_future();
   exchange(worker, ps, done);
@@ -180,9 +180,9 @@ TEST_CASE_TEMPLATE("coroutine awaitables", T, TRANSPORTS) {
 
 TEST_CASE_TEMPLATE("a peer that dies fails the receives waiting for it", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 2);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, test_options());
-  rv::endpoint<T> other(w1, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
+  rv::endpoint<T> other(w1, spec, {.options = test_options()});
   CHECK(lose_worker(ps, worker) == fw::make_error_code(fw::errc::connection_reset));
   // The survivor keeps serving the other worker.
   REQUIRE_FALSE(other.send_sync(ps0, "still", rvtest::pattern(777, 5), 30s));
@@ -198,8 +198,8 @@ TEST_CASE_TEMPLATE("fusion on and off: many small sends, per-key FIFO, mixed wit
     auto o = test_options();
     o.coalesce = coalesce;
     o.acc_size = 8192;
-    rv::endpoint<T> ps(ps0, spec, test_options());
-    rv::endpoint<T> worker(w0, spec, o);
+    rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+    rv::endpoint<T> worker(w0, spec, {.options = o});
     // Warm up the connection so the burst below lands in one reactor tick.
     REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(1, 1), 30s));
     REQUIRE_FALSE(ps.recv_sync(w0, "warm", 30s).ec);
@@ -236,8 +236,8 @@ TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (swi
     auto spec = rvtest::loopback_cluster(1, 1);
     auto o = test_options();
     o.coalesce = coalesce;
-    rv::endpoint<T> ps(ps0, spec, test_options());
-    rv::endpoint<T> worker(w0, spec, o);
+    rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+    rv::endpoint<T> worker(w0, spec, {.options = o});
     REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(1, 1), 30s));
     REQUIRE_FALSE(ps.recv_sync(w0, "warm", 30s).ec);
     const auto before = worker.stats();
@@ -311,8 +311,8 @@ struct recv_chain {
 TEST_CASE_TEMPLATE("operations started from a handler start at once, never complete inline, keep FIFO", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
   std::atomic<int> nested{0};
 
   SUBCASE("receives whose tensors already arrived complete from the reactor, not inside the previous handler") {

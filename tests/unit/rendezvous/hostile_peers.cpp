@@ -48,8 +48,8 @@ TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T,
   auto spec = rvtest::loopback_cluster(1, 2);
   const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
   log_capture log;
-  rv::endpoint<T> ps(ps0, spec, test_options(), T{}, log.sink());
-  rv::endpoint<T> worker(w1, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .log = log.sink()});
+  rv::endpoint<T> worker(w1, spec, {.options = test_options()});
   still_serves(ps, worker, "before");
 
   SUBCASE("garbage instead of a hello") {
@@ -116,22 +116,22 @@ TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T,
 TEST_CASE_TEMPLATE("cluster token: matching peers talk, others are refused and logged", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 2);
   log_capture log;
-  rv::endpoint<T> ps(ps0, spec, test_options("s3cret"), T{}, log.sink());
-  rv::endpoint<T> good(w1, spec, test_options("s3cret"));
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options("s3cret"), .log = log.sink()});
+  rv::endpoint<T> good(w1, spec, {.options = test_options("s3cret")});
   still_serves(ps, good, "ok");
 
   SUBCASE("peer without a token") {
-    rv::endpoint<T> bad(w0, spec, test_options());
+    rv::endpoint<T> bad(w0, spec, {.options = test_options()});
     CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
     CHECK(log.saw("refused connection"));
   }
   SUBCASE("peer with a wrong token") {
-    rv::endpoint<T> bad(w0, spec, test_options("wrong"));
+    rv::endpoint<T> bad(w0, spec, {.options = test_options("wrong")});
     CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
     CHECK(log.saw("has a wrong cluster token"));
   }
   SUBCASE("acceptor without a token refuses a connector that has one") {
-    rv::endpoint<T> plain(w0, spec, test_options());
+    rv::endpoint<T> plain(w0, spec, {.options = test_options()});
     CHECK(good.send_sync(w0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
   }
   still_serves(ps, good, "still");

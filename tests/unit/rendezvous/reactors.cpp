@@ -75,12 +75,13 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
     auto spec = rvtest::loopback_cluster(1, workers);
     fw::options opts = multi_options();
     if (reverse) opts.cluster_token = "s3cret";  // handed-off connections authenticate like any other
-    rv::endpoint<T> ps(ps0, spec, opts, T{}, {}, with_reactors(2, reverse));
+    rv::endpoint<T> ps(ps0, spec, {.options = opts, .tuning = with_reactors(2, reverse)});
     REQUIRE(ps.reactors() == 2);
     std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
     for (unsigned i = 0; i < workers; ++i) {
       ws.push_back(
-          std::make_unique<rv::endpoint<T>>(worker(i), spec, opts, T{}, rv::log_sink{}, with_reactors(0, reverse)));
+          std::make_unique<rv::endpoint<T>>(worker(i), spec,
+                                            rv::endpoint_config<T>{.options = opts, .tuning = with_reactors(0, reverse)}));
     }
     thread_log threads;
     std::atomic<int> ps_failures{0};
@@ -126,9 +127,11 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
 TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the other reactor; batches span both", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, workers);
-  rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, {}, with_reactors(2));
+  rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2)});
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
-  for (unsigned i = 0; i < workers; ++i) ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, multi_options()));
+  for (unsigned i = 0; i < workers; ++i) {
+    ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, rv::endpoint_config<T>{.options = multi_options()}));
+  }
 
   // A request from worker 0 makes the PS send to every worker from worker 0's handler.
   std::vector<std::future<rv::recv_result>> got;
@@ -174,10 +177,12 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
 TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close() cancels every reactor's", T,
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, workers);
-  auto ps = std::make_unique<rv::endpoint<T>>(ps0, spec, multi_options(), T{}, rv::log_sink{}, with_reactors(2));
+  auto ps = std::make_unique<rv::endpoint<T>>(
+      ps0, spec, rv::endpoint_config<T>{.options = multi_options(), .tuning = with_reactors(2)});
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
-    ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, multi_options()));
+    ws.push_back(
+        std::make_unique<rv::endpoint<T>>(worker(i), spec, rv::endpoint_config<T>{.options = multi_options()}));
     REQUIRE_FALSE(ws[i]->send_sync(ps0, "hello", rvtest::pattern(1, i), 60s));
     REQUIRE_FALSE(ps->recv_sync(worker(i), "hello", 60s).ec);
   }
@@ -218,23 +223,23 @@ TEST_CASE_TEMPLATE("reactor count: tuning, options.cores (NETWORK_*_CORE_NUMBER)
   auto spec = rvtest::loopback_cluster(1, 3);
   fw::options o = block_options();
   {
-    rv::endpoint<T> ps(ps0, spec, o);
+    rv::endpoint<T> ps(ps0, spec, {.options = o});
     CHECK(ps.reactors() == 1);  // the default: one
   }
   o.cores = 2;
   {
-    rv::endpoint<T> ps(ps0, spec, o);
+    rv::endpoint<T> ps(ps0, spec, {.options = o});
     CHECK(ps.reactors() == 2);
   }
   {
-    rv::endpoint<T> ps(ps0, spec, o, T{}, {}, with_reactors(8));
+    rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = with_reactors(8)});
     CHECK(ps.reactors() == 3);  // three peers
   }
   {
-    rv::endpoint<T> w(w0, spec, o);
+    rv::endpoint<T> w(w0, spec, {.options = o});
     CHECK(w.reactors() == 2);
   }
-  CHECK_THROWS_WITH_AS(rv::endpoint<T>(ps0, spec, o, T{}, {}, with_reactors(5000)),
+  CHECK_THROWS_WITH_AS(rv::endpoint<T>(ps0, spec, rv::endpoint_config<T>{.options = o, .tuning = with_reactors(5000)}),
                        doctest::Contains("endpoint_tuning.reactors = 5000"), std::system_error);
 }
 
@@ -242,7 +247,7 @@ TEST_CASE_TEMPLATE("two reactors: a peer that sends before the handshake ended i
                    TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, workers);
   rvtest::log_capture log;
-  rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, log.sink(), with_reactors(2));
+  rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2), .log = log.sink()});
   // worker 0 belongs to the reactor that did not accept: its connection would
   // move, but a frame it sent right behind its hello would be lost in the move.
   {
@@ -255,7 +260,7 @@ TEST_CASE_TEMPLATE("two reactors: a peer that sends before the handshake ended i
     CHECK(raw.closed_by_peer());
   }
   CHECK(log.saw("sent before the handshake ended"));
-  rv::endpoint<T> w(w0, spec, multi_options());
+  rv::endpoint<T> w(w0, spec, {.options = multi_options()});
   REQUIRE_FALSE(w.send_sync(ps0, "after", rvtest::pattern(5, 5), 60s));
   auto r = ps.recv_sync(w0, "after", 60s);
   REQUIRE_FALSE(r.ec);
@@ -288,7 +293,7 @@ TEST_CASE_TEMPLATE("two reactors: a peer connecting while the endpoint starts is
     });
     {
       rvtest::log_capture log;  // the dialler's goodbye is logged; keep it out of the output
-      rv::endpoint<T> ps(ps0, spec, multi_options(), T{}, log.sink(), with_reactors(2));
+      rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2), .log = log.sink()});
       dialler.join();
     }
     REQUIRE(answered);

@@ -46,8 +46,8 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
   auto spec = rvtest::loopback_cluster(1, 1);
   auto o = test_options();
   o.chunk_size = 1u << 20;  // 3 MiB below leaves in chunks
-  rv::endpoint<T> ps(ps0, spec, o);
-  rv::endpoint<T> worker(w0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  rv::endpoint<T> worker(w0, spec, {.options = o});
   exchange(worker, w0, ps, ps0, "req", 10, 1);
   // The PS has no connection to the worker: its replies of every kind use the worker's.
   exchange(ps, ps0, worker, w0, "rep", 10, 2);
@@ -92,8 +92,8 @@ TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction ha
   for (bool ps_allows : {false, true}) {
     CAPTURE(ps_allows);
     auto spec = rvtest::loopback_cluster(1, 1);
-    rv::endpoint<T> ps(ps0, spec, test_options(), T{}, {}, tuning(ps_allows));
-    rv::endpoint<T> worker(w0, spec, test_options(), T{}, {}, tuning(!ps_allows));
+    rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .tuning = tuning(ps_allows)});
+    rv::endpoint<T> worker(w0, spec, {.options = test_options(), .tuning = tuning(!ps_allows)});
     exchange(worker, w0, ps, ps0, "req", 64, 1);
     exchange(ps, ps0, worker, w0, "rep", 64, 2);
     exchange(worker, w0, ps, ps0, "req", 64, 3);
@@ -106,8 +106,8 @@ TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction ha
 
 TEST_CASE_TEMPLATE("the peer sent first: the other side answers on its connection, whichever it is", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   exchange(ps, ps0, worker, w0, "down", 1000, 1);
   exchange(worker, w0, ps, ps0, "up", 1000, 2);
   exchange(ps, ps0, worker, w0, "down", 1000, 3);
@@ -118,8 +118,8 @@ TEST_CASE_TEMPLATE("the peer sent first: the other side answers on its connectio
 
 TEST_CASE_TEMPLATE("both sides send first at once: every tensor arrives, in order per key", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
-  rv::endpoint<T> ps(ps0, spec, test_options());
-  rv::endpoint<T> worker(w0, spec, test_options());
+  rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   constexpr std::uint32_t n = 200;
   std::vector<std::future<std::error_code>> sends;
   auto start = [&](auto& ep, const fw::task_id& to, std::uint32_t seed) {
@@ -150,9 +150,9 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
   auto spec = rvtest::loopback_cluster(1, 2);
   auto o = test_options();
   o.connect_timeout = 500ms;
-  rv::endpoint<T> ps(ps0, spec, o);
-  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, o);
-  rv::endpoint<T> other(w1, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = o});
+  rv::endpoint<T> other(w1, spec, {.options = o});
   exchange(*worker, w0, ps, ps0, "req", 10, 1);
   exchange(ps, ps0, *worker, w0, "rep", 10, 2);
   REQUIRE(ps.stats().connections_reused == 1);
@@ -170,7 +170,7 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
   exchange(other, w1, ps, ps0, "req", 10, 6);
   exchange(ps, ps0, other, w1, "rep", 10, 7);
   // The worker restarts (a new incarnation) and connects first: the PS answers on that connection.
-  worker = std::make_unique<rv::endpoint<T>>(w0, spec, o);
+  worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = o});
   exchange(*worker, w0, ps, ps0, "req", 10, 8);
   exchange(ps, ps0, *worker, w0, "rep", 100, 9);
   CHECK(ps.stats().connections_reused == 3);  // w0, w1, then w0 again
@@ -181,8 +181,8 @@ TEST_CASE_TEMPLATE("keepalive on a shared connection: pings both ways, nothing d
   auto spec = rvtest::loopback_cluster(1, 1);
   auto o = test_options();
   o.keepalive = 100ms;  // silence for 300 ms closes: room for a slow (sanitized, loaded) run
-  rv::endpoint<T> ps(ps0, spec, o);
-  rv::endpoint<T> worker(w0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  rv::endpoint<T> worker(w0, spec, {.options = o});
   exchange(worker, w0, ps, ps0, "req", 10, 1);
   exchange(ps, ps0, worker, w0, "rep", 10, 2);
   // Idle for many keepalive periods: each side pings the shared connection and
@@ -204,10 +204,10 @@ TEST_CASE_TEMPLATE("a peer that restarts is served from its first frame on, ever
   auto spec = rvtest::loopback_cluster(1, 1);
   auto o = test_options();
   o.connect_timeout = 5s;
-  rv::endpoint<T> ps(ps0, spec, o);
+  rv::endpoint<T> ps(ps0, spec, {.options = o});
   for (std::uint32_t round = 0; round < 100; ++round) {
     CAPTURE(round);
-    auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, o);
+    auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = o});
     exchange(*worker, w0, ps, ps0, "req", 10, round);
     worker.reset();
     CHECK(ps.recv_sync(w0, "gone", 30s).ec == fw::make_error_code(fw::errc::connection_reset));

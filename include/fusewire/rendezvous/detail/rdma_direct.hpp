@@ -111,7 +111,7 @@ struct direct_state_for<Transport, RecvOp> {
   using type = rdma_direct<Transport, RecvOp>;
 };
 
-/// The state of the direct path; `Core` is the endpoint's reactor-side core
+/// The state of the direct path; `Shard` is the endpoint's reactor-side shard
 /// (which befriends this class), `RecvOp` its receive operation.
 template <class Transport, class RecvOp>
 class rdma_direct {
@@ -128,22 +128,22 @@ class rdma_direct {
   /// A buffer of `n` bytes registered with the reactor's device (its own
   /// registration, rounded up to a power of two of at least 4 KiB): for
   /// destinations and sources reused every step.
-  template <class Core>
-  tensor_buffer allocate(Core& core, std::size_t n) {
+  template <class Shard>
+  tensor_buffer allocate(Shard& shard, std::size_t n) {
     buffer_pool_config cfg;
     cfg.block_size = direct_pow2(std::max<std::size_t>(n, 4096));
     cfg.total_bytes = cfg.block_size;
     cfg.shards = 1;
-    buffer_pool pool = core.ep_.transport_.make_registered_pool(*core.reactor_, std::move(cfg));
+    buffer_pool pool = shard.ep_.transport_.make_registered_pool(*shard.reactor_, std::move(cfg));
     return pool.allocate(n, 0);
   }
 
   // ---- receiving side ----------------------------------------------------------
 
   /// A recv about to wait alone on its (peer, key): advertise its destination if it qualifies.
-  template <class Core>
-  void advertise(Core& core, RecvOp& op) {
-    if (!op.has_dst || op.dst.size() <= core.ep_.opts_.acc_size || op.dst.reg() == nullptr) return;
+  template <class Shard>
+  void advertise(Shard& shard, RecvOp& op) {
+    if (!op.has_dst || op.dst.size() <= shard.ep_.opts_.acc_size || op.dst.reg() == nullptr) return;
     auto pit = rx_.find(std::string_view(op.peer));
     if (pit == rx_.end() || !pit->second.ordered || !pit->second.ordered->is_open()) return;
     rx_peer& rx = pit->second;
@@ -185,24 +185,24 @@ class rdma_direct {
 
   /// Every frame that arrives on an inbound connection; true if it was a
   /// `placed` frame (handled here, the next read posted or the connection failed).
-  template <class Core, class Channel, class Inbound, class Head>
-  bool on_inbound_frame(Core& core, const std::shared_ptr<Channel>& ch, const Inbound& in, const Head& head) {
+  template <class Shard, class Channel, class Inbound, class Head>
+  bool on_inbound_frame(Shard& shard, const std::shared_ptr<Channel>& ch, const Inbound& in, const Head& head) {
     if (!rx_.empty()) settle(in.peer, ch);
     if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) {
-      rx_peer& rx = ordered_for(core, in.peer, ch);
+      rx_peer& rx = ordered_for(shard, in.peer, ch);
       // With a recv waiting the tensor is that recv's (read into its destination or delivered to it).
-      if (!has_waiting(core, in.peer, t->key)) unsettle(rx, t->key);
-      count(core, rx, t->key);
+      if (!has_waiting(shard, in.peer, t->key)) unsettle(rx, t->key);
+      count(shard, rx, t->key);
     } else if (const auto* f = std::get_if<wire::fused_meta>(&head.body)) {
-      rx_peer& rx = ordered_for(core, in.peer, ch);
+      rx_peer& rx = ordered_for(shard, in.peer, ch);
       for (const wire::fused_entry& e : *f) {
         unsettle(rx, e.key);
-        count(core, rx, e.key);
+        count(shard, rx, e.key);
       }
     } else if (const auto* c = std::get_if<wire::chunk_meta>(&head.body)) {
-      if (c->index == 0) count(core, ordered_for(core, in.peer, ch), c->key);
+      if (c->index == 0) count(shard, ordered_for(shard, in.peer, ch), c->key);
     } else if (const auto* p = std::get_if<wire::placed_meta>(&head.body)) {
-      on_placed(core, ch, in.peer, *p, head.header.request_id);
+      on_placed(shard, ch, in.peer, *p, head.header.request_id);
       return true;
     }
     return false;
@@ -221,13 +221,13 @@ class rdma_direct {
   }
 
   /// A peer's inbound connections broke: its adverts can no longer be written to.
-  template <class Core>
-  void on_peer_lost(Core& core, std::string_view peer) {
+  template <class Shard>
+  void on_peer_lost(Shard& shard, std::string_view peer) {
     auto pit = rx_.find(peer);
     if (pit == rx_.end() || (pit->second.ordered && pit->second.ordered->is_open())) return;
     rx_peer rx = std::move(pit->second);
     rx_.erase(pit);
-    for (auto& [key, k] : rx.keys) release(core, k);
+    for (auto& [key, k] : rx.keys) release(shard, k);
   }
 
   /// close(): forget everything (the connections are closed, the recvs cancelled).
@@ -239,8 +239,8 @@ class rdma_direct {
   // ---- sending side ------------------------------------------------------------
 
   /// A recv_request arrived on `ch`, the ordered outbound connection of `p` (else ignored).
-  template <class Core, class OutPeer, class Channel, class Head>
-  void on_advert(Core& core, OutPeer& p, const std::shared_ptr<Channel>& ch, const Head& head) {
+  template <class Shard, class OutPeer, class Channel, class Head>
+  void on_advert(Shard& shard, OutPeer& p, const std::shared_ptr<Channel>& ch, const Head& head) {
     const auto* m = std::get_if<wire::recv_request_meta>(&head.body);
     if (m == nullptr || ch != p.ch) return;
     tx_key& k = key_state(tx_for(p).keys, m->key);
@@ -250,21 +250,21 @@ class rdma_direct {
       auto it = std::find_if(k.adverts.begin(), k.adverts.end(), [seq](const advert& a) { return a.seq == seq; });
       if (it == k.adverts.end()) return;
       k.adverts.erase(it);
-      return decline(core, p, m->key, seq);
+      return decline(shard, p, m->key, seq);
     }
     adverts_received_.fetch_add(1, std::memory_order_relaxed);
-    if (seq < k.sent) return decline(core, p, m->key, seq);
+    if (seq < k.sent) return decline(shard, p, m->key, seq);
     k.adverts.push_back(advert{seq, remote_region{m->rdma_address, m->rdma_rkey, m->capacity}});
   }
 
   /// Every send to `p`, in wire order: counts it, and if the peer advertised
   /// the recv it will match, writes it there. True if the op was taken.
-  template <class Core, class OutPeer, class SendOp>
-  bool on_send(Core& core, OutPeer& p, const std::shared_ptr<SendOp>& op) {
+  template <class Shard, class OutPeer, class SendOp>
+  bool on_send(Shard& shard, OutPeer& p, const std::shared_ptr<SendOp>& op) {
     tx_key& k = key_state(tx_for(p).keys, op->key);
     const std::uint64_t seq = k.sent++;
     while (!k.adverts.empty() && k.adverts.front().seq < seq) {
-      decline(core, p, op->key, k.adverts.front().seq);
+      decline(shard, p, op->key, k.adverts.front().seq);
       k.adverts.pop_front();
     }
     if (k.adverts.empty() || k.adverts.front().seq != seq) return false;
@@ -278,14 +278,14 @@ class rdma_direct {
           op->owned.size() == n) {
         src = op->owned.share();
       } else {
-        staged = stage(core, op->sg.view(), n, src);
+        staged = stage(shard, op->sg.view(), n, src);
       }
     }
     if (src.empty()) {
-      decline(core, p, op->key, seq);
+      decline(shard, p, op->key, seq);
       return false;
     }
-    core.flush(p);
+    shard.flush(p);
     op->in_flight = true;
     direct_writes_.fetch_add(1, std::memory_order_relaxed);
     if (staged) staged_writes_.fetch_add(1, std::memory_order_relaxed);
@@ -302,14 +302,14 @@ class rdma_direct {
     m.written = 1;
     ch->write(
         m, std::span<const const_buffer>{},
-        [&core, pp = &p, op, ch, write_error, keep = std::move(src)](std::error_code ec) {
+        [&shard, pp = &p, op, ch, write_error, keep = std::move(src)](std::error_code ec) {
           if (!ec) ec = *write_error;
-          if (op->timed_out) return core.complete(*op, make_error_code(errc::timed_out));
+          if (op->timed_out) return shard.complete(*op, make_error_code(errc::timed_out));
           if (ec) {
-            core.drop_outbound(*pp, ch);
-            return core.complete(*op, make_error_code(core.closing_ ? errc::cancelled : errc::connection_reset));
+            shard.drop_outbound(*pp, ch);
+            return shard.complete(*op, make_error_code(shard.closing_ ? errc::cancelled : errc::connection_reset));
           }
-          core.complete(*op, {});
+          shard.complete(*op, {});
         },
         seq);
     return true;
@@ -351,8 +351,8 @@ class rdma_direct {
 
   // The connection that carries the peer's tensor frames; a new one (the peer
   // reconnected) starts the counts afresh: adverts on the old one are dead.
-  template <class Core, class Channel>
-  rx_peer& ordered_for(Core& core, std::string_view peer, const std::shared_ptr<Channel>& ch) {
+  template <class Shard, class Channel>
+  rx_peer& ordered_for(Shard& shard, std::string_view peer, const std::shared_ptr<Channel>& ch) {
     auto pit = rx_.find(peer);
     if (pit == rx_.end()) pit = rx_.emplace(std::string(peer), rx_peer{}).first;
     rx_peer& rx = pit->second;
@@ -361,15 +361,15 @@ class rdma_direct {
       rx.keys.clear();
       rx.unsettled = 0;
       rx.ordered = ch;
-      for (auto& [key, k] : keys) release(core, k);
+      for (auto& [key, k] : keys) release(shard, k);
     }
     return rx;
   }
 
   // A live recv waits on (peer, key).
-  template <class Core>
-  static bool has_waiting(Core& core, std::string_view peer, std::string_view key) {
-    auto* s = core.find_slot(peer, key);
+  template <class Shard>
+  static bool has_waiting(Shard& shard, std::string_view peer, std::string_view key) {
+    auto* s = shard.find_slot(peer, key);
     if (s == nullptr) return false;
     for (const auto& op : s->waiting) {
       if (!op->done) return true;
@@ -395,45 +395,45 @@ class rdma_direct {
 
   // Tensor number `seen` on `key` arrived as a frame of its own: an advert for
   // it can no longer be written to.
-  template <class Core>
-  void count(Core& core, rx_peer& rx, std::string_view key) {
+  template <class Shard>
+  void count(Shard& shard, rx_peer& rx, std::string_view key) {
     rx_key& k = key_state(rx.keys, key);
-    if (k.op && k.seq == k.seen) release(core, k);
+    if (k.op && k.seq == k.seen) release(shard, k);
     ++k.seen;
   }
 
   // The advert of `k` will never be written to: a held (timed-out) recv completes.
-  template <class Core>
-  void release(Core& core, rx_key& k) {
+  template <class Shard>
+  void release(Shard& shard, rx_key& k) {
     std::shared_ptr<RecvOp> op = std::move(k.op);
     k.op.reset();
-    if (op && k.timed_out && !op->done) core.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
+    if (op && k.timed_out && !op->done) shard.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
     k.timed_out = false;
   }
 
-  template <class Core, class Channel>
-  void on_placed(Core& core, const std::shared_ptr<Channel>& ch, const std::string& peer, const wire::placed_meta& m,
+  template <class Shard, class Channel>
+  void on_placed(Shard& shard, const std::shared_ptr<Channel>& ch, const std::string& peer, const wire::placed_meta& m,
                  std::uint64_t seq) {
-    rx_peer& rx = ordered_for(core, peer, ch);
+    rx_peer& rx = ordered_for(shard, peer, ch);
     rx_key& k = key_state(rx.keys, m.key);
     if (!k.op || k.seq != seq) {
-      if (m.written == 0) return core.read_next(ch);  // declined after a tensor overtook it
-      return core.inbound_failed(ch, make_error_code(errc::malformed_frame), "placed frame for no advert");
+      if (m.written == 0) return shard.read_next(ch);  // declined after a tensor overtook it
+      return shard.inbound_failed(ch, make_error_code(errc::malformed_frame), "placed frame for no advert");
     }
     std::shared_ptr<RecvOp> op = k.op;
     if (op->done) {
       k.op.reset();
       k.timed_out = false;
       if (m.written != 0) ++k.seen;
-      return core.read_next(ch);
+      return shard.read_next(ch);
     }
     if (m.written == 0) {
-      release(core, k);
-      return core.read_next(ch);
+      release(shard, k);
+      return shard.read_next(ch);
     }
     if (m.size != op->dst.size() || k.seen != seq) {
-      release(core, k);
-      return core.inbound_failed(ch, make_error_code(errc::malformed_frame), "placed frame does not match its advert");
+      release(shard, k);
+      return shard.inbound_failed(ch, make_error_code(errc::malformed_frame), "placed frame does not match its advert");
     }
     ++k.seen;
     const bool held = k.timed_out;
@@ -441,23 +441,23 @@ class rdma_direct {
     k.timed_out = false;
     placed_.fetch_add(1, std::memory_order_relaxed);
     if (!held) {
-      if (auto* s = core.find_slot(op->peer, op->key)) s->waiting.erase(op);
+      if (auto* s = shard.find_slot(op->peer, op->key)) s->waiting.erase(op);
       tensor_buffer out = op->dst.share();
-      core.complete(*op, {}, std::move(out));
-      return core.read_next(ch);
+      shard.complete(*op, {}, std::move(out));
+      return shard.read_next(ch);
     }
     // The recv timed out meanwhile: its tensor goes to the next recv, as a late one would.
     tensor_buffer copy;
     try {
-      copy = protocol::payload_buffer(&core.pool_, 0, op->dst.size());
+      copy = protocol::payload_buffer(&shard.pool_, 0, op->dst.size());
     } catch (const std::bad_alloc&) {
-      core.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
-      return core.inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for a late tensor");
+      shard.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
+      return shard.inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for a late tensor");
     }
     if (copy.size() != 0) std::memcpy(copy.data(), op->dst.data(), copy.size());
-    core.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
-    core.deliver(peer, m.key, std::move(copy));
-    core.read_next(ch);
+    shard.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
+    shard.deliver(peer, m.key, std::move(copy));
+    shard.read_next(ch);
   }
 
   // Per outbound peer (the endpoint's out_peer entries never move); its
@@ -472,9 +472,9 @@ class rdma_direct {
     return tx;
   }
 
-  template <class Core, class OutPeer>
-  void decline(Core& core, OutPeer& p, std::string_view key, std::uint64_t seq) {
-    (void)core;
+  template <class Shard, class OutPeer>
+  void decline(Shard& shard, OutPeer& p, std::string_view key, std::uint64_t seq) {
+    (void)shard;
     if (!p.ch) return;
     declined_.fetch_add(1, std::memory_order_relaxed);
     wire::placed_meta m;
@@ -483,19 +483,19 @@ class rdma_direct {
   }
 
   // One copy of an unregistered source into a registered staging block.
-  template <class Core>
-  bool stage(Core& core, std::span<const const_buffer> sg, std::size_t n, tensor_buffer& out) {
+  template <class Shard>
+  bool stage(Shard& shard, std::span<const const_buffer> sg, std::size_t n, tensor_buffer& out) {
     if (staging_failed_) return false;
     if (!staging_) {
       buffer_pool_config cfg;
-      cfg.block_size = direct_pow2(std::clamp<std::size_t>(core.ep_.opts_.chunk_size, 64 << 10, 16 << 20));
+      cfg.block_size = direct_pow2(std::clamp<std::size_t>(shard.ep_.opts_.chunk_size, 64 << 10, 16 << 20));
       cfg.total_bytes = 4 * cfg.block_size;
       cfg.shards = 1;
       try {
-        staging_ = std::make_unique<buffer_pool>(core.ep_.transport_.make_registered_pool(*core.reactor_, cfg));
+        staging_ = std::make_unique<buffer_pool>(shard.ep_.transport_.make_registered_pool(*shard.reactor_, cfg));
       } catch (const std::system_error& e) {
         staging_failed_ = true;
-        core.log(std::string("rdma staging pool unavailable, unregistered sources go the normal way: ") + e.what());
+        shard.log(std::string("rdma staging pool unavailable, unregistered sources go the normal way: ") + e.what());
         return false;
       }
     }

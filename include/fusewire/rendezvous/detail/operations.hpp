@@ -1,0 +1,143 @@
+#pragma once
+/// The records a shard keeps: send and receive operations, a peer's outbound
+/// lanes and inbound connections, chunked transfers being received.
+
+#include <fusewire/rendezvous/endpoint.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace rendezvous {
+
+template <transport Transport>
+struct endpoint<Transport>::send_op {
+  std::string peer;
+  std::string key;
+  tensor_buffer owned;
+  detail::segments sg;
+  send_handler h;
+  timer_id timer;
+  std::uint32_t pending_chunks = 0;  ///< chunk writes not completed yet
+  std::error_code chunk_error;       ///< first failed chunk write
+  bool in_flight = false;
+  bool timed_out = false;
+  bool done = false;
+};
+
+template <transport Transport>
+struct endpoint<Transport>::recv_op {
+  recv_op() = default;
+  recv_op(const recv_op&) = delete;
+  recv_op& operator=(const recv_op&) = delete;
+  ~recv_op() { unlink(); }
+
+  /// Reactor thread: joins the list of started, not yet completed receives.
+  void link(recv_op*& head) noexcept {
+    list_head = &head;
+    prev = nullptr;
+    next = head;
+    if (head != nullptr) head->prev = this;
+    head = this;
+  }
+  void unlink() noexcept {
+    if (list_head == nullptr) return;
+    if (prev != nullptr) {
+      prev->next = next;
+    } else {
+      *list_head = next;
+    }
+    if (next != nullptr) next->prev = prev;
+    list_head = nullptr;
+    prev = next = nullptr;
+  }
+
+  std::weak_ptr<recv_op> self;  ///< its own owner, for RDMA transports only (see shard::owner_of)
+  std::uint64_t slot_hash = 0;  ///< detail::slot_hash_of(peer, key), computed by the starting thread
+  std::string peer;
+  std::string key;
+  tensor_buffer dst;
+  bool has_dst = false;
+  recv_handler h;
+  timer_id timer;
+  std::shared_ptr<channel_type> bound;  ///< the channel reading into dst, if any
+  std::shared_ptr<incoming> xfer;       ///< the chunked transfer it waits for, if any
+  bool timed_out = false;
+  bool done = false;
+  recv_op** list_head = nullptr;  ///< set while linked into shard::recv_ops_
+  recv_op* prev = nullptr;
+  recv_op* next = nullptr;
+};
+
+template <transport Transport>
+struct endpoint<Transport>::out_peer {
+  task_id task;
+  std::shared_ptr<channel_type> ch;
+  bool ready = false;
+  bool connecting = false;
+  std::deque<std::shared_ptr<send_op>> waiting;
+  std::vector<std::shared_ptr<send_op>> batch;  ///< small sends waiting for the end of this tick
+  std::size_t batch_bytes = 0;
+  std::size_t batch_meta = 4;
+  bool flush_posted = false;
+  timer_id flush_timer;  ///< options.fuse_delay > 0: when the batch leaves at the latest
+  clock::time_point first_attempt{};
+  clock::duration backoff{};
+  std::vector<std::shared_ptr<channel_type>> extra;  ///< striping lanes (chunks 1.. only)
+  bool extra_started = false;
+  std::size_t next_extra = 0;
+  std::uint64_t generation = 0;  ///< bumped whenever the lanes are dropped
+  clock::time_point last_write{};
+};
+
+/// A chunked tensor being received: its chunks may arrive on any lane of the peer.
+template <transport Transport>
+struct endpoint<Transport>::incoming {
+  transfer_key id;
+  std::string key;
+  std::uint64_t total = 0;
+  std::uint32_t count = 0;
+  std::uint32_t chunks_left = 0;
+  unsigned reads = 0;    ///< chunk payload reads in progress into buf
+  bool ordered = false;  ///< chunk 0 (sent on the peer's ordered lane) seen: matched to a recv
+  bool failed = false;
+  std::error_code error;
+  tensor_buffer buf;
+  std::shared_ptr<recv_op> op;
+  /// Chunks whose head arrived before chunk 0: their payloads wait in their
+  /// lanes' sockets until chunk 0 says where the tensor goes.
+  struct parked_chunk {
+    std::shared_ptr<void> lane;  ///< the channel (type-erased: incoming does not know it)
+    std::uint64_t offset = 0;
+    std::uint64_t len = 0;
+  };
+  std::vector<parked_chunk> parked;
+};
+
+/// A tensor that arrived before its recv, or a chunked one still arriving (`pending`).
+template <transport Transport>
+struct endpoint<Transport>::arrival {
+  tensor_buffer buf;
+  std::shared_ptr<incoming> pending;
+};
+
+template <transport Transport>
+struct endpoint<Transport>::slot {
+  fusewire::util::small_fifo<arrival> arrived;
+  fusewire::util::small_fifo<std::shared_ptr<recv_op>> waiting;
+  bool empty() const noexcept { return arrived.empty() && waiting.empty(); }
+};
+
+/// A connection we read the peer's frames on: one it made to us, or one we
+/// made that it sends on too (reverse lanes).
+template <transport Transport>
+struct endpoint<Transport>::inbound {
+  std::shared_ptr<channel_type> ch;
+  std::string peer;  ///< empty until the handshake named it
+  std::uint64_t incarnation = 0;
+  clock::time_point last_frame{};
+  bool reverse = false;     ///< the peer reads our frames on it (it offered protocol::feature_reverse)
+  out_peer* out = nullptr;  ///< set while it is one of our send lanes to that peer too
+};
+
+}  // namespace rendezvous
+}  // namespace v0
+}  // namespace fusewire

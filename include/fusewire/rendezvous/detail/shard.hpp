@@ -1,0 +1,330 @@
+#pragma once
+/// endpoint::shard: one reactor's share of a rendezvous endpoint (its peers'
+/// connections, operations, timers).
+
+#include <fusewire/rendezvous/detail/owned_fd.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace rendezvous {
+
+// Its member functions are defined out of line, one file per path (included
+// at the end); each is declared `inline`, as an in-class definition is.
+
+/// Everything one reactor owns; touched only on that reactor's thread.
+template <transport Transport>
+class endpoint<Transport>::shard {
+ public:
+  shard(endpoint& ep, unsigned index, log_sink log)
+      : ep_(ep),
+        index_(index),
+        log_(std::move(log)),
+        limits_(protocol::limits_for(ep.opts_.max_frame_bytes)),
+        pool_(pool_config(ep.opts_, ep.shards_)) {
+    identity_.self = ep.self_;
+    identity_.token = ep.opts_.cluster_token;
+    if (reverse_allowed()) identity_.features = protocol::feature_reverse;
+    // One per process, not per shard: a peer keys chunked transfers by it, and
+    // their lanes may have been handshaken by different reactors.
+    identity_.incarnation = ep.incarnation_;
+  }
+
+  shard(const shard&) = delete;
+  shard& operator=(const shard&) = delete;
+  template <class, class>
+  friend class detail::rdma_direct;  // RDMA direct placement
+  ~shard() {
+    while (recv_ops_ != nullptr) recv_ops_->unlink();
+  }
+
+  /// On its reactor; `here` = where to listen (reactor 0's shard only).
+  std::error_code start(const fusewire::net_address* here) {
+    reactor_ = reactor_type::current();
+    if (here != nullptr) {
+      std::error_code ec;
+      listener_ = ep_.transport_.listen(*reactor_, here->host, here->port, ec);
+      if (ec) return ec;
+      accept();
+    }
+    if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
+    return {};
+  }
+
+  void shutdown() {
+    if (closing_) return;
+    closing_ = true;
+    if (reactor_ == nullptr) return;  // never started (another reactor failed to)
+    listener_.close();
+    if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
+    for (auto& [name, p] : out_) {
+      if (p.ch) p.ch->close();
+      for (auto& lane : p.extra) lane->close();
+      if (p.flush_timer) reactor_->cancel(p.flush_timer);
+      auto waiting = std::move(p.waiting);
+      for (auto& op : waiting) complete(*op, make_error_code(errc::cancelled));
+      auto batch = std::move(p.batch);
+      for (auto& op : batch) complete(*op, make_error_code(errc::cancelled));
+    }
+    for (auto& [raw, in] : in_) in.ch->close();
+    // Chunked transfers complete once no chunk read still writes into their buffer.
+    std::vector<std::shared_ptr<incoming>> xs;
+    for (auto& [k, x] : transfers_) xs.push_back(x);
+    for (auto& x : xs) {
+      if (!x->failed) {
+        x->failed = true;
+        x->error = make_error_code(errc::cancelled);
+      }
+      finish_transfer(x);
+    }
+    // Bound receives complete from their read handler (the transport still holds dst).
+    std::vector<std::pair<recv_op*, std::shared_ptr<recv_op>>> ops;
+    for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
+      if (!op->bound && !op->xfer) ops.emplace_back(op, owner_of(*op));
+    }
+    for (auto& [op, keep] : ops) complete(*op, make_error_code(errc::cancelled), tensor_buffer());
+    slots_.clear();
+    if constexpr (rdma_transport<Transport>) direct_.clear();  // RDMA direct placement
+  }
+
+  void post_send(std::shared_ptr<send_op> op, clock::duration timeout) {
+    if (closing_) return complete(*op, make_error_code(errc::cancelled));
+    out_peer& p = out_peer_of(op->peer);
+    if (timeout > clock::duration::zero()) {
+      op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
+        if (!ec) on_send_deadline(op);
+      });
+    }
+    if (p.ready || (!p.connecting && adopt(p, op->peer))) return enqueue(p, std::move(op));
+    p.waiting.push_back(std::move(op));
+    if (!p.connecting) {
+      p.connecting = true;
+      p.first_attempt = clock::now();
+      p.backoff = std::chrono::milliseconds(5);
+      connect(p);
+    }
+  }
+
+  /// The outbound state of `peer`, made on first use. A reactor's sends mostly
+  /// go to the peer of its previous send: that one is found without a map
+  /// lookup (out_ never drops an entry, so the pointer stays valid).
+  out_peer& out_peer_of(const std::string& peer) {
+    if (last_out_ != nullptr && detail::same_bytes(last_out_->first, peer)) return last_out_->second;
+    auto [it, fresh] = out_.try_emplace(peer);
+    if (fresh) it->second.task = task_id::parse(peer);
+    last_out_ = &*it;
+    return it->second;
+  }
+
+  void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
+    if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
+    op->link(recv_ops_);
+    slot& s = slot_for(op->peer, op->key, op->slot_hash);
+    if (!s.arrived.empty()) {
+      arrival a = std::move(s.arrived.front());
+      s.arrived.pop_front();
+      if (a.pending) {
+        // A chunked tensor still arriving: this recv gets it when its last chunk is in.
+        arm_recv_deadline(op, timeout);
+        a.pending->op = op;
+        op->xfer = std::move(a.pending);
+        return;
+      }
+      hand_over(*op, std::move(a.buf));
+      return;
+    }
+    if (!down_.empty() && down_.contains(op->peer)) {
+      return complete(*op, make_error_code(errc::connection_reset), tensor_buffer());
+    }
+    arm_recv_deadline(op, timeout);
+    if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: advertise dst
+      if (s.waiting.empty()) direct_.advertise(*this, *op);
+    }
+    s.waiting.push_back(std::move(op));
+  }
+
+  void arm_recv_deadline(const std::shared_ptr<recv_op>& op, clock::duration timeout) {
+    if (timeout > clock::duration::zero()) {
+      op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
+        if (!ec) on_recv_deadline(op);
+      });
+    }
+  }
+
+  void complete(send_op& op, std::error_code ec) {
+    if (op.done) return;
+    op.done = true;
+    if (op.timer) reactor_->cancel(op.timer);
+    op.owned.reset();
+    send_handler h = std::move(op.h);
+    if (initiating_ != 0) {
+      return reactor_->post([this, h = std::move(h), ec]() mutable { reactor_->invoke(h, ec); });
+    }
+    reactor_->invoke(h, ec);
+  }
+
+  void complete(recv_op& op, std::error_code ec, tensor_buffer b) {
+    if (op.done) return;
+    op.done = true;
+    if (op.timer) reactor_->cancel(op.timer);
+    op.bound.reset();
+    op.xfer.reset();
+    op.unlink();
+    op.dst.reset();
+    recv_handler h = std::move(op.h);
+    if (initiating_ != 0) {
+      return reactor_->post(
+          [this, h = std::move(h), ec, b = std::move(b)]() mutable { reactor_->invoke(h, ec, std::move(b)); });
+    }
+    reactor_->invoke(h, ec, std::move(b));
+  }
+
+  /// Starts operations called on the reactor thread itself, at once (no task,
+  /// no tick): what completes while they start (a tensor already arrived, a
+  /// peer known down, a batch flushed to a lost peer) completes from a posted
+  /// task, so no handler runs inline from its initiating call and a handler
+  /// that starts another operation does not recurse.
+  template <class Run>
+  void initiate(Run&& run) {
+    struct depth {
+      int& n;
+      explicit depth(int& v) : n(++v) {}
+      ~depth() { --n; }
+    } guard(initiating_);
+    run();
+  }
+
+ private:
+  slot* find_slot(std::string_view peer, std::string_view key) noexcept { return slots_.find(peer, key); }
+
+  // A started receive that is neither bound to a read nor waiting for a chunked
+  // transfer is in its slot's queue (or, for RDMA, held by the direct-placement
+  // state, which its `self` covers): its owner, found without a weak_ptr per op.
+  std::shared_ptr<recv_op> owner_of(recv_op& op) {
+    if constexpr (rdma_transport<Transport>) {
+      if (auto p = op.self.lock()) return p;
+    }
+    if (slot* s = find_slot(op.peer, op.key)) {
+      for (const std::shared_ptr<recv_op>& p : s->waiting) {
+        if (p.get() == &op) return p;
+      }
+    }
+    return nullptr;
+  }
+
+  // Invalidates references to empty slots only when it sweeps: callers hold no other slot.
+  slot& slot_for(std::string_view peer, std::string_view key) { return slots_.get(peer, key); }
+  /// slot_for() with `h` = detail::slot_hash_of(peer, key), computed by the caller.
+  slot& slot_for(std::string_view peer, std::string_view key, std::uint64_t h) { return slots_.get(peer, key, h); }
+
+  void log(const std::string& line) {
+    const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
+    if (log_) {
+      try {
+        log_(text);
+      } catch (...) {
+      }
+    } else {
+      std::fprintf(stderr, "%s\n", text.c_str());
+    }
+  }
+
+  bool reverse_allowed() const noexcept { return ep_.tuning_.reverse_lanes && !rdma_transport<Transport>; }
+
+  // connecting, retrying, reverse and striping lanes (rendezvous/detail/connect.hpp)
+  void connect(out_peer& p);
+  void retry(out_peer& p, std::error_code ec);
+  void fail_waiting(out_peer& p, std::error_code ec);
+  void watch_lane(out_peer& p, std::shared_ptr<channel_type> ch, std::uint64_t incarnation);
+  bool adopt(out_peer& p, const std::string& name);
+  void drop_outbound(out_peer& p, const std::shared_ptr<channel_type>& ch);
+  void connect_lanes(out_peer& p);
+
+  // send path (rendezvous/detail/send_path.hpp)
+  void enqueue(out_peer& p, std::shared_ptr<send_op> op);
+  void flush(out_peer& p);
+  void write(out_peer& p, std::shared_ptr<send_op> op);
+  void write_chunked(out_peer& p, std::shared_ptr<send_op> op);
+  void on_send_deadline(const std::shared_ptr<send_op>& op);
+
+  // accepting and handing off connections (rendezvous/detail/accept.hpp)
+  void accept();
+  void admit(const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer, protocol::pending_ack ack);
+  void hand_off(const std::shared_ptr<channel_type>& ch, unsigned owner, protocol::peer_identity peer,
+                protocol::pending_ack ack)
+    requires handoff_transport<Transport>;
+  void take_accepted(detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
+    requires handoff_transport<Transport>;
+  static std::string remote(channel_type& ch);
+
+  // receive path (rendezvous/detail/receive_path.hpp)
+  void read_next(const std::shared_ptr<channel_type>& ch);
+  void on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec, protocol::frame_head head);
+  void on_tensor(const std::shared_ptr<channel_type>& ch, const std::string& peer, const wire::tensor_meta& t,
+                 const wire::frame_header& h);
+  void on_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, protocol::frame_head head);
+  void deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, const protocol::frame_head& head,
+                     const tensor_buffer& buf);
+  void on_chunk(const std::shared_ptr<channel_type>& ch, const inbound& in, const wire::chunk_meta& c,
+                const wire::frame_header& h);
+  void read_chunk(const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::uint64_t offset,
+                  std::uint64_t len);
+  void bind_transfer(const std::shared_ptr<incoming>& x);
+  void finish_transfer(const std::shared_ptr<incoming>& x);
+  void drop_arrival(const std::shared_ptr<incoming>& x);
+  void fail_transfers(const std::string& peer, std::uint64_t incarnation, std::error_code ec);
+  void deliver(std::string_view peer, std::string_view key, tensor_buffer b);
+  void deliver(std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h);
+  void hand_over(recv_op& op, tensor_buffer b);
+  void on_recv_deadline(const std::shared_ptr<recv_op>& op);
+  void inbound_failed(const std::shared_ptr<channel_type>& ch, std::error_code ec, std::string why = {});
+
+  // keepalive (rendezvous/detail/keepalive.hpp)
+  void arm_keepalive();
+  void keepalive_tick();
+  void judge_silence();
+
+  // This shard's share of options.pool_size (one pool per reactor, nothing shared).
+  static buffer_pool_config pool_config(const options& o, unsigned shards) {
+    buffer_pool_config c = buffer_pool_config::from(o, 1);
+    c.total_bytes = std::max(c.block_size, o.pool_size / shards / c.block_size * c.block_size);
+    return c;
+  }
+
+  endpoint& ep_;
+  unsigned index_;  ///< its reactor's index in the group
+  log_sink log_;
+  wire::limits limits_;
+  buffer_pool pool_;
+  protocol::local_identity identity_;
+  reactor_type* reactor_ = nullptr;
+  typename Transport::listener_type listener_;
+  bool closing_ = false;
+  int initiating_ = 0;  ///< > 0 while initiate() runs: completions are posted
+  std::map<std::string, out_peer> out_;
+  std::pair<const std::string, out_peer>* last_out_ = nullptr;  ///< see out_peer_of()
+  std::map<channel_type*, inbound> in_;
+  /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
+  detail::slot_table<slot> slots_;
+  recv_op* recv_ops_ = nullptr;  ///< started receives not completed yet (intrusive list; no allocation)
+  std::set<std::string> down_;  ///< peers whose connections all broke
+  std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
+  std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
+  timer_id keepalive_timer_;
+  clock::time_point keepalive_due_{};  ///< when the armed keepalive tick should run
+
+ public:
+  /// RDMA direct placement (nothing for other transports).
+  [[no_unique_address]] typename detail::direct_state_for<Transport, recv_op>::type direct_;
+};
+
+}  // namespace rendezvous
+}  // namespace v0
+}  // namespace fusewire
+
+// The member functions, by path.
+#include <fusewire/rendezvous/detail/connect.hpp>
+#include <fusewire/rendezvous/detail/send_path.hpp>
+#include <fusewire/rendezvous/detail/accept.hpp>
+#include <fusewire/rendezvous/detail/receive_path.hpp>
+#include <fusewire/rendezvous/detail/keepalive.hpp>
