@@ -113,10 +113,11 @@ fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<e
     std::vector<fusewire::net_address> out;
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (list[i].port == 0) {
-        throw_error(errc::invalid_argument,
-                    backend + ": " + job + " " + std::to_string(i) + " has no port (" + list[i].to_string() +
-                        "); a fusewire cluster spec names every task's address, so every PS and worker needs a fixed port "
-                        "(the launcher reserves them; by hand: --cluster 'ps=host:port,...;worker=host:port,...')");
+        throw_error(
+            errc::invalid_argument,
+            backend + ": " + job + " " + std::to_string(i) + " has no port (" + list[i].to_string() +
+                "); a fusewire cluster spec names every task's address, so every PS and worker needs a fixed port "
+                "(the launcher reserves them; by hand: --cluster 'ps=host:port,...;worker=host:port,...')");
       }
       out.push_back({list[i].host, list[i].port});
     }
@@ -196,10 +197,11 @@ class fusewire_server final : public server {
 
   static fusewire::cluster_spec spec_for(const server_config& c, const std::string& name) {
     if (c.listen.port == 0) {
-      throw_error(errc::invalid_argument,
-                  name + ": cannot listen on " + c.listen.to_string() +
-                      ": needs a fixed port (a fusewire cluster spec names every task's address, so every task's port must "
-                      "be known before it starts; the launcher reserves them)");
+      throw_error(
+          errc::invalid_argument,
+          name + ": cannot listen on " + c.listen.to_string() +
+              ": needs a fixed port (a fusewire cluster spec names every task's address, so every task's port must "
+              "be known before it starts; the launcher reserves them)");
     }
     std::vector<endpoint> ps = c.cluster.ps;
     if (ps.size() <= c.task) ps.resize(c.task + 1, c.listen);
@@ -246,7 +248,8 @@ class fusewire_server final : public server {
   }
 
   fusewire::tensor_buffer take_buffer(peer& p, std::size_t n) {
-    auto it = std::find_if(p.free.begin(), p.free.end(), [n](const fusewire::tensor_buffer& b) { return b.size() == n; });
+    auto it =
+        std::find_if(p.free.begin(), p.free.end(), [n](const fusewire::tensor_buffer& b) { return b.size() == n; });
     if (it == p.free.end()) return fusewire::tensor_buffer::allocate(n);
     fusewire::tensor_buffer b = std::move(*it);
     p.free.erase(it);
@@ -255,8 +258,9 @@ class fusewire_server final : public server {
 
   void post_request(peer& p, std::size_t n) {
     p.posted.push_back(n);
-    ep_.recv(p.id, request_key(n), take_buffer(p, n),
-              [this, pp = &p, n](std::error_code ec, fusewire::tensor_buffer b) { on_request(*pp, n, ec, std::move(b)); });
+    ep_.recv(
+        p.id, request_key(n), take_buffer(p, n),
+        [this, pp = &p, n](std::error_code ec, fusewire::tensor_buffer b) { on_request(*pp, n, ec, std::move(b)); });
   }
 
   void on_request(peer& p, std::size_t n, std::error_code ec, fusewire::tensor_buffer b) {
@@ -274,10 +278,10 @@ class fusewire_server final : public server {
       if (config_.reply == reply_kind::echo) {
         fusewire::tensor_buffer out = b.share();
         return ep_.send(p.id, reply_key, std::move(out),
-                         [this, pp = &p, keep = std::move(b)](std::error_code e) mutable {
-                           if (e) return failed(*pp, e, "echo");
-                           pp->free.push_back(std::move(keep));
-                         });
+                        [this, pp = &p, keep = std::move(b)](std::error_code e) mutable {
+                          if (e) return failed(*pp, e, "echo");
+                          pp->free.push_back(std::move(keep));
+                        });
       }
       p.free.push_back(std::move(b));
       return ep_.send(p.id, reply_key, u64_tensor(n), [this, pp = &p](std::error_code e) {
@@ -302,11 +306,10 @@ class fusewire_server final : public server {
     const std::string& wire =
         config_.reply == reply_kind::echo ? codec->encode_decoded() : codec->encode_ack(codec->decoded_bytes());
     const const_buffer body{reinterpret_cast<const std::byte*>(wire.data()), wire.size()};
-    ep_.send(p.id, reply_key, std::span(&body, 1),
-              [this, pp = &p, c = std::move(codec)](std::error_code e) mutable {
-                pp->codecs.push_back(std::move(c));
-                if (e) failed(*pp, e, "serialized reply");
-              });
+    ep_.send(p.id, reply_key, std::span(&body, 1), [this, pp = &p, c = std::move(codec)](std::error_code e) mutable {
+      pp->codecs.push_back(std::move(c));
+      if (e) failed(*pp, e, "serialized reply");
+    });
   }
 
   server_config config_;
@@ -344,9 +347,9 @@ class fusewire_client final : public client {
       if (!ec) continue;
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", c.transport.connect_timeout_s);
-      throw_error(ec == make_error_code(errc::connection_refused) ? errc::connection_refused : errc::connection_reset,
-                  name_ + ": cannot connect to PS " + c.ps[i].to_string() + " within " + secs + " s: " +
-                      error_message(ec));
+      throw_error(
+          ec == make_error_code(errc::connection_refused) ? errc::connection_refused : errc::connection_reset,
+          name_ + ": cannot connect to PS " + c.ps[i].to_string() + " within " + secs + " s: " + error_message(ec));
     }
   }
 
@@ -419,8 +422,8 @@ class fusewire_client final : public client {
  private:
   struct ps_state {
     fw_task id;
-    std::size_t announced = 0;     ///< request size the PS was last told
-    std::string key;               ///< request_key(announced)
+    std::size_t announced = 0;      ///< request size the PS was last told
+    std::string key;                ///< request_key(announced)
     fusewire::tensor_buffer reply;  ///< raw replies land here
   };
 
@@ -473,10 +476,11 @@ class fusewire_client final : public client {
       if (s.announced != body_bytes) {
         s.announced = body_bytes;
         s.key = request_key(body_bytes);
-        ep_.send(s.id, size_key, u64_tensor(body_bytes), [this, i](std::error_code ec) { on_sent(i, ec); },
-                  timeout);
+        ep_.send(
+            s.id, size_key, u64_tensor(body_bytes), [this, i](std::error_code ec) { on_sent(i, ec); }, timeout);
       }
-      ep_.send(s.id, s.key, body, [this, i](std::error_code ec) { on_sent(i, ec); }, timeout);
+      ep_.send(
+          s.id, s.key, body, [this, i](std::error_code ec) { on_sent(i, ec); }, timeout);
     }
     const std::size_t reply_bytes = config_.reply == reply_kind::echo ? total : 8;
     for (std::size_t i = 0; i < ps_.size(); ++i) {
@@ -485,7 +489,7 @@ class fusewire_client final : public client {
       if (config_.mode == wire_mode::raw) {
         if (s.reply.size() != reply_bytes) s.reply = fusewire::tensor_buffer::allocate(reply_bytes);
         ep_.recv(s.id, reply_key, fusewire::tensor_buffer::view(s.reply.data(), s.reply.size()), std::move(handler),
-                  timeout);
+                 timeout);
       } else {
         ep_.recv(s.id, reply_key, std::move(handler), timeout);
       }
@@ -507,8 +511,7 @@ class fusewire_client final : public client {
       return fail(i, errc::connection_reset, "closed the connection");
     }
     if (ec == make_error_code(errc::timed_out)) {
-      return fail(i, errc::timed_out,
-                  "did not answer within " + std::to_string(exchange_timeout.count()) + " s");
+      return fail(i, errc::timed_out, "did not answer within " + std::to_string(exchange_timeout.count()) + " s");
     }
     fail(i, static_cast<errc>(ec.value()), "failed: " + error_message(ec));
   }

@@ -132,7 +132,7 @@ struct transport_settings {
   /// fusewire backends: SO_SNDBUF of connections to a peer on this host (0: the
   /// kernel's autotuning); unset: the transport's default (local_send_buffer).
   std::optional<std::size_t> local_send_buffer;
-  double connect_timeout_s = 30;             ///< worker: give up connecting after this
+  double connect_timeout_s = 30;  ///< worker: give up connecting after this
   friend bool operator==(const transport_settings&, const transport_settings&) = default;
 };
 

@@ -770,9 +770,10 @@ json print_summary(const json& ratios, const std::vector<std::string>& other_lab
     lines.push_back(l);
     lines.insert(lines.end(), singles.begin(), singles.end());
   }
-  std::printf("\n%s vs each library (x > 1: %s is better); per benchmark the geometric mean over the uniform, "
-              "random and skew payloads; latency compares p50; a library with several modes counts its best\n",
-              subject.c_str(), subject.c_str());
+  std::printf(
+      "\n%s vs each library (x > 1: %s is better); per benchmark the geometric mean over the uniform, "
+      "random and skew payloads; latency compares p50; a library with several modes counts its best\n",
+      subject.c_str(), subject.c_str());
   std::printf("%-24s", "benchmark");
   for (const std::string& n : names) std::printf(" %12s", ("vs " + n).c_str());
   std::printf("\n");

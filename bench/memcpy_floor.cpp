@@ -59,7 +59,8 @@ config parse(int argc, char** argv) {
       try {
         c.bytes = parse_size(v);
       } catch (const std::logic_error& e) {
-        throw std::invalid_argument("--bytes '" + v + "': " + (std::string_view(e.what()) == "stoull" ? "not a size" : e.what()));
+        throw std::invalid_argument("--bytes '" + v +
+                                    "': " + (std::string_view(e.what()) == "stoull" ? "not a size" : e.what()));
       }
     } else if (a == "--time") {
       c.seconds = number([](const std::string& v) { return std::stod(v); });

@@ -111,7 +111,8 @@ struct spread {
 };
 
 template <typename Get>
-requires std::is_invocable_r_v<double, Get, const repetition&> spread spread_of(const cell& c, Get get) {
+  requires std::is_invocable_r_v<double, Get, const repetition&>
+spread spread_of(const cell& c, Get get) {
   std::vector<double> values;
   for (const repetition& r : c.reps) {
     if (r.ok) values.push_back(get(r));

@@ -186,11 +186,10 @@ int run_worker(const role_config& config) {
   warm.payload = data.buffers();
   warm.expected_reply = expected;
   const auto warm_start = clock_type::now();
-  warm.until = warm_start + std::chrono::duration_cast<clock_type::duration>(
-                                std::chrono::duration<double>(config.time.warmup_s));
+  warm.until = warm_start +
+               std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(config.time.warmup_s));
   warm.tick = [&](std::uint64_t n) {
-    progress("warmup", std::chrono::duration<double>(clock_type::now() - warm_start).count(), config.time.warmup_s,
-             n);
+    progress("warmup", std::chrono::duration<double>(clock_type::now() - warm_start).count(), config.time.warmup_s, n);
   };
   cli->run(warm);
 
@@ -221,8 +220,8 @@ int run_worker(const role_config& config) {
   // measured time (and not what a late wake-up of this thread adds to it).
   std::int64_t measured_ns = 0;
   for (std::int64_t s : samples) measured_ns += s;
-  result.seconds = samples.empty() ? std::chrono::duration<double>(now - start).count()
-                                   : static_cast<double>(measured_ns) / 1e9;
+  result.seconds =
+      samples.empty() ? std::chrono::duration<double>(now - start).count() : static_cast<double>(measured_ns) / 1e9;
   result.payload_bytes = data.total_size();
   result.buffers = data.count();
   result.latency = summarize(samples);

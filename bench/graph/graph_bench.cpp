@@ -85,8 +85,8 @@ long number(std::string_view name, const std::string& text, long lo, long hi) {
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || v < lo || v > hi)
-    throw usage_error{std::string(name) + " " + text + ": expected a whole number from " + std::to_string(lo) +
-                      " to " + std::to_string(hi)};
+    throw usage_error{std::string(name) + " " + text + ": expected a whole number from " + std::to_string(lo) + " to " +
+                      std::to_string(hi)};
   return v;
 }
 
@@ -125,8 +125,7 @@ settings parse_args(int argc, char** argv) {
       value = argv[++i];
     }
     if (arg == "--transport") {
-      if (value != "asio" && value != "uring")
-        throw usage_error{"--transport " + value + ": expected asio or uring"};
+      if (value != "asio" && value != "uring") throw usage_error{"--transport " + value + ": expected asio or uring"};
       s.transport = value;
     } else if (arg == "--modes") {
       s.modes.clear();
@@ -239,7 +238,8 @@ fg::feed_map feeds(const settings& s, long step) {
   fg::feed_map f;
   for (long k = 0; k < s.features; ++k) {
     std::vector<float> ids(static_cast<std::size_t>(s.batch));
-    for (long i = 0; i < s.batch; ++i) ids[static_cast<std::size_t>(i)] = static_cast<float>((k * 7 + i * 13 + step) % s.rows);
+    for (long i = 0; i < s.batch; ++i)
+      ids[static_cast<std::size_t>(i)] = static_cast<float>((k * 7 + i * 13 + step) % s.rows);
     f.emplace("ids" + std::to_string(k), fg::tensor({s.batch}, std::move(ids)));
   }
   return f;
@@ -396,11 +396,13 @@ std::optional<mode_result> run_mode(const settings& s, const fg::placed_graph& g
 template <class T>
 int run(const settings& s) {
   const fg::placed_graph g(wide_and_deep(s));
-  const char* reactor = s.reactor == fw::reactor_mode::block ? "block" : s.reactor == fw::reactor_mode::poll ? "poll" : "adaptive";
-  std::printf("wide-and-deep: %ld features (tables %ldx%ld float32 on ps:0/ps:1), batch %ld, tower %ldx%ldx1 on "
-              "worker:0\n%s, %s reactors, %ld timed steps after %ld warmup, one process per task on loopback\n\n",
-              s.features, s.rows, s.dim, s.batch, s.features * s.dim, s.hidden, T::name().data(), reactor, s.steps,
-              s.warmup);
+  const char* reactor = s.reactor == fw::reactor_mode::block  ? "block"
+                        : s.reactor == fw::reactor_mode::poll ? "poll"
+                                                              : "adaptive";
+  std::printf(
+      "wide-and-deep: %ld features (tables %ldx%ld float32 on ps:0/ps:1), batch %ld, tower %ldx%ldx1 on "
+      "worker:0\n%s, %s reactors, %ld timed steps after %ld warmup, one process per task on loopback\n\n",
+      s.features, s.rows, s.dim, s.batch, s.features * s.dim, s.hidden, T::name().data(), reactor, s.steps, s.warmup);
   std::printf("%-24s %9s %9s %12s %12s %9s %9s %9s\n", "mode", "msgs/step", "tensors", "value B", "payload B",
               "mean ms", "p50 ms", "p99 ms");
   bool ok = true;

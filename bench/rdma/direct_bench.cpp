@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
   o.pool_size = 8u << 20;
   o.connect_timeout = 30000ms;
   const std::string a = verbs_test::host();
-  bench b(fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(rvtest::free_port()) + ";worker=" + a +
-                                        ":" + std::to_string(rvtest::free_port())),
+  bench b(fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(rvtest::free_port()) + ";worker=" + a + ":" +
+                                        std::to_string(rvtest::free_port())),
           o);
   std::map<std::pair<std::string, std::size_t>, std::vector<double>> medians;
   for (int r = 0; r < rounds; ++r) {

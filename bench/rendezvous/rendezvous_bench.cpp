@@ -61,8 +61,8 @@ struct settings {
   bool quick = false;
   std::string only;
   std::string transport = "all";
-  bool batch = true;  ///< fuse: start a step's operations through endpoint::batch
-  std::size_t stream = 0;  ///< fuse: the batches hand over every `stream` operations (0: at submit() only)
+  bool batch = true;          ///< fuse: start a step's operations through endpoint::batch
+  std::size_t stream = 0;     ///< fuse: the batches hand over every `stream` operations (0: at submit() only)
   std::string side = "both";  ///< fuse: run the fused run, the unfused run, or both (profiling one alone)
   unsigned rounds = 3;        ///< fuse: fused and unfused runs alternate this many times (the host's load drifts)
 };
@@ -146,9 +146,10 @@ rt_result summarize(std::vector<double> us, std::size_t bytes) {
 }
 
 void print_rt(const char* name, const rt_result& r) {
-  std::printf("  %-14s round trip min %7.1f us  p50 %7.1f us  mean %7.1f us  bandwidth(p50) %5.2f GB/s  (best %5.2f)%s\n",
-              name, r.min_us, r.p50_us, r.mean_us, r.gbps, 2.0 * static_cast<double>(r.bytes) / (r.min_us * 1e3),
-              r.ok ? "" : "  (ERRORS)");
+  std::printf(
+      "  %-14s round trip min %7.1f us  p50 %7.1f us  mean %7.1f us  bandwidth(p50) %5.2f GB/s  (best %5.2f)%s\n", name,
+      r.min_us, r.p50_us, r.mean_us, r.gbps, 2.0 * static_cast<double>(r.bytes) / (r.min_us * 1e3),
+      r.ok ? "" : "  (ERRORS)");
   std::fflush(stdout);
 }
 
@@ -500,7 +501,7 @@ void run_transport(const settings& s) {
     print_rt("chunking off", skew_round_trip<T>(s, false));
   }
   if (s.only.empty() || s.only == "fuse") {
-    const std::string how = !s.batch     ? std::string("one call per operation")
+    const std::string how = !s.batch        ? std::string("one call per operation")
                             : s.stream == 0 ? std::string("one endpoint::batch per side and step")
                                             : "one endpoint::batch per side and step, handed over every " +
                                                   std::to_string(s.stream) + " operations";
@@ -528,9 +529,9 @@ void run_transport(const settings& s) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];
     };
-    std::printf("  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", median(fused_runs),
-                st.fused_frames_sent ? static_cast<double>(st.tensors_fused) / static_cast<double>(st.fused_frames_sent)
-                                     : 0.0);
+    std::printf(
+        "  fused   %9.1f steps/s  (%.1f tensors per fused frame)\n", median(fused_runs),
+        st.fused_frames_sent ? static_cast<double>(st.tensors_fused) / static_cast<double>(st.fused_frames_sent) : 0.0);
     std::printf("  unfused %9.1f steps/s  -> fused/unfused = %.1fx%s\n", median(unfused_runs), median(ratios),
                 rounds > 1 ? " (median round)" : "");
     std::fflush(stdout);
@@ -579,12 +580,14 @@ int main(int argc, char** argv) {
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]\n"
-                  "                        [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
-                  "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
-                  "  --rounds N  fuse: alternate the fused and unfused runs N times (default 3), report the median round\n"
-                  "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
-                  "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() only)\n");
+      std::printf(
+          "usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]\n"
+          "                        [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
+          "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
+          "  --rounds N  fuse: alternate the fused and unfused runs N times (default 3), report the median round\n"
+          "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
+          "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() "
+          "only)\n");
       return 0;
     } else {
       std::fprintf(stderr, "rendezvous_bench: unknown argument '%s' (try --help)\n", a.c_str());

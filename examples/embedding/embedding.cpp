@@ -252,7 +252,8 @@ class remote_params {
  public:
   remote_params(const config& c, const fusewire::cluster_spec& spec, const ps::model_spec& model)
       : client_({"worker", c.task}, spec, model,
-                {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync),
+                {.options = net_options(c.mode, c.fusion == "on"),
+                 .mode = training_mode(c.sync),
                  .step_timeout = std::chrono::seconds(60)}) {}
 
   void run(const exchange& x, ctr_model& m, std::vector<float>& rows) {
@@ -382,8 +383,8 @@ int train(const config& c, Params& params, Finish&& finish) {
     if (more) make_batch(c, rule, stream, std::uint64_t{s + 1} * c.batch, c.batch, next);
     {
       scoped_timer t(comm);
-      params.run(exchange{g, cur.ids, grows, more ? std::span<const std::int64_t>(next.ids)
-                                                  : std::span<const std::int64_t>{}, more},
+      params.run(exchange{g, cur.ids, grows,
+                          more ? std::span<const std::int64_t>(next.ids) : std::span<const std::int64_t>{}, more},
                  m, rows);
     }
     std::swap(cur, next);
@@ -423,10 +424,11 @@ int train(const config& c, Params& params, Finish&& finish) {
 }
 
 void print_setup(const config& c) {
-  std::printf("worker 0: %u fields, %u values each (skewed), embedding dim %u, MLP %u-%u-1, adagrad lr %g, "
-              "batch %u, %u steps per worker, %s, transport %s\n",
-              c.fields, c.vocab, c.dim, c.fields * c.dim, c.hidden, static_cast<double>(c.lr), c.batch, c.steps,
-              c.sync ? "sync" : "async", c.transport.c_str());
+  std::printf(
+      "worker 0: %u fields, %u values each (skewed), embedding dim %u, MLP %u-%u-1, adagrad lr %g, "
+      "batch %u, %u steps per worker, %s, transport %s\n",
+      c.fields, c.vocab, c.dim, c.fields * c.dim, c.hidden, static_cast<double>(c.lr), c.batch, c.steps,
+      c.sync ? "sync" : "async", c.transport.c_str());
   std::fflush(stdout);
 }
 
@@ -453,13 +455,32 @@ int run_local(const config& c) {
 std::vector<std::string> forwarded(const config& c) {
   char lr[32];
   std::snprintf(lr, sizeof lr, "%.9g", static_cast<double>(c.lr));
-  std::vector<std::string> a{"--steps",  std::to_string(c.steps),  "--batch",  std::to_string(c.batch),
-                             "--fields", std::to_string(c.fields), "--vocab",  std::to_string(c.vocab),
-                             "--dim",    std::to_string(c.dim),    "--hidden", std::to_string(c.hidden),
-                             "--lr",     lr,                       "--mode",   c.mode,
-                             "--fusion", c.fusion,                 "--transport", c.transport,
-                             "--eval-examples", std::to_string(c.eval_examples),
-                             "--log-every", std::to_string(c.log_every), "--seed", std::to_string(c.seed),
+  std::vector<std::string> a{"--steps",
+                             std::to_string(c.steps),
+                             "--batch",
+                             std::to_string(c.batch),
+                             "--fields",
+                             std::to_string(c.fields),
+                             "--vocab",
+                             std::to_string(c.vocab),
+                             "--dim",
+                             std::to_string(c.dim),
+                             "--hidden",
+                             std::to_string(c.hidden),
+                             "--lr",
+                             lr,
+                             "--mode",
+                             c.mode,
+                             "--fusion",
+                             c.fusion,
+                             "--transport",
+                             c.transport,
+                             "--eval-examples",
+                             std::to_string(c.eval_examples),
+                             "--log-every",
+                             std::to_string(c.log_every),
+                             "--seed",
+                             std::to_string(c.seed),
                              c.sync ? "--sync" : "--async"};
   if (c.check_loss) a.push_back("--check-loss");
   if (c.min_auc > 0) a.insert(a.end(), {"--min-auc", std::to_string(c.min_auc)});
@@ -523,9 +544,10 @@ int run_launcher(const config& c) {
 
 int main(int argc, char** argv) {
   config c;
-  CLI::App app{"Trains a click-through model (hashed categorical features -> sparse embedding -> MLP) with\n"
-               "parameter servers over fusewire, on synthetic data from a seeded rule. Without --role it\n"
-               "launches the whole cluster on loopback."};
+  CLI::App app{
+      "Trains a click-through model (hashed categorical features -> sparse embedding -> MLP) with\n"
+      "parameter servers over fusewire, on synthetic data from a seeded rule. Without --role it\n"
+      "launches the whole cluster on loopback."};
   add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS)",
                     "seed of the data rule and the initial values");
   app.add_option("--steps", c.steps, "steps per worker")->check(CLI::Range(1u, 10000000u));
@@ -547,8 +569,9 @@ int main(int argc, char** argv) {
     if (!spec) return 2;
     return with_transport(c.transport, [&]<class Transport>() {
       if (c.role == "ps") {
-        ps::serve_until_signal<Transport>({"ps", c.task}, *spec, make_model(c),
-                                          {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync)});
+        ps::serve_until_signal<Transport>(
+            {"ps", c.task}, *spec, make_model(c),
+            {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync)});
         return 0;
       }
       return run_worker<Transport>(c, *spec);

@@ -39,8 +39,9 @@ struct cluster_flags {
 inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusion_help, const char* seed_help) {
   app.add_option("--ps", f.ps, "parameter servers to launch")->check(CLI::Range(1u, 64u));
   app.add_option("--workers", f.workers, "workers to launch")->check(CLI::Range(1u, 64u));
-  app.add_flag("--sync,!--async", f.sync, "synchronous training (the PS aggregates every worker's push per step); "
-                                          "default async");
+  app.add_flag("--sync,!--async", f.sync,
+               "synchronous training (the PS aggregates every worker's push per step); "
+               "default async");
   app.add_option("--mode", f.mode, "reactor wait mode")->check(CLI::IsMember({"poll", "adaptive", "block"}));
   app.add_option("--fusion", f.fusion, fusion_help)->check(CLI::IsMember({"on", "off"}));
   app.add_option("--transport", f.transport, "TCP transport")->check(CLI::IsMember(transport_names()));
@@ -62,8 +63,10 @@ inline std::optional<fusewire::cluster_spec> task_cluster(const CLI::App& app, c
       f.cluster.empty() ? fusewire::cluster_spec::from_env() : fusewire::cluster_spec::from_string(f.cluster);
   if (f.cluster.empty() && spec.self() && app.count("--task") == 0) f.task = spec.self()->index;
   if (!spec.has_job("ps") || !spec.has_job("worker")) {
-    std::fprintf(stderr, "%s: the cluster spec needs jobs \"ps\" and \"worker\" (got \"%s\"); pass --cluster or set "
-                         "TF_CONFIG\n", program, spec.to_string().c_str());
+    std::fprintf(stderr,
+                 "%s: the cluster spec needs jobs \"ps\" and \"worker\" (got \"%s\"); pass --cluster or set "
+                 "TF_CONFIG\n",
+                 program, spec.to_string().c_str());
     return std::nullopt;
   }
   spec.set_self(fusewire::task_id{f.role, f.task});

@@ -83,10 +83,14 @@ struct mlp_shape {
   /// Elements of parameter tensor `i` (w1 [inputs x hidden], b1, w2 [hidden x classes], b2).
   std::size_t size(std::size_t i) const {
     switch (i) {
-      case 0: return inputs * hidden;
-      case 1: return hidden;
-      case 2: return hidden * classes;
-      default: return classes;
+      case 0:
+        return inputs * hidden;
+      case 1:
+        return hidden;
+      case 2:
+        return hidden * classes;
+      default:
+        return classes;
     }
   }
   std::size_t total() const { return size(0) + size(1) + size(2) + size(3); }
@@ -152,11 +156,13 @@ class mlp {
   void forward(const tensors& p, const float* x, std::size_t n) {
     const std::size_t h = s_.hidden, c = s_.classes;
     hidden_.resize(n * h);
-    for (std::size_t r = 0; r < n; ++r) std::copy(p[1].begin(), p[1].end(), hidden_.begin() + static_cast<std::ptrdiff_t>(r * h));
+    for (std::size_t r = 0; r < n; ++r)
+      std::copy(p[1].begin(), p[1].end(), hidden_.begin() + static_cast<std::ptrdiff_t>(r * h));
     gemm(false, false, n, h, s_.inputs, 1.0f, x, p[0].data(), 1.0f, hidden_.data());
     for (float& v : hidden_) v = std::max(v, 0.0f);
     probs_.resize(n * c);
-    for (std::size_t r = 0; r < n; ++r) std::copy(p[3].begin(), p[3].end(), probs_.begin() + static_cast<std::ptrdiff_t>(r * c));
+    for (std::size_t r = 0; r < n; ++r)
+      std::copy(p[3].begin(), p[3].end(), probs_.begin() + static_cast<std::ptrdiff_t>(r * c));
     gemm(false, false, n, c, h, 1.0f, hidden_.data(), p[2].data(), 1.0f, probs_.data());
     for (std::size_t r = 0; r < n; ++r) {
       float* z = probs_.data() + r * c;

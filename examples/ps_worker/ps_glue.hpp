@@ -97,8 +97,9 @@ class ps_session {
         client_({"worker", task}, spec, model_,
                 {.options = net_options(g), .mode = training_mode(g.sync), .step_timeout = std::chrono::seconds(60)}) {
     if (g.sync && !g.fusion) {
-      throw std::invalid_argument("--fusion off needs --async: in sync mode each worker step must be one request "
-                                  "per PS");
+      throw std::invalid_argument(
+          "--fusion off needs --async: in sync mode each worker step must be one request "
+          "per PS");
     }
   }
 

@@ -46,21 +46,39 @@ struct config : cluster_flags {
   double min_accuracy = 0.0;
 };
 
-glue_options glue(const config& c) {
-  return glue_options{c.mode, c.fusion == "on", c.optimizer, c.lr, c.sync, c.seed};
-}
+glue_options glue(const config& c) { return glue_options{c.mode, c.fusion == "on", c.optimizer, c.lr, c.sync, c.seed}; }
 
 /// The options every role understands, forwarded by the launcher to its children.
 std::vector<std::string> forwarded(const config& c) {
   char lr[32];
   std::snprintf(lr, sizeof lr, "%.9g", static_cast<double>(c.lr));
-  std::vector<std::string> a{"--epochs",    std::to_string(c.epochs),    "--batch",     std::to_string(c.batch),
-                             "--lr",        lr,                          "--optimizer", c.optimizer,
-                             "--mode",      c.mode,                      "--fusion",    c.fusion,
-                             "--transport", c.transport,                 "--data",      c.data,
-                             "--hidden",    std::to_string(c.hidden),    "--seed",      std::to_string(c.seed),
-                             "--train-limit", std::to_string(c.train_limit), "--test-limit", std::to_string(c.test_limit),
-                             "--log-every", std::to_string(c.log_every), c.sync ? "--sync" : "--async"};
+  std::vector<std::string> a{"--epochs",
+                             std::to_string(c.epochs),
+                             "--batch",
+                             std::to_string(c.batch),
+                             "--lr",
+                             lr,
+                             "--optimizer",
+                             c.optimizer,
+                             "--mode",
+                             c.mode,
+                             "--fusion",
+                             c.fusion,
+                             "--transport",
+                             c.transport,
+                             "--data",
+                             c.data,
+                             "--hidden",
+                             std::to_string(c.hidden),
+                             "--seed",
+                             std::to_string(c.seed),
+                             "--train-limit",
+                             std::to_string(c.train_limit),
+                             "--test-limit",
+                             std::to_string(c.test_limit),
+                             "--log-every",
+                             std::to_string(c.log_every),
+                             c.sync ? "--sync" : "--async"};
   if (c.check_loss) a.push_back("--check-loss");
   if (c.min_accuracy > 0) a.insert(a.end(), {"--min-accuracy", std::to_string(c.min_accuracy)});
   return a;
@@ -123,7 +141,8 @@ struct worker_stats {
 /// The mean loss of the first and last tenth of the steps decide "loss went down".
 class loss_tracker {
  public:
-  explicit loss_tracker(std::size_t total_steps) : window_(std::max<std::size_t>(1, total_steps / 10)), total_(total_steps) {}
+  explicit loss_tracker(std::size_t total_steps)
+      : window_(std::max<std::size_t>(1, total_steps / 10)), total_(total_steps) {}
   void add(std::size_t step, double loss) {
     if (step < window_) first_ += loss, ++nf_;
     if (step + window_ >= total_) last_ += loss, ++nl_;
@@ -211,17 +230,18 @@ int run_worker(const config& c, const fusewire::cluster_spec& spec) {
   const shard sh = make_shard(c, d.train.count, workers, c.task);
   const std::size_t total = sh.steps_per_epoch * c.epochs;
   if (total == 0) {
-    std::printf("worker %u: FAILED: no training steps (%zu images over %u workers, batch %u)\n", c.task,
-                d.train.count, workers, c.batch);
+    std::printf("worker %u: FAILED: no training steps (%zu images over %u workers, batch %u)\n", c.task, d.train.count,
+                workers, c.batch);
     return 1;
   }
   ps_session<Transport> session(spec, c.task, shape, glue(c));
   if (c.task == 0) {
-    std::printf("worker 0: %zu training images in %u shards, %zu steps each, MLP %zu-%zu-%zu, %s lr %g, %s, "
-                "batch %u, %u epochs, transport %s, mode %s, fusion %s, %s\n",
-                d.train.count, workers, total, shape.inputs, shape.hidden, shape.classes, c.optimizer.c_str(),
-                static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs, c.transport.c_str(),
-                c.mode.c_str(), c.fusion.c_str(), blas_name());
+    std::printf(
+        "worker 0: %zu training images in %u shards, %zu steps each, MLP %zu-%zu-%zu, %s lr %g, %s, "
+        "batch %u, %u epochs, transport %s, mode %s, fusion %s, %s\n",
+        d.train.count, workers, total, shape.inputs, shape.hidden, shape.classes, c.optimizer.c_str(),
+        static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs, c.transport.c_str(), c.mode.c_str(),
+        c.fusion.c_str(), blas_name());
     std::fflush(stdout);
   }
 
@@ -367,9 +387,10 @@ int run_launcher(const config& c) {
 
 int main(int argc, char** argv) {
   config c;
-  CLI::App app{"Trains a one-hidden-layer MLP on Fashion-MNIST with parameter servers and workers over fusewire.\n"
-               "Without --role it launches the whole cluster on loopback; with --role it is one task of a cluster\n"
-               "given by --cluster or TF_CONFIG."};
+  CLI::App app{
+      "Trains a one-hidden-layer MLP on Fashion-MNIST with parameter servers and workers over fusewire.\n"
+      "Without --role it launches the whole cluster on loopback; with --role it is one task of a cluster\n"
+      "given by --cluster or TF_CONFIG."};
   add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request",
                     "seed of initialization and data order");
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1u, 1000u));

@@ -156,11 +156,12 @@ int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, 
     std::atomic<unsigned> failed{0};
     const auto start = std::chrono::steady_clock::now();
     for (unsigned i = 0; i < counts[s]; ++i) {
-      ep.send(receiver_task, "t/" + std::to_string(n) + "/" + std::to_string(i), tensor.share(),
-              [&failed](std::error_code ec) {
-                if (ec) ++failed;
-              },
-              op_timeout);
+      ep.send(
+          receiver_task, "t/" + std::to_string(n) + "/" + std::to_string(i), tensor.share(),
+          [&failed](std::error_code ec) {
+            if (ec) ++failed;
+          },
+          op_timeout);
     }
     rv::recv_result ack = ep.recv_sync(receiver_task, "ack/" + std::to_string(n), op_timeout);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -224,8 +225,7 @@ int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& coun
     std::fprintf(stderr, "rendezvous_demo: the receiving process failed (status %d)\n", status);
     rc = 1;
   }
-  std::printf("%s\n", rc == 0 ? "rendezvous_demo: all tensors verified byte for byte"
-                              : "rendezvous_demo: FAILED");
+  std::printf("%s\n", rc == 0 ? "rendezvous_demo: all tensors verified byte for byte" : "rendezvous_demo: FAILED");
   return rc;
 }
 
@@ -287,8 +287,9 @@ int main(int argc, char** argv) {
   }
   std::vector<unsigned> counts;
   for (std::size_t n : sizes) {
-    counts.push_back(count ? *count
-                           : static_cast<unsigned>(std::clamp<std::size_t>((64u << 20) / std::max<std::size_t>(n, 1), 4, 2000)));
+    counts.push_back(
+        count ? *count
+              : static_cast<unsigned>(std::clamp<std::size_t>((64u << 20) / std::max<std::size_t>(n, 1), 4, 2000)));
   }
   ::signal(SIGPIPE, SIG_IGN);
   if (transport == "asio") return run<fw::asio_tcp>(sizes, counts);
@@ -296,7 +297,8 @@ int main(int argc, char** argv) {
 #if FUSEWIRE_HAS_URING
     return run<fw::uring_tcp>(sizes, counts);
 #else
-    std::fprintf(stderr, "rendezvous_demo: this build has no io_uring transport (liburing not found); use --transport asio\n");
+    std::fprintf(stderr,
+                 "rendezvous_demo: this build has no io_uring transport (liburing not found); use --transport asio\n");
     return 2;
 #endif
   }

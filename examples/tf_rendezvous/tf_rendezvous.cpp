@@ -299,7 +299,8 @@ int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluste
     for (std::size_t t = 1; t < plan.partitions.size(); ++t)
       if (ep.recv_sync(plan.partitions[t].task, "done", std::chrono::seconds(20)).ec) return 1;
     for (std::size_t t = 1; t < plan.partitions.size(); ++t)
-      if (ep.send_sync(plan.partitions[t].task, "release", fusewire::tensor_buffer::allocate(1), std::chrono::seconds(20)))
+      if (ep.send_sync(plan.partitions[t].task, "release", fusewire::tensor_buffer::allocate(1),
+                       std::chrono::seconds(20)))
         return 1;
   } else if (ep.send_sync(first, "done", fusewire::tensor_buffer::allocate(1), std::chrono::seconds(20)) ||
              ep.recv_sync(first, "release", std::chrono::seconds(20)).ec) {
@@ -316,8 +317,8 @@ std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const f
   std::vector<std::map<std::string, fg::tensor>> want;
   for (int step = 1; step <= steps; ++step) want.push_back(whole.run(feeds(), {"loss", "wide/update"}));
   // Fresh loopback ports: the example's own cluster string names ports that may be taken.
-  std::string text = "worker=127.0.0.1:" + std::to_string(free_port()) + ";ps=127.0.0.1:" +
-                     std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(free_port());
+  std::string text = "worker=127.0.0.1:" + std::to_string(free_port()) +
+                     ";ps=127.0.0.1:" + std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(free_port());
   const auto cluster = fusewire::cluster_spec::from_string(text);
   std::vector<pid_t> pids;
   std::vector<int> pipes;
@@ -370,14 +371,12 @@ std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const f
   return rows;
 }
 
-
 int run(const settings& s) {
   // 1. The session's configuration, as the fork reads it from its server def and ConfigProto.
   const tf::session_config config = tf::session_config::parse(s.protocol, s.tensor_fuse);
   const fg::partition_options options = config.partition_options();
   std::cout << "session: protocol " << tf::to_string(config.proto) << ", tensor_fuse "
-            << (config.tensor_fuse ? "on" : "off") << " -> partition mode " << fg::to_string(options.mode)
-            << "\n";
+            << (config.tensor_fuse ? "on" : "off") << " -> partition mode " << fg::to_string(options.mode) << "\n";
 
   // 2. The cluster (TF_CONFIG or a cluster string) and the placed graph.
   const auto cluster = fusewire::cluster_spec::from_string("worker=localhost:2222;ps=localhost:2223,localhost:2224");
@@ -454,9 +453,10 @@ int run(const settings& s) {
   // 5. Rendezvous keys: one TensorFlow wrote, the plan's first, and --key.
   std::cout << "rendezvous keys -> fusewire tasks and channel keys\n"
             << "a key TensorFlow wrote for a worker -> ps:1 edge:\n";
-  show_key("/job:worker/replica:0/task:0/device:CPU:0;7f3a9c21b4e8d0aa;/job:ps/replica:0/task:1/device:CPU:0;"
-           "edge_12_ids_1;0:0",
-           cluster);
+  show_key(
+      "/job:worker/replica:0/task:0/device:CPU:0;7f3a9c21b4e8d0aa;/job:ps/replica:0/task:1/device:CPU:0;"
+      "edge_12_ids_1;0:0",
+      cluster);
   if (!plan->messages.empty()) {
     std::cout << "the key of plan message " << plan->messages.front().name
               << " (the partitioner writes TensorFlow keys):\n";

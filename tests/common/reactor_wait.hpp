@@ -13,8 +13,7 @@ namespace fusewire::test {
 /// Hang guard: a lost wake-up or a missing completion fails the test instead of hanging it.
 template <class T>
 T get(std::future<T>& f) {
-  REQUIRE_MESSAGE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready,
-                  "timed out waiting for a reactor");
+  REQUIRE_MESSAGE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready, "timed out waiting for a reactor");
   return f.get();
 }
 

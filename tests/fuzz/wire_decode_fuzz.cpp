@@ -29,8 +29,8 @@ using fusewire::const_buffer;
   std::abort();
 }
 
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)                \
+  do {                                  \
     if (!(cond)) fail(#cond, __LINE__); \
   } while (0)
 

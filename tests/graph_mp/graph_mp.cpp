@@ -67,15 +67,17 @@ struct case_def {
 
 std::vector<case_def> catalogue() {
   std::vector<case_def> out;
-  out.push_back({"wide_and_deep", wide_and_deep, [](int) { return wide_and_deep_feeds(); },
-                 {"out", "ps0/update", "ps1/update"}});
-  out.push_back({"diamond", diamond,
+  out.push_back(
+      {"wide_and_deep", wide_and_deep, [](int) { return wide_and_deep_feeds(); }, {"out", "ps0/update", "ps1/update"}});
+  out.push_back({"diamond",
+                 diamond,
                  [](int s) {
                    const auto f = static_cast<float>(s);
                    return fg::feed_map{{"x", fg::tensor({2, 2}, {1 + f, 2, 3 - f, 4})}};
                  },
                  {"d"}});
-  out.push_back({"branches", branches,
+  out.push_back({"branches",
+                 branches,
                  [](int s) {
                    const auto f = static_cast<float>(s);
                    return fg::feed_map{{"x", fg::tensor({2}, {1 + f, 2 - f})},
@@ -85,15 +87,22 @@ std::vector<case_def> catalogue() {
                  0,
                  false,
                  true});
-  out.push_back({"control_tokens", control_tokens,
-                 [](int s) { return fg::feed_map{{"x", fg::tensor({2}, {5, static_cast<float>(s)})}}; },
+  out.push_back({"control_tokens",
+                 control_tokens,
+                 [](int s) {
+                   return fg::feed_map{{"x", fg::tensor({2}, {5, static_cast<float>(s)})}};
+                 },
                  {"after"}});
-  out.push_back({"chain", chain,
-                 [](int s) { return fg::feed_map{{"x", fg::tensor({2}, {1, -2 + 0.5f * static_cast<float>(s)})}}; },
+  out.push_back({"chain",
+                 chain,
+                 [](int s) {
+                   return fg::feed_map{{"x", fg::tensor({2}, {1, -2 + 0.5f * static_cast<float>(s)})}};
+                 },
                  {"out", "learn"},
                  0,
                  true});
-  out.push_back({"while_loop", [] { return rnn_loop(); },
+  out.push_back({"while_loop",
+                 [] { return rnn_loop(); },
                  [](int s) {
                    const auto f = static_cast<float>(s);
                    return fg::feed_map{{"h0", fg::tensor({1, 4}, {1, -1, 0.5f * f, 2})}};
@@ -166,8 +175,7 @@ int run_task(const case_def& c, const fg::plan& plan, std::size_t index, const f
   task_report report;
   for (int s = 1; s <= steps; ++s) {
     const auto fetches = fg::fetches_for(ex.graph(), c.fetches);
-    auto got = fg::run_step(ex, ch, static_cast<std::uint64_t>(s), fg::feeds_for(ex.graph(), c.feeds(s)), fetches,
-                            20s);
+    auto got = fg::run_step(ex, ch, static_cast<std::uint64_t>(s), fg::feeds_for(ex.graph(), c.feeds(s)), fetches, 20s);
     for (const auto& f : fetches) {
       const auto& expected = want.fetched[static_cast<std::size_t>(s - 1)].at(f);
       TASK_EXPECT(got.count(f) && same_bits(got.at(f), expected), "step %d fetch '%s' is %s, one process computed %s",
@@ -288,11 +296,12 @@ bool run_case(const case_def& c, const fg::partition_options& opts, const std::s
                  c.name.c_str());
     return false;
   }
-  std::printf("  %-15s %zu processes, %d steps equal bit for bit; %llu messages/step (plan %zu), %llu value bytes, "
-              "%llu payload bytes; %llu dead entries, %llu fused frames in %d steps\n",
-              c.name.c_str(), plan->partitions.size(), steps, static_cast<unsigned long long>(messages[0]), planned,
-              static_cast<unsigned long long>(bytes[0]), static_cast<unsigned long long>(wire_bytes[0]),
-              static_cast<unsigned long long>(dead), static_cast<unsigned long long>(fused), steps);
+  std::printf(
+      "  %-15s %zu processes, %d steps equal bit for bit; %llu messages/step (plan %zu), %llu value bytes, "
+      "%llu payload bytes; %llu dead entries, %llu fused frames in %d steps\n",
+      c.name.c_str(), plan->partitions.size(), steps, static_cast<unsigned long long>(messages[0]), planned,
+      static_cast<unsigned long long>(bytes[0]), static_cast<unsigned long long>(wire_bytes[0]),
+      static_cast<unsigned long long>(dead), static_cast<unsigned long long>(fused), steps);
   return true;
 }
 
@@ -327,7 +336,6 @@ int run_all(const std::string& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return fusewire::test::main_over_transport(argc, argv, "<mode>", 55, []<class T>(const std::string& what) {
-    return run_all<T>(what);
-  });
+  return fusewire::test::main_over_transport(argc, argv, "<mode>", 55,
+                                             []<class T>(const std::string& what) { return run_all<T>(what); });
 }

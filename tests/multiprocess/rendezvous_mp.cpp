@@ -39,9 +39,9 @@
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
-using fusewire::test::spawn;
 using fusewire::test::all_succeeded;
 using fusewire::test::signal_pipe;
+using fusewire::test::spawn;
 using fusewire::test::succeeded;
 
 namespace {
@@ -75,8 +75,8 @@ int exchange_ps(const fw::cluster_spec& spec) {
       const std::string key = "up/" + std::to_string(n);
       // Alternate: a posted destination (zero-copy path) or the endpoint's own buffer.
       const bool post = (n / 1024) % 2 == 0;
-      rv::recv_result r = post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 60s)
-                               : ep.recv_sync(peer, key, 60s);
+      rv::recv_result r =
+          post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 60s) : ep.recv_sync(peer, key, 60s);
       EXPECT(!r.ec);
       EXPECT(rvtest::matches(r.buffer, n, seed_of(w, n)));
       // Echo it back, transformed so the worker checks a new payload.
@@ -126,7 +126,8 @@ int kill_ps(const fw::cluster_spec& spec) {
   // worker:0 is killed while sending "big"; "never" is never sent.
   std::promise<std::error_code> never;
   auto never_f = never.get_future();
-  ep.recv(w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 30s);
+  ep.recv(
+      w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 30s);
   rv::recv_result big = ep.recv_sync(w0, "big", fw::tensor_buffer::allocate(64 << 20), 30s);
   // Either the whole tensor made it before the kill (then intact) or the receive failed.
   EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
@@ -320,7 +321,8 @@ int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const 
     return 1;
   }
   EXPECT(ep.stats().keepalive_pings > 0);
-  std::printf("worker:0: stopped PS detected by keepalive; send and recv failed with '%s'\n", send_ec.message().c_str());
+  std::printf("worker:0: stopped PS detected by keepalive; send and recv failed with '%s'\n",
+              send_ec.message().c_str());
   return 0;
 }
 
@@ -352,7 +354,6 @@ int run(const std::string& scenario) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return fusewire::test::main_over_transport(argc, argv, "exchange|kill|hostile|frozen", 280, []<class T>(const std::string& what) {
-    return run<T>(what);
-  });
+  return fusewire::test::main_over_transport(argc, argv, "exchange|kill|hostile|frozen", 280,
+                                             []<class T>(const std::string& what) { return run<T>(what); });
 }

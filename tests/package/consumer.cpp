@@ -31,16 +31,16 @@ int fail(const std::string& what) {
 int main() {
 #ifdef FUSEWIRE_EXPECTED_VERSION
   if (std::string_view(FUSEWIRE_EXPECTED_VERSION) != FUSEWIRE_VERSION_STRING) {
-    return fail(std::string("the build system found fusewire ") + FUSEWIRE_EXPECTED_VERSION +
-                " but the headers say " + FUSEWIRE_VERSION_STRING);
+    return fail(std::string("the build system found fusewire ") + FUSEWIRE_EXPECTED_VERSION + " but the headers say " +
+                FUSEWIRE_VERSION_STRING);
   }
 #endif
 
   const std::error_code ec = fusewire::make_error_code(fusewire::errc::pool_exhausted);
   if (std::string_view(ec.category().name()) != "fusewire" || ec.message() != "buffer pool exhausted" ||
       ec.value() != 40) {
-    return fail("unexpected error code: " + std::string(ec.category().name()) + ":" +
-                std::to_string(ec.value()) + " '" + ec.message() + "'");
+    return fail("unexpected error code: " + std::string(ec.category().name()) + ":" + std::to_string(ec.value()) +
+                " '" + ec.message() + "'");
   }
 
   std::string uring = "";
@@ -55,7 +55,7 @@ int main() {
   }
 #endif
 
-  std::printf("fusewire %s: %s:%d '%s'%s\n", FUSEWIRE_VERSION_STRING, ec.category().name(),
-              ec.value(), ec.message().c_str(), uring.c_str());
+  std::printf("fusewire %s: %s:%d '%s'%s\n", FUSEWIRE_VERSION_STRING, ec.category().name(), ec.value(),
+              ec.message().c_str(), uring.c_str());
   return 0;
 }

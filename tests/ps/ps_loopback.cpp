@@ -117,17 +117,22 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
     CHECK(b.result(he3).size() == 20);
     auto bad = uo;
     bad.mode = ps::training_mode::sync;
-    CHECK(error_of([&] { ps::client<fw::asio_tcp> c({"worker", 1}, spec, m, bad); }) ==
-          "ps client: fuse = false needs async training (a sync step is one request per PS): invalid argument");
+    CHECK(error_of([&] {
+            ps::client<fw::asio_tcp> c({"worker", 1}, spec, m, bad);
+          }) == "ps client: fuse = false needs async training (a sync step is one request per PS): invalid argument");
   }
 
   // Client-side checks name the variable.
-  CHECK(error_of([&] { (void)cl.pull("nope"); }) == "pull: unknown variable 'nope' (model has: w, b, emb): invalid argument");
+  CHECK(error_of([&] { (void)cl.pull("nope"); }) ==
+        "pull: unknown variable 'nope' (model has: w, b, emb): invalid argument");
   const std::vector<float> short_grad(3);
-  CHECK(error_of([&] { cl.push("b", short_grad); }) == "push of 'b': gradient has 3 values, the variable has 4: payload size does not match the destination");
+  CHECK(error_of([&] { cl.push("b", short_grad); }) ==
+        "push of 'b': gradient has 3 values, the variable has 4: payload size does not match the destination");
   const std::vector<std::int64_t> bad_ids{1000};
-  CHECK(error_of([&] { (void)cl.pull_rows("emb", bad_ids); }) == "pull_rows of 'emb': id 1000 out of range [0, 1000): invalid argument");
-  CHECK(error_of([&] { (void)cl.pull_rows("w", bad_ids); }) == "pull_rows of 'w': the variable is dense (use pull/push): invalid argument");
+  CHECK(error_of([&] { (void)cl.pull_rows("emb", bad_ids); }) ==
+        "pull_rows of 'emb': id 1000 out of range [0, 1000): invalid argument");
+  CHECK(error_of([&] { (void)cl.pull_rows("w", bad_ids); }) ==
+        "pull_rows of 'w': the variable is dense (use pull/push): invalid argument");
   std::error_code ec;
   b.clear();
   b.pull("emb");

@@ -42,21 +42,21 @@ namespace fw = fusewire;
 namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
 using transport = fw::asio_tcp;
-using fusewire::test::spawn;
 using fusewire::test::all_succeeded;
 using fusewire::test::signal_pipe;
+using fusewire::test::spawn;
 using fusewire::test::succeeded;
 
 namespace {
 
-#define EXPECT_CLOSE(a, b)                                                                                              \
-  do {                                                                                                                  \
-    const double x_ = (a), y_ = (b);                                                                                    \
-    if (!(std::fabs(x_ - y_) <= 1e-4 * std::max(1.0, std::fabs(y_)))) {                                                 \
-      std::fprintf(stderr, "[pid %d] %s:%d: %s = %.9g, expected %s = %.9g\n", ::getpid(), __FILE__, __LINE__, #a, x_, #b, \
-                   y_);                                                                                                 \
-      return 1;                                                                                                         \
-    }                                                                                                                   \
+#define EXPECT_CLOSE(a, b)                                                                                            \
+  do {                                                                                                                \
+    const double x_ = (a), y_ = (b);                                                                                  \
+    if (!(std::fabs(x_ - y_) <= 1e-4 * std::max(1.0, std::fabs(y_)))) {                                               \
+      std::fprintf(stderr, "[pid %d] %s:%d: %s = %.9g, expected %s = %.9g\n", ::getpid(), __FILE__, __LINE__, #a, x_, \
+                   #b, y_);                                                                                           \
+      return 1;                                                                                                       \
+    }                                                                                                                 \
   } while (0)
 
 fw::options mp_options() {
@@ -72,7 +72,8 @@ ps::client_config<transport> client_opts(ps::training_mode mode = ps::training_m
 }
 
 /// Runs a PS until a worker shuts it down.
-int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_spec& m, ps::server_config<transport> so) {
+int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_spec& m,
+           ps::server_config<transport> so) {
   so.options = mp_options();
   ps::server<transport> server({"ps", index}, spec, m, std::move(so));
   if (server.state().restored_step() != 0) {
@@ -161,9 +162,11 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
       for (std::size_t j = 0; j < ids.size(); ++j) {
         auto [it, fresh] = rows.try_emplace(ids[j]);
         if (fresh) {
-          for (std::size_t c = 0; c < 8; ++c) it->second.push_back(m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[j]), c));
+          for (std::size_t c = 0; c < 8; ++c)
+            it->second.push_back(m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[j]), c));
         }
-        for (std::size_t c = 0; c < 8; ++c) it->second[c] -= 0.25 * pstest::grad_at(s, j * 8 + c + 600, static_cast<int>(k));
+        for (std::size_t c = 0; c < 8; ++c)
+          it->second[c] -= 0.25 * pstest::grad_at(s, j * 8 + c + 600, static_cast<int>(k));
       }
     }
   }
@@ -222,7 +225,8 @@ int optimizers_worker(const fw::cluster_spec& spec) {
     std::vector<float> init(64), rinit(12);
     for (std::size_t i = 0; i < 64; ++i) init[i] = dv.init.value(dv.name, i / 4, i % 4);
     for (std::size_t j = 0; j < 3; ++j) {
-      for (std::size_t c = 0; c < 4; ++c) rinit[j * 4 + c] = ev.init.value(ev.name, static_cast<std::uint64_t>(ids[j]), c);
+      for (std::size_t c = 0; c < 4; ++c)
+        rinit[j * 4 + c] = ev.init.value(ev.name, static_cast<std::uint64_t>(ids[j]), c);
     }
     dense_ref.emplace_back(optimizer_cases()[k], init);
     row_ref.emplace_back(optimizer_cases()[k], rinit);
@@ -284,7 +288,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
     std::vector<float> g(32), ge(4);
     for (std::size_t i = 0; i < 32; ++i) g[i] = static_cast<float>(w + 1) * pstest::grad_at(s, i);
     for (std::size_t i = 0; i < 4; ++i) ge[i] = static_cast<float>(w * 2 + 1);  // 1 and 3: mean 2
-    if (w == 1) std::this_thread::sleep_for(150ms);  // worker 0 reaches the barrier first
+    if (w == 1) std::this_thread::sleep_for(150ms);                             // worker 0 reaches the barrier first
     b.clear();
     b.push("w", g);
     b.push_rows("emb", ids, ge);
@@ -340,7 +344,8 @@ int checkpoint_worker(const fw::cluster_spec& spec, int phase) {
   std::vector<float> init(32), rinit(12);
   for (std::size_t i = 0; i < 32; ++i) init[i] = m.variables[0].init.value("w", i / 4, i % 4);
   for (std::size_t j = 0; j < 3; ++j) {
-    for (std::size_t c = 0; c < 4; ++c) rinit[j * 4 + c] = m.variables[1].init.value("emb", static_cast<std::uint64_t>(ids[j]), c);
+    for (std::size_t c = 0; c < 4; ++c)
+      rinit[j * 4 + c] = m.variables[1].init.value("emb", static_cast<std::uint64_t>(ids[j]), c);
   }
   pstest::reference_optimizer ref(m.optimizer, init), rref(m.optimizer, rinit);
   auto grads = [](int s) {
@@ -439,7 +444,8 @@ int restart_worker(const fw::cluster_spec& spec, const signal_pipe& reached, con
     for (std::size_t j = 0; j < ids.size(); ++j) {
       auto [it, fresh] = rows.try_emplace(ids[j]);
       if (fresh) {
-        for (std::size_t c = 0; c < 8; ++c) it->second.push_back(m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[j]), c));
+        for (std::size_t c = 0; c < 8; ++c)
+          it->second.push_back(m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[j]), c));
       }
       for (std::size_t c = 0; c < 8; ++c) it->second[c] -= 0.25 * ge[j * 8 + c];
     }
@@ -518,7 +524,6 @@ int run_dead() {
   return ok ? 0 : 1;
 }
 
-
 // ---- barrier -------------------------------------------------------------------------
 
 constexpr unsigned barrier_workers = 3;
@@ -557,7 +562,8 @@ int run_barrier() {
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
   std::vector<std::pair<pid_t, const char*>> kids;
   static const char* names[barrier_workers] = {"worker:0", "worker:1", "worker:2"};
-  for (unsigned w = 0; w < barrier_workers; ++w) kids.push_back({spawn(60, [&, w] { return barrier_worker(spec, w); }), names[w]});
+  for (unsigned w = 0; w < barrier_workers; ++w)
+    kids.push_back({spawn(60, [&, w] { return barrier_worker(spec, w); }), names[w]});
   bool ok = true;
   for (auto& [pid, name] : kids) ok = succeeded(pid, name) && ok;
   return all_succeeded({{p0, "ps:0"}, {p1, "ps:1"}}) && ok ? 0 : 1;
@@ -628,24 +634,38 @@ int run_serve_signal() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|barrier|barrier_timeout|serve_signal\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|barrier|barrier_timeout|serve_signal\n",
+                 argv[0]);
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
   ::alarm(110);
   const std::string scenario = argv[1];
   int rc = 2;
-  if (scenario == "semantics") rc = run_semantics();
-  else if (scenario == "optimizers") rc = run_optimizers();
-  else if (scenario == "sync") rc = run_sync();
-  else if (scenario == "checkpoint") rc = run_checkpoint();
-  else if (scenario == "restart") rc = run_restart();
-  else if (scenario == "dead") rc = run_dead();
-  else if (scenario == "barrier") rc = run_barrier();
-  else if (scenario == "barrier_timeout") rc = run_barrier_timeout();
-  else if (scenario == "serve_signal") rc = run_serve_signal();
+  if (scenario == "semantics")
+    rc = run_semantics();
+  else if (scenario == "optimizers")
+    rc = run_optimizers();
+  else if (scenario == "sync")
+    rc = run_sync();
+  else if (scenario == "checkpoint")
+    rc = run_checkpoint();
+  else if (scenario == "restart")
+    rc = run_restart();
+  else if (scenario == "dead")
+    rc = run_dead();
+  else if (scenario == "barrier")
+    rc = run_barrier();
+  else if (scenario == "barrier_timeout")
+    rc = run_barrier_timeout();
+  else if (scenario == "serve_signal")
+    rc = run_serve_signal();
   else {
-    std::fprintf(stderr, "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, barrier, barrier_timeout, serve_signal)\n", argv[1]);
+    std::fprintf(stderr,
+                 "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, barrier, "
+                 "barrier_timeout, serve_signal)\n",
+                 argv[1]);
     return 2;
   }
   std::printf("%s: %s\n", argv[1], rc == 0 ? "passed" : "FAILED");

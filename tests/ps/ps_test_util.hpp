@@ -35,16 +35,17 @@ struct shard_harness {
 
   shard_harness(ps::model_spec model, std::uint32_t index, std::size_t num_ps, ps::server_options opts = {},
                 std::size_t workers = 2)
-      : shard(std::move(model), index, num_ps, std::move(opts), workers,
-              [this](std::uint32_t w, fusewire::tensor_buffer b) {
-                captured c;
-                c.worker = w;
-                c.bytes = std::move(b);
-                std::string why;
-                ps::decode_reply(c.bytes.bytes(), c.reply, c.ec, why);
-                replies.push_back(std::move(c));
-              },
-              42) {}
+      : shard(
+            std::move(model), index, num_ps, std::move(opts), workers,
+            [this](std::uint32_t w, fusewire::tensor_buffer b) {
+              captured c;
+              c.worker = w;
+              c.bytes = std::move(b);
+              std::string why;
+              ps::decode_reply(c.bytes.bytes(), c.reply, c.ec, why);
+              replies.push_back(std::move(c));
+            },
+            42) {}
 
   /// Handles `rb` (header filled in with the right fingerprint) from `worker`; returns the replies it caused.
   std::vector<captured> send(std::uint32_t worker, ps::request_builder rb) {
@@ -73,7 +74,9 @@ struct reference_optimizer {
     for (std::size_t i = 0; i < w.size(); ++i) {
       const double gi = g[i];
       switch (cfg.kind) {
-        case ps::optimizer_kind::sgd: w[i] -= lr * gi; break;
+        case ps::optimizer_kind::sgd:
+          w[i] -= lr * gi;
+          break;
         case ps::optimizer_kind::momentum:
           s0[i] = cfg.momentum * s0[i] + gi;
           w[i] -= cfg.nesterov ? lr * (gi + cfg.momentum * s0[i]) : lr * s0[i];

@@ -32,9 +32,9 @@ std::string error_of(const std::function<void()>& fn) {
 ps::model_spec small_model() {
   ps::model_spec m;
   m.optimizer = ps::optimizer_config::sgd(0.5f);
-  m.min_slice_bytes = 16;  // 4 floats: small vars still get sliced
-  m.add_dense("w", {4, 2}, ps::initializer::constant(1.0f));          // 32 bytes -> 2 slices on 2 PS
-  m.add_dense("b", {2});                                               // 8 bytes -> 1 slice
+  m.min_slice_bytes = 16;                                     // 4 floats: small vars still get sliced
+  m.add_dense("w", {4, 2}, ps::initializer::constant(1.0f));  // 32 bytes -> 2 slices on 2 PS
+  m.add_dense("b", {2});                                      // 8 bytes -> 1 slice
   m.add_embedding("emb", 3, ps::initializer::uniform(-1.0f, 1.0f, 9), 100);
   return m;
 }
@@ -77,9 +77,9 @@ TEST_CASE("model_spec validation names the bad variable") {
 TEST_CASE("placement: min-slice partitioning, least-loaded PS, rows split evenly") {
   ps::model_spec m;
   m.min_slice_bytes = 256 * 1024;
-  m.add_dense("big", {256, 1024});   // 1 MiB: 4 min-slices, capped at num_ps = 3 -> 3 slices
-  m.add_dense("small", {10});        // 40 bytes: one slice, on the least-loaded PS
-  m.add_dense("mid", {100, 1024});   // 400 KiB: 1 slice
+  m.add_dense("big", {256, 1024});  // 1 MiB: 4 min-slices, capped at num_ps = 3 -> 3 slices
+  m.add_dense("small", {10});       // 40 bytes: one slice, on the least-loaded PS
+  m.add_dense("mid", {100, 1024});  // 400 KiB: 1 slice
   m.add_embedding("e", 8);
   const ps::placement p(m, 3);
   auto big = p.slices(0);
@@ -315,10 +315,11 @@ TEST_CASE("reply encoding round-trips") {
   CHECK(mutate(e0 + 2, std::byte{1}) == "reply entry 0: reserved bytes are not zero");
   CHECK(mutate(e1 + 13, std::byte{1}) == "reply entry 1: reserved bytes are not zero");
   CHECK(mutate(e0 + 23, std::byte{1}) == "reply entry 0: 72057594037927939 values do not fit in the " +
-                                            std::to_string(bytes.size() - e0 - ps::reply_entry_header_bytes) + " bytes left");
+                                             std::to_string(bytes.size() - e0 - ps::reply_entry_header_bytes) +
+                                             " bytes left");
   CHECK(ec == fw::errc::truncated_frame);
-  CHECK(mutate(43, std::byte{1}) == "reply: 16777216 message bytes do not fit in the " + std::to_string(bytes.size() - e0) +
-                                        " bytes left");
+  CHECK(mutate(43, std::byte{1}) ==
+        "reply: 16777216 message bytes do not fit in the " + std::to_string(bytes.size() - e0) + " bytes left");
   std::vector<std::byte> longer(bytes.bytes().begin(), bytes.bytes().end());
   longer.resize(longer.size() + 3);
   ps::decode_reply(fw::const_buffer(longer.data(), longer.size()), r, ec, why);
@@ -398,20 +399,24 @@ TEST_CASE("shard: bad requests get error replies naming the problem; the shard k
   };
   auto rb = request(m, 2, 1);
   rb.pull_dense(9, 0);
-  expect_error(rb, fw::errc::invalid_argument, "ps " + std::to_string(me) + ": entry 0 (pull): variable index 9 out of range (model has 3)");
+  expect_error(rb, fw::errc::invalid_argument,
+               "ps " + std::to_string(me) + ": entry 0 (pull): variable index 9 out of range (model has 3)");
   rb = request(m, 2, 2);
   rb.pull_dense(2, 0);
-  expect_error(rb, fw::errc::invalid_argument,
-               "ps " + std::to_string(me) + ": entry 0 (pull): variable 'emb' is an embedding (use pull_rows/push_rows)");
+  expect_error(
+      rb, fw::errc::invalid_argument,
+      "ps " + std::to_string(me) + ": entry 0 (pull): variable 'emb' is an embedding (use pull_rows/push_rows)");
   const std::vector<float> three{1, 2, 3};
   rb = request(m, 2, 3);
   rb.push_dense(0, 0, three);
-  expect_error(rb, fw::errc::size_mismatch,
-               "ps " + std::to_string(me) + ": entry 0 (push): variable 'w' slice 0: gradient of 3 values, the slice has 4");
+  expect_error(
+      rb, fw::errc::size_mismatch,
+      "ps " + std::to_string(me) + ": entry 0 (push): variable 'w' slice 0: gradient of 3 values, the slice has 4");
   rb = request(m, 2, 4);
   rb.pull_dense(0, 1);
-  expect_error(rb, fw::errc::invalid_argument,
-               "ps " + std::to_string(me) + ": entry 0 (pull): variable 'w' slice 1 is not on ps " + std::to_string(me));
+  expect_error(
+      rb, fw::errc::invalid_argument,
+      "ps " + std::to_string(me) + ": entry 0 (pull): variable 'w' slice 1 is not on ps " + std::to_string(me));
   const std::vector<std::int64_t> far{100};
   rb = request(m, 2, 5);
   rb.pull_rows(2, far);
@@ -428,9 +433,11 @@ TEST_CASE("shard: bad requests get error replies naming the problem; the shard k
   ps::request_builder foreign;
   foreign.set_header(7, 7, 12345, 0, 0, 0);
   expect_error(foreign, fw::errc::invalid_argument,
-               "ps " + std::to_string(me) + ": model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
+               "ps " + std::to_string(me) +
+                   ": model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
   rb = request(m, 2, 8, ps::request_flags::sync);
-  expect_error(rb, fw::errc::invalid_argument, "ps " + std::to_string(me) + ": training mode mismatch: the worker trains sync, this PS async");
+  expect_error(rb, fw::errc::invalid_argument,
+               "ps " + std::to_string(me) + ": training mode mismatch: the worker trains sync, this PS async");
   // A request with a valid push and an invalid entry applies nothing.
   const std::vector<float> g4{1, 1, 1, 1};
   rb = request(m, 2, 9);

@@ -116,8 +116,7 @@ TEST_CASE("rxe device: PD, CQ, MR and an RC QP can be created; the MR keys are u
   attr.pkey_index = 0;
   attr.port_num = 1;
   attr.qp_access_flags = access;
-  CHECK(ibv_modify_qp(qp.get(), &attr,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  CHECK(ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
 }
 
 int main(int argc, char** argv) {

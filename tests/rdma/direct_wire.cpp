@@ -52,8 +52,8 @@ TEST_CASE("placed meta: size u64, written u8, key; round-trips and dispatches th
   m.size = 0x0102030405ull;
   m.written = 1;
   const auto bytes = encode(m);
-  const std::vector<std::byte> expect = {std::byte{5}, std::byte{4}, std::byte{3}, std::byte{2}, std::byte{1},
-                                         std::byte{0}, std::byte{0}, std::byte{0}, std::byte{1}, std::byte{3},
+  const std::vector<std::byte> expect = {std::byte{5}, std::byte{4},   std::byte{3},   std::byte{2},  std::byte{1},
+                                         std::byte{0}, std::byte{0},   std::byte{0},   std::byte{1},  std::byte{3},
                                          std::byte{0}, std::byte{'w'}, std::byte{'/'}, std::byte{'a'}};
   CHECK(bytes == expect);
   wire::placed_meta out;

@@ -164,21 +164,25 @@ double bandwidth_mib_s(fw::verbs_reactor_group& group, fw::verbs& t, const std::
   auto src = std::make_shared<std::vector<std::byte>>(size, std::byte{3});
   auto conn = std::make_shared<fw::verbs_connection>();
   group.submit_to(1, [&, src, conn, count] {
-    t.connect(*fw::verbs_reactor::current(), host, port, [&, src, conn, count](std::error_code ec, fw::verbs_connection c) {
-      if (ec) return done.set_value(-1);
-      *conn = std::move(c);
-      for (int i = 0; i < count; ++i) {  // all queued: the transport pipelines them under its credits
-        const fw::const_buffer one[] = {fw::const_buffer(*src)};
-        conn->async_write(one, [src](std::error_code, std::size_t) {});
-      }
-    });
+    t.connect(*fw::verbs_reactor::current(), host, port,
+              [&, src, conn, count](std::error_code ec, fw::verbs_connection c) {
+                if (ec) return done.set_value(-1);
+                *conn = std::move(c);
+                for (int i = 0; i < count; ++i) {  // all queued: the transport pipelines them under its credits
+                  const fw::const_buffer one[] = {fw::const_buffer(*src)};
+                  conn->async_write(one, [src](std::error_code, std::size_t) {});
+                }
+              });
   });
   const double r = done.get_future().get();
-  const fw::verbs_stats st = group.submit(1, [conn] {
-    const fw::verbs_stats s = conn->stats();
-    conn->close();
-    return s;
-  }).get();
+  const fw::verbs_stats st = group
+                                 .submit(1,
+                                         [conn] {
+                                           const fw::verbs_stats s = conn->stats();
+                                           conn->close();
+                                           return s;
+                                         })
+                                 .get();
   std::printf("  sender of %zu B writes: %llu SEND messages, %llu RDMA writes\n", size,
               static_cast<unsigned long long>(st.messages_sent), static_cast<unsigned long long>(st.rdma_writes));
   group.submit(0, [listener] { listener->close(); }).get();
@@ -204,17 +208,24 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(argv[i]);
       return argv[++i];
     };
-    if (a == "--help" || a == "-h") usage(nullptr);
-    else if (a == "--iterations") s.iterations = std::atoi(value().c_str());
+    if (a == "--help" || a == "-h")
+      usage(nullptr);
+    else if (a == "--iterations")
+      s.iterations = std::atoi(value().c_str());
     else if (a == "--mode") {
       auto m = fw::reactor_mode_from_string(value());
       if (!m) usage(argv[i]);
       s.mode = *m;
-    } else if (a == "--message-size") s.config.message_size = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--credits") s.config.credits = static_cast<unsigned>(std::atoi(value().c_str()));
-    else if (a == "--write-threshold") s.config.rdma_write_threshold = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--chunk-size") s.config.chunk_size = std::strtoull(value().c_str(), nullptr, 10);
-    else usage(argv[i]);
+    } else if (a == "--message-size")
+      s.config.message_size = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--credits")
+      s.config.credits = static_cast<unsigned>(std::atoi(value().c_str()));
+    else if (a == "--write-threshold")
+      s.config.rdma_write_threshold = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--chunk-size")
+      s.config.chunk_size = std::strtoull(value().c_str(), nullptr, 10);
+    else
+      usage(argv[i]);
   }
   if (s.iterations < 1) usage("--iterations");
   std::string why;
@@ -228,17 +239,17 @@ int main(int argc, char** argv) {
   rc.mode = s.mode;
   fw::verbs_reactor_group group(rc);
   const std::string host = verbs_test::host();
-  std::printf("fusewire verbs bench: device=%s host=%s mode=%s message_size=%zu credits=%u "
-              "rdma_write_threshold=%zu chunk_size=%zu\n",
-              s.config.device.c_str(), host.c_str(), std::string(fw::to_string(s.mode)).c_str(),
-              s.config.message_size, s.config.credits, s.config.rdma_write_threshold, s.config.chunk_size);
+  std::printf(
+      "fusewire verbs bench: device=%s host=%s mode=%s message_size=%zu credits=%u "
+      "rdma_write_threshold=%zu chunk_size=%zu\n",
+      s.config.device.c_str(), host.c_str(), std::string(fw::to_string(s.mode)).c_str(), s.config.message_size,
+      s.config.credits, s.config.rdma_write_threshold, s.config.chunk_size);
   const double lat = latency_us(group, t, host, s.iterations, 64);
   std::printf("RESULT fusewire send_lat 64 B: %.2f us (one-way, avg of %d round trips)\n", lat, s.iterations);
   std::fflush(stdout);
   const int big_iterations = std::max(1, s.iterations / 4);
   const double lat64k = latency_us(group, t, host, big_iterations, 64 * 1024);
-  std::printf("RESULT fusewire send_lat 65536 B: %.2f us (one-way, avg of %d round trips)\n", lat64k,
-              big_iterations);
+  std::printf("RESULT fusewire send_lat 65536 B: %.2f us (one-way, avg of %d round trips)\n", lat64k, big_iterations);
   std::fflush(stdout);
   const double bw64k = bandwidth_mib_s(group, t, host, 64 * 1024, std::size_t{64} << 20);
   std::printf("RESULT fusewire write_bw 65536 B: %.1f MiB/s\n", bw64k);

@@ -100,7 +100,9 @@ struct pair {
     auto f = done->get_future();
     ps.recv(
         w0, key, std::move(dst),
-        [done](std::error_code ec, fw::tensor_buffer b) { done->set_value(rv::recv_result{ec, std::move(b)}); },
+        [done](std::error_code ec, fw::tensor_buffer b) {
+          done->set_value(rv::recv_result{ec, std::move(b)});
+        },
         timeout);
     return f;
   }
@@ -112,8 +114,8 @@ struct pair {
   /// One direct round: a recv posted into `dst`, the worker's advert count reaching
   /// `adverts`, then `src` (rvtest::pattern(n, seed)) sent; the tensor must land in
   /// `dst` itself, byte-exact.
-  void direct_round(const std::string& key, const fw::tensor_buffer& dst, fw::tensor_buffer src,
-                    std::uint32_t seed, std::uint64_t adverts) {
+  void direct_round(const std::string& key, const fw::tensor_buffer& dst, fw::tensor_buffer src, std::uint32_t seed,
+                    std::uint64_t adverts) {
     auto f = post(key, dst.share());
     REQUIRE(advert_arrived(adverts));
     CHECK(!w.send_sync(ps0, key, std::move(src), 60s));
@@ -150,7 +152,8 @@ TEST_CASE("a recv posted first gets the tensor RDMA-written into its destination
   CHECK(p.w.rdma_stats().declined == 0);
 }
 
-TEST_CASE("an unregistered source is staged (one copy on the sender); one larger than a staging block goes the normal way") {
+TEST_CASE(
+    "an unregistered source is staged (one copy on the sender); one larger than a staging block goes the normal way") {
   pair p;
   // Staged: the staging blocks are chunk_size (1 MiB).
   for (std::size_t n : {std::size_t{65536}, std::size_t{1} << 20}) {

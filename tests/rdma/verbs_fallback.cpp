@@ -61,23 +61,24 @@ bool round_trip(const T& t, const std::string& host, std::size_t n) {
   auto listener = std::make_shared<typename T::listener_type>();
   auto server = std::make_shared<typename T::connection_type>();
   auto server_buf = std::make_shared<std::vector<std::byte>>(n);
-  const std::uint16_t port = group
-                                 .submit(0, [&, listener, server, server_buf] {
-                                   *listener = t.listen(*T::reactor_type::current(), host, 0);
-                                   listener->async_accept([server, server_buf](std::error_code ec, auto c) {
-                                     if (ec) return;
-                                     *server = std::move(c);
-                                     server->async_read(fw::mutable_buffer(*server_buf), [server, server_buf](
-                                                                                              std::error_code e,
-                                                                                              std::size_t) {
-                                       if (e) return;
-                                       const fw::const_buffer one[] = {fw::const_buffer(*server_buf)};
-                                       server->async_write(one, [server_buf](std::error_code, std::size_t) {});
-                                     });
-                                   });
-                                   return listener->port();
-                                 })
-                                 .get();
+  const std::uint16_t port =
+      group
+          .submit(0,
+                  [&, listener, server, server_buf] {
+                    *listener = t.listen(*T::reactor_type::current(), host, 0);
+                    listener->async_accept([server, server_buf](std::error_code ec, auto c) {
+                      if (ec) return;
+                      *server = std::move(c);
+                      server->async_read(fw::mutable_buffer(*server_buf),
+                                         [server, server_buf](std::error_code e, std::size_t) {
+                                           if (e) return;
+                                           const fw::const_buffer one[] = {fw::const_buffer(*server_buf)};
+                                           server->async_write(one, [server_buf](std::error_code, std::size_t) {});
+                                         });
+                    });
+                    return listener->port();
+                  })
+          .get();
   auto client = std::make_shared<typename T::connection_type>();
   std::promise<bool> done;
   group.submit_to(1, [&, client] {
@@ -93,10 +94,13 @@ bool round_trip(const T& t, const std::string& host, std::size_t n) {
   REQUIRE(f.wait_for(std::chrono::seconds(120)) == std::future_status::ready);
   const bool ok = f.get() && back == out;
   group.submit(1, [client] { client->close(); }).get();
-  group.submit(0, [listener, server] {
-    server->close();
-    listener->close();
-  }).get();
+  group
+      .submit(0,
+              [listener, server] {
+                server->close();
+                listener->close();
+              })
+      .get();
   group.stop();
   return ok;
 }

@@ -32,8 +32,8 @@
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
-using fusewire::test::spawn;
 using fusewire::test::all_succeeded;
+using fusewire::test::spawn;
 
 namespace {
 
@@ -43,8 +43,8 @@ const fw::task_id ps0{"ps", 0};
 const fw::task_id w0{"worker", 0};
 const fw::task_id w1{"worker", 1};
 // Around the eager limit (8 KiB), the test message size (16 KiB) and the chunk size (4 MiB).
-const std::size_t size_classes[] = {1,        100,          8192,      8193,     16384 - 16, 16385,  65536,
-                                    1 << 20, 4 << 20, (4 << 20) + 1, 16 << 20, 64 << 20};
+const std::size_t size_classes[] = {1,     100,     8192,    8193,          16384 - 16, 16385,
+                                    65536, 1 << 20, 4 << 20, (4 << 20) + 1, 16 << 20,   64 << 20};
 
 fw::options mp_options() {
   fw::options o;
@@ -78,8 +78,8 @@ int exchange_ps(const fw::cluster_spec& spec) {
       const std::string key = "up/" + std::to_string(n);
       // Alternate: a posted destination or the endpoint's own buffer.
       const bool post = (n / 1024) % 2 == 0;
-      rv::recv_result r = post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 120s)
-                               : ep.recv_sync(peer, key, 120s);
+      rv::recv_result r =
+          post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 120s) : ep.recv_sync(peer, key, 120s);
       if (r.ec) std::fprintf(stderr, "ps: recv %s from worker:%u: %s\n", key.c_str(), w, r.ec.message().c_str());
       EXPECT(!r.ec);
       EXPECT(rvtest::matches(r.buffer, n, seed_of(w, n)));
@@ -89,8 +89,9 @@ int exchange_ps(const fw::cluster_spec& spec) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("ps: verified %zu tensors (1 B .. 64 MiB) from 2 workers and echoed them over verbs: %.1f MiB in %.1f s\n",
-              2 * std::size(size_classes), static_cast<double>(bytes) / (1 << 20), s);
+  std::printf(
+      "ps: verified %zu tensors (1 B .. 64 MiB) from 2 workers and echoed them over verbs: %.1f MiB in %.1f s\n",
+      2 * std::size(size_classes), static_cast<double>(bytes) / (1 << 20), s);
   return 0;
 }
 
@@ -126,7 +127,8 @@ int kill_ps(const fw::cluster_spec& spec) {
   EXPECT(!hello.ec);
   std::promise<std::error_code> never;
   auto never_f = never.get_future();
-  ep.recv(w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 60s);
+  ep.recv(
+      w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 60s);
   rv::recv_result big = ep.recv_sync(w0, "big", fw::tensor_buffer::allocate(64 << 20), 60s);
   std::printf("ps: receiving 64 MiB from the killed worker ended with: %s\n",
               big.ec ? big.ec.message().c_str() : "success");
@@ -175,7 +177,8 @@ int direct_kill_ps(const fw::cluster_spec& spec) {
   EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);  // the worker's ordered connection is known
   std::promise<std::error_code> never;
   auto never_f = never.get_future();
-  ep.recv(w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 60s);
+  ep.recv(
+      w0, "never", [&never](std::error_code ec, fw::tensor_buffer) { never.set_value(ec); }, 60s);
   fw::tensor_buffer dst = ep.allocate_registered(direct_big);
   rv::recv_result big = ep.recv_sync(w0, "big", dst.share(), 60s);
   std::printf("ps: direct placement from the killed worker ended with: %s (%llu adverts sent)\n",

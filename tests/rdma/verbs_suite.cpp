@@ -70,13 +70,13 @@ TEST_CASE("verbs: a reader that does not read stops the writer by withholding cr
   auto client = std::make_shared<fw::verbs_connection>();  // reactor 1 only
   auto done = std::make_shared<bool>(false);
   h.on(1, [&, client, done] {
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client, done](std::error_code ec,
-                                                                                                fw::verbs_connection c) {
-      REQUIRE_FALSE(ec);
-      *client = std::move(c);
-      const fw::const_buffer one[] = {fw::const_buffer(src)};
-      client->async_write(one, [done](std::error_code e, std::size_t) { *done = !e; });
-    });
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+                        [&, client, done](std::error_code ec, fw::verbs_connection c) {
+                          REQUIRE_FALSE(ec);
+                          *client = std::move(c);
+                          const fw::const_buffer one[] = {fw::const_buffer(src)};
+                          client->async_write(one, [done](std::error_code e, std::size_t) { *done = !e; });
+                        });
   });
   auto a = accepted.get_future();
   get(a);
@@ -135,20 +135,20 @@ TEST_CASE("verbs: small writes in one tick are coalesced into few messages") {
   std::promise<fw::verbs_stats> sent;
   auto client = std::make_shared<fw::verbs_connection>();
   h.group.submit_to(1, [&, client] {
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client](std::error_code ec,
-                                                                                          fw::verbs_connection c) {
-      REQUIRE_FALSE(ec);
-      *client = std::move(c);
-      auto left = std::make_shared<int>(1000);
-      for (int i = 0; i < 1000; ++i) {
-        const fw::const_buffer one[] = {fw::const_buffer(src.data() + i * 8, 8)};
-        client->async_write(one, [&, client, left](std::error_code e, std::size_t n) {
-          CHECK_FALSE(e);
-          CHECK(n == 8);
-          if (--*left == 0) sent.set_value(client->stats());
-        });
-      }
-    });
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+                        [&, client](std::error_code ec, fw::verbs_connection c) {
+                          REQUIRE_FALSE(ec);
+                          *client = std::move(c);
+                          auto left = std::make_shared<int>(1000);
+                          for (int i = 0; i < 1000; ++i) {
+                            const fw::const_buffer one[] = {fw::const_buffer(src.data() + i * 8, 8)};
+                            client->async_write(one, [&, client, left](std::error_code e, std::size_t n) {
+                              CHECK_FALSE(e);
+                              CHECK(n == 8);
+                              if (--*left == 0) sent.set_value(client->stats());
+                            });
+                          }
+                        });
   });
   auto s = sent.get_future();
   const fw::verbs_stats st = get(s);
@@ -238,22 +238,23 @@ TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered
     pool1->emplace(h.transport.make_registered_pool(harness<fw::verbs>::here(), pc));
     *src = (*pool1)->allocate(1u << 20, 0);
     std::memcpy(src->data(), expect.data(), expect.size());
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port, [&, client, src, plain, r](
-                                                                          std::error_code ec, fw::verbs_connection c) {
-      REQUIRE_FALSE(ec);
-      *client = std::move(c);
-      client->async_write_remote(*plain, region, [r](std::error_code e, std::size_t) { r->unregistered_ec = e; });
-      client->async_write_remote(*src, region, [r](std::error_code e, std::size_t n) {
-        r->remote_ec = e;
-        r->remote_n = n;
-      });
-      static const std::byte one[1] = {std::byte{1}};
-      const fw::const_buffer msg[] = {fw::const_buffer(one, 1)};
-      client->async_write(msg, [&, r](std::error_code e, std::size_t) {
-        CHECK_FALSE(e);
-        wrote.set_value(*r);
-      });
-    });
+    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+                        [&, client, src, plain, r](std::error_code ec, fw::verbs_connection c) {
+                          REQUIRE_FALSE(ec);
+                          *client = std::move(c);
+                          client->async_write_remote(*plain, region,
+                                                     [r](std::error_code e, std::size_t) { r->unregistered_ec = e; });
+                          client->async_write_remote(*src, region, [r](std::error_code e, std::size_t n) {
+                            r->remote_ec = e;
+                            r->remote_n = n;
+                          });
+                          static const std::byte one[1] = {std::byte{1}};
+                          const fw::const_buffer msg[] = {fw::const_buffer(one, 1)};
+                          client->async_write(msg, [&, r](std::error_code e, std::size_t) {
+                            CHECK_FALSE(e);
+                            wrote.set_value(*r);
+                          });
+                        });
   });
   auto w = wrote.get_future();
   const result res = get(w);
@@ -334,8 +335,10 @@ struct verbs_pairs {
       void finish_one(bool good, bool is_read) {
         std::lock_guard lock(m);
         ok = ok && good;
-        if (is_read) read_done = true;
-        else --writes_left;
+        if (is_read)
+          read_done = true;
+        else
+          --writes_left;
         if (read_done && writes_left == 0) done.set_value(ok && dst == expect);
       }
     };
@@ -344,23 +347,32 @@ struct verbs_pairs {
     st->dst.resize(st->expect.size());
     st->writes_left = pieces->size();
     auto fut = st->done.get_future();
-    h.group.submit(0, [a = accepted, i, st] {
-      (*a)[i].async_read(fw::mutable_buffer(st->dst),
-                         [st](std::error_code e, std::size_t) { st->finish_one(!e, true); });
-    }).get();
-    h.group.submit(1, [c = clients, i, st, pieces] {
-      for (const auto& p : *pieces) {
-        const fw::const_buffer one[] = {fw::const_buffer(p)};
-        (*c)[i].async_write(one, [st, pieces](std::error_code e, std::size_t n) {
-          st->finish_one(!e && n > 0, false);
-        });
-      }
-    }).get();
+    h.group
+        .submit(0,
+                [a = accepted, i, st] {
+                  (*a)[i].async_read(fw::mutable_buffer(st->dst),
+                                     [st](std::error_code e, std::size_t) { st->finish_one(!e, true); });
+                })
+        .get();
+    h.group
+        .submit(1,
+                [c = clients, i, st, pieces] {
+                  for (const auto& p : *pieces) {
+                    const fw::const_buffer one[] = {fw::const_buffer(p)};
+                    (*c)[i].async_write(
+                        one, [st, pieces](std::error_code e, std::size_t n) { st->finish_one(!e && n > 0, false); });
+                  }
+                })
+        .get();
     return fut;
   }
 
-  fw::verbs_stats client_stats(std::size_t i) { return h.on(1, [c = clients, i] { return (*c)[i].stats(); }); }
-  fw::verbs_stats server_stats(std::size_t i) { return h.on(0, [a = accepted, i] { return (*a)[i].stats(); }); }
+  fw::verbs_stats client_stats(std::size_t i) {
+    return h.on(1, [c = clients, i] { return (*c)[i].stats(); });
+  }
+  fw::verbs_stats server_stats(std::size_t i) {
+    return h.on(0, [a = accepted, i] { return (*a)[i].stats(); });
+  }
 
   harness<fw::verbs>& h;
   std::shared_ptr<std::vector<fw::verbs_connection>> accepted = std::make_shared<std::vector<fw::verbs_connection>>();
@@ -369,7 +381,7 @@ struct verbs_pairs {
 };
 
 std::shared_ptr<const std::vector<std::vector<std::byte>>> pieces_of(std::initializer_list<std::size_t> sizes,
-                                                                    unsigned seed) {
+                                                                     unsigned seed) {
   auto v = std::make_shared<std::vector<std::vector<std::byte>>>();
   for (std::size_t n : sizes) v->push_back(pattern(n, seed++));
   return v;
@@ -385,8 +397,8 @@ TEST_CASE("verbs: bulk writes after the first need no announcement round trip (t
   // Bulk and eager writes mixed; bulk runs larger than a chunk, smaller than one, and
   // several in a row that share a chunk. The writer goes idle between rounds.
   for (unsigned round = 0; round < 3; ++round) {
-    auto f = pairs.start(i, pieces_of({64 * 1024, 100, 300 * 1024, 64 * 1024, 9000, 5, 1u << 20, 12000, 12000},
-                                      round * 20 + 1));
+    auto f = pairs.start(
+        i, pieces_of({64 * 1024, 100, 300 * 1024, 64 * 1024, 9000, 5, 1u << 20, 12000, 12000}, round * 20 + 1));
     CHECK(get(f));
   }
   const fw::verbs_stats client = pairs.client_stats(i);
@@ -426,8 +438,7 @@ TEST_CASE("verbs: a staging pool too small for every window is shared by revokin
   CHECK(get(fb));
   CHECK(get(fc));
   const fw::verbs_stats sa = pairs.server_stats(a), ca = pairs.client_stats(a), cb = pairs.client_stats(b);
-  MESSAGE("a: ", ca.announces, " announcements, ", sa.revokes_sent, " revokes; b: ", cb.announces,
-          " announcements");
+  MESSAGE("a: ", ca.announces, " announcements, ", sa.revokes_sent, " revokes; b: ", cb.announces, " announcements");
   if (vc.rdma_write_threshold != 0) {
     CHECK(sa.revokes_sent >= 1);  // b took a's idle window
     CHECK(ca.announces >= 2);     // so a announced again

@@ -260,8 +260,7 @@ class buffer_pool {
     }
     if (size > block_size()) {
       throw_error(errc::invalid_argument, "buffer_pool: cannot allocate " + std::to_string(size) +
-                                              " bytes from blocks of " + std::to_string(block_size()) +
-                                              " bytes");
+                                              " bytes from blocks of " + std::to_string(block_size()) + " bytes");
     }
     throw_error(errc::pool_exhausted, "buffer_pool: shard " + std::to_string(shard) + " has no free block (all " +
                                           std::to_string(state_->shards_[shard].total_) + " blocks of " +

@@ -124,8 +124,8 @@ inline endpoint_parse_result parse_endpoint(std::string_view text, net_address& 
   }
   std::uint64_t port = 0;
   if (util::parse_uint(port_text, port) != util::uint_parse::ok || port == 0 || port > 65535) {
-    return {endpoint_problem::port,
-            "bad port " + util::quoted(port_text) + " in " + util::quoted(text) + " (expected an integer from 1 to 65535)"};
+    return {endpoint_problem::port, "bad port " + util::quoted(port_text) + " in " + util::quoted(text) +
+                                        " (expected an integer from 1 to 65535)"};
   }
   out.host = std::string(host);
   out.port = static_cast<std::uint16_t>(port);
@@ -253,9 +253,8 @@ class cluster_spec {
                   "cluster spec has no job " + util::quoted(t.job) + " (jobs: " + job_list() + ")");
     }
     if (t.index >= it->second.size()) {
-      throw_error(errc::invalid_argument, "cluster spec has no task " + t.to_string() + " (job " +
-                                              util::quoted(t.job) + " has " +
-                                              std::to_string(it->second.size()) + " tasks)");
+      throw_error(errc::invalid_argument, "cluster spec has no task " + t.to_string() + " (job " + util::quoted(t.job) +
+                                              " has " + std::to_string(it->second.size()) + " tasks)");
     }
     return it->second[t.index];
   }
@@ -383,8 +382,8 @@ class cluster_spec {
     std::FILE* f = std::fopen(shown.c_str(), "rb");
     if (f == nullptr) {
       const int err = errno;
-      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) +
-                                            ": " + std::generic_category().message(err));
+      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) + ": " +
+                                            std::generic_category().message(err));
     }
     std::string content;
     char chunk[4096];
@@ -394,8 +393,8 @@ class cluster_spec {
     const int err = errno;
     std::fclose(f);
     if (failed) {
-      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) +
-                                            ": " + std::generic_category().message(err));
+      throw_error(errc::invalid_config, "cannot read endpoint map " + util::quoted(shown) + std::string(source) + ": " +
+                                            std::generic_category().message(err));
     }
     return content;
   }
@@ -489,8 +488,8 @@ inline cluster_spec cluster_spec::from_tf_config(std::string_view text) {
   const auto task = j.find("task");
   if (task == j.end() || task->is_null()) return spec;
   if (!task->is_object()) {
-    fail(p, "\"task\" must be an object like {\"type\": \"worker\", \"index\": 0}, got " +
-                std::string(task->type_name()));
+    fail(p,
+         "\"task\" must be an object like {\"type\": \"worker\", \"index\": 0}, got " + std::string(task->type_name()));
   }
   const auto type = task->find("type");
   if (type == task->end() || !type->is_string()) fail(p, "task.type must be a string naming a job in \"cluster\"");

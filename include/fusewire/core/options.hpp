@@ -34,9 +34,12 @@ constexpr std::string_view to_string(role r) noexcept { return r == role::ps ? "
 
 constexpr std::string_view to_string(reactor_mode m) noexcept {
   switch (m) {
-    case reactor_mode::poll: return "poll";
-    case reactor_mode::adaptive: return "adaptive";
-    case reactor_mode::block: return "block";
+    case reactor_mode::poll:
+      return "poll";
+    case reactor_mode::adaptive:
+      return "adaptive";
+    case reactor_mode::block:
+      return "block";
   }
   return "invalid";
 }
@@ -65,30 +68,24 @@ inline constexpr std::array<knob, 23> env_knobs{{
     {"WORKER_ENABLE_POLLING", "",
      "worker reactors: true = busy-poll, false = sleep when idle; unset = adaptive (see "
      "FUSEWIRE_IDLE_POLL_US)"},
-    {"PS_ENABLE_POLLING", "",
-     "parameter-server reactors: true = busy-poll, false = sleep when idle; unset = adaptive"},
+    {"PS_ENABLE_POLLING", "", "parameter-server reactors: true = busy-poll, false = sleep when idle; unset = adaptive"},
     {"NETWORK_WORKER_CORE_NUMBER", "",
      "worker reactor (communication thread) count, 1 to 1024, capped by the number of connections; "
      "unset = min(16, connections) (a rendezvous endpoint: 1)"},
     {"NETWORK_PS_CORE_NUMBER", "",
      "parameter-server reactor count, 1 to 1024, capped by the number of connections; unset = "
      "min(16, connections) (a rendezvous endpoint: 1; ps::server always runs 1)"},
-    {"WORKER_DISABLE_PIN_CORES", "true",
-     "false pins each worker reactor to one CPU of the process's cpuset"},
-    {"PS_DISABLE_PIN_CORES", "true",
-     "false pins each parameter-server reactor to one CPU of the process's cpuset"},
+    {"WORKER_DISABLE_PIN_CORES", "true", "false pins each worker reactor to one CPU of the process's cpuset"},
+    {"PS_DISABLE_PIN_CORES", "true", "false pins each parameter-server reactor to one CPU of the process's cpuset"},
     {"TENSOR_FUSE", "false",
      "fuse the Send/Recv ops that cross between the same two tasks in one step into one transfer"},
     {"TF_RDMA_ENABLED", "true", "use RDMA verbs when the device is present; false = TCP only"},
     {"TF_RDMA_DEV_NAME", "mlx5_0", "RDMA device (HCA) to use"},
-    {"TF_RDMA_CHUNK_SIZE", "4194304",
-     "bytes per chunk when a large tensor is split and its chunks sent in parallel"},
-    {"TF_RDMA_ACC_SIZE", "8192",
-     "small payloads are sent eagerly, coalesced into batches of up to this many bytes"},
+    {"TF_RDMA_CHUNK_SIZE", "4194304", "bytes per chunk when a large tensor is split and its chunks sent in parallel"},
+    {"TF_RDMA_ACC_SIZE", "8192", "small payloads are sent eagerly, coalesced into batches of up to this many bytes"},
     {"TF_RDMA_BUF_SIZE", "1073741824",
      "bytes of registered (pinned) RDMA buffer memory; a positive multiple of 1 GiB (1073741824)"},
-    {"FUSEWIRE_REACTOR_MODE", "",
-     "poll, adaptive or block; overrides WORKER_ENABLE_POLLING and PS_ENABLE_POLLING"},
+    {"FUSEWIRE_REACTOR_MODE", "", "poll, adaptive or block; overrides WORKER_ENABLE_POLLING and PS_ENABLE_POLLING"},
     {"FUSEWIRE_IDLE_POLL_US", "200",
      "adaptive mode: microseconds a reactor keeps polling after its last work before it sleeps "
      "(0 to 1000000)"},
@@ -101,8 +98,7 @@ inline constexpr std::array<knob, 23> env_knobs{{
     {"FUSEWIRE_FUSE_DELAY_US", "0",
      "microseconds a coalescing batch may wait for more sends (0 to 1000000); 0 = only what is "
      "queued in the same reactor tick, no added latency"},
-    {"FUSEWIRE_CHUNKING", "true",
-     "split tensors larger than TF_RDMA_CHUNK_SIZE into chunks sent in parallel"},
+    {"FUSEWIRE_CHUNKING", "true", "split tensors larger than TF_RDMA_CHUNK_SIZE into chunks sent in parallel"},
     {"FUSEWIRE_CONNECT_TIMEOUT_MS", "60000",
      "milliseconds to keep retrying a peer that cannot be reached before failing (0 to "
      "86400000); 0 = retry forever"},
@@ -200,25 +196,21 @@ struct uint_rule {
   }
 };
 
-inline constexpr uint_rule cores_rule{1, 1024, 1, false,
-                                      "expected a number of cores (an integer from 1 to 1024)"};
-inline constexpr uint_rule micros_rule{0, 1000000, 1, false,
-                                       "expected microseconds (an integer from 0 to 1000000)"};
-inline constexpr uint_rule millis_rule{0, 86400000, 1, false,
-                                       "expected milliseconds (an integer from 0 to 86400000)"};
+inline constexpr uint_rule cores_rule{1, 1024, 1, false, "expected a number of cores (an integer from 1 to 1024)"};
+inline constexpr uint_rule micros_rule{0, 1000000, 1, false, "expected microseconds (an integer from 0 to 1000000)"};
+inline constexpr uint_rule millis_rule{0, 86400000, 1, false, "expected milliseconds (an integer from 0 to 86400000)"};
 inline constexpr uint_rule chunk_rule{1, uint_max, 1, false,
                                       "expected a size in bytes (a positive integer such as 4194304)"};
 inline constexpr uint_rule acc_rule{1, uint_max, 1, false,
                                     "expected a size in bytes (a positive integer such as 8192)"};
-inline constexpr uint_rule pool_size_rule{
-    1, uint_max, 1, false, "expected a size in bytes (a positive integer such as 67108864)"};
-inline constexpr uint_rule block_rule{
-    64, gib, 1, true, "expected a power of two in bytes from 64 to 1073741824 (such as 65536)"};
+inline constexpr uint_rule pool_size_rule{1, uint_max, 1, false,
+                                          "expected a size in bytes (a positive integer such as 67108864)"};
+inline constexpr uint_rule block_rule{64, gib, 1, true,
+                                      "expected a power of two in bytes from 64 to 1073741824 (such as 65536)"};
 inline constexpr uint_rule buf_rule{
-    gib, uint_max, gib, false,
-    "expected a positive multiple of 1 GiB in bytes (such as 1073741824 or 10737418240)"};
-inline constexpr uint_rule frame_rule{
-    4096, uint_max, 1, false, "expected a size in bytes (an integer of at least 4096, such as 268435456)"};
+    gib, uint_max, gib, false, "expected a positive multiple of 1 GiB in bytes (such as 1073741824 or 10737418240)"};
+inline constexpr uint_rule frame_rule{4096, uint_max, 1, false,
+                                      "expected a size in bytes (an integer of at least 4096, such as 268435456)"};
 
 [[noreturn]] inline void bad_env(std::string_view name, std::string_view value, std::string_view what) {
   throw_error(errc::invalid_config, std::string(name) + "=" + util::quoted(value) + ": " + std::string(what));
@@ -227,8 +219,10 @@ inline constexpr uint_rule frame_rule{
 inline std::uint64_t env_uint(std::string_view name, std::string_view value, const uint_rule& rule) {
   std::uint64_t v = 0;
   switch (util::parse_uint(value, v)) {
-    case util::uint_parse::ok: break;
-    case util::uint_parse::not_a_number: bad_env(name, value, rule.expected);
+    case util::uint_parse::ok:
+      break;
+    case util::uint_parse::not_a_number:
+      bad_env(name, value, rule.expected);
     case util::uint_parse::out_of_range:
       if (rule.max == uint_max) bad_env(name, value, "too large (at most 18446744073709551615)");
       bad_env(name, value, rule.expected);
@@ -244,8 +238,8 @@ inline bool env_bool(std::string_view name, std::string_view value) {
 
 [[noreturn]] inline void bad_field(std::string_view field, const std::string& value, std::string_view env,
                                    std::string_view what) {
-  throw_error(errc::invalid_config, "options." + std::string(field) + " = " + value + " (" +
-                                        std::string(env) + "): " + std::string(what));
+  throw_error(errc::invalid_config,
+              "options." + std::string(field) + " = " + value + " (" + std::string(env) + "): " + std::string(what));
 }
 
 inline void check_field(std::string_view field, std::uint64_t v, std::string_view env, const uint_rule& rule) {
@@ -272,8 +266,7 @@ inline void options::validate() const {
   if (fuse_delay.count() < 0) {
     bad_field("fuse_delay", std::to_string(fuse_delay.count()), "FUSEWIRE_FUSE_DELAY_US", micros_rule.expected);
   }
-  check_field("fuse_delay", static_cast<std::uint64_t>(fuse_delay.count()), "FUSEWIRE_FUSE_DELAY_US",
-              micros_rule);
+  check_field("fuse_delay", static_cast<std::uint64_t>(fuse_delay.count()), "FUSEWIRE_FUSE_DELAY_US", micros_rule);
   check_field("chunk_size", chunk_size, "TF_RDMA_CHUNK_SIZE", chunk_rule);
   if (rdma_device.empty()) {
     bad_field("rdma_device", "''", "TF_RDMA_DEV_NAME", "expected an RDMA device name such as mlx5_0");
@@ -290,16 +283,15 @@ inline void options::validate() const {
   check_field("max_frame_bytes", max_frame_bytes, "FUSEWIRE_MAX_FRAME_BYTES", frame_rule);
 
   if (pool_size % pool_block_size != 0) {
-    throw_error(errc::invalid_config,
-                "options.pool_size = " + std::to_string(pool_size) +
-                    " (FUSEWIRE_POOL_SIZE) is not a multiple of options.pool_block_size = " +
-                    std::to_string(pool_block_size) + " (FUSEWIRE_POOL_BLOCK_SIZE)");
+    throw_error(errc::invalid_config, "options.pool_size = " + std::to_string(pool_size) +
+                                          " (FUSEWIRE_POOL_SIZE) is not a multiple of options.pool_block_size = " +
+                                          std::to_string(pool_block_size) + " (FUSEWIRE_POOL_BLOCK_SIZE)");
   }
   if (chunking && chunk_size > max_frame_bytes) {
     throw_error(errc::invalid_config,
                 "options.chunk_size = " + std::to_string(chunk_size) +
-                    " (TF_RDMA_CHUNK_SIZE) exceeds options.max_frame_bytes = " +
-                    std::to_string(max_frame_bytes) + " (FUSEWIRE_MAX_FRAME_BYTES): a chunk must fit in one frame");
+                    " (TF_RDMA_CHUNK_SIZE) exceeds options.max_frame_bytes = " + std::to_string(max_frame_bytes) +
+                    " (FUSEWIRE_MAX_FRAME_BYTES): a chunk must fit in one frame");
   }
   if (coalesce && acc_size > max_frame_bytes) {
     throw_error(errc::invalid_config,

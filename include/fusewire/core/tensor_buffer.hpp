@@ -250,9 +250,8 @@ class tensor_buffer {
   /// if the range does not lie inside this buffer.
   tensor_buffer share(std::size_t pos, std::size_t len) const {
     if (pos > size_ || len > size_ - pos) {
-      throw_error(errc::invalid_argument, "tensor_buffer::share(" + std::to_string(pos) + ", " +
-                                              std::to_string(len) + "): range exceeds the buffer's " +
-                                              std::to_string(size_) + " bytes");
+      throw_error(errc::invalid_argument, "tensor_buffer::share(" + std::to_string(pos) + ", " + std::to_string(len) +
+                                              "): range exceeds the buffer's " + std::to_string(size_) + " bytes");
     }
     if (owner_ != nullptr) owner_->add_ref();
     return tensor_buffer(data_ + pos, len, owner_);
@@ -262,8 +261,7 @@ class tensor_buffer {
   void trim(std::size_t len) {
     if (len > size_) {
       throw_error(errc::invalid_argument, "tensor_buffer::trim(" + std::to_string(len) +
-                                              "): longer than the buffer's " + std::to_string(size_) +
-                                              " bytes");
+                                              "): longer than the buffer's " + std::to_string(size_) + " bytes");
     }
     size_ = len;
   }
@@ -272,8 +270,7 @@ class tensor_buffer {
   void trim_front(std::size_t n) {
     if (n > size_) {
       throw_error(errc::invalid_argument, "tensor_buffer::trim_front(" + std::to_string(n) +
-                                              "): longer than the buffer's " + std::to_string(size_) +
-                                              " bytes");
+                                              "): longer than the buffer's " + std::to_string(size_) + " bytes");
     }
     data_ += n;
     size_ -= n;
@@ -374,8 +371,7 @@ inline std::size_t total_size(std::span<const const_buffer> sg) noexcept {
 
 /// Fills `out` with the byte spans of `buffers`, in order (aliases, no copy);
 /// returns how many it wrote: min(buffers.size(), out.size()).
-inline std::size_t as_const_buffers(std::span<const tensor_buffer> buffers,
-                                    std::span<const_buffer> out) noexcept {
+inline std::size_t as_const_buffers(std::span<const tensor_buffer> buffers, std::span<const_buffer> out) noexcept {
   const std::size_t n = std::min(buffers.size(), out.size());
   for (std::size_t i = 0; i < n; ++i) out[i] = buffers[i].bytes();
   return n;

@@ -40,8 +40,8 @@ enum class dtype : std::uint8_t {
 
 /// Every valid dtype, in numeric order.
 inline constexpr std::array<dtype, 15> all_dtypes{
-    dtype::float32, dtype::float64, dtype::int32,      dtype::uint8,   dtype::int16,
-    dtype::int8,    dtype::complex64, dtype::int64,    dtype::boolean, dtype::bfloat16,
+    dtype::float32, dtype::float64,    dtype::int32,   dtype::uint8,   dtype::int16,
+    dtype::int8,    dtype::complex64,  dtype::int64,   dtype::boolean, dtype::bfloat16,
     dtype::uint16,  dtype::complex128, dtype::float16, dtype::uint32,  dtype::uint64,
 };
 
@@ -50,20 +50,26 @@ constexpr std::size_t dtype_size(dtype t) noexcept {
   switch (t) {
     case dtype::boolean:
     case dtype::int8:
-    case dtype::uint8: return 1;
+    case dtype::uint8:
+      return 1;
     case dtype::int16:
     case dtype::uint16:
     case dtype::float16:
-    case dtype::bfloat16: return 2;
+    case dtype::bfloat16:
+      return 2;
     case dtype::int32:
     case dtype::uint32:
-    case dtype::float32: return 4;
+    case dtype::float32:
+      return 4;
     case dtype::int64:
     case dtype::uint64:
     case dtype::float64:
-    case dtype::complex64: return 8;
-    case dtype::complex128: return 16;
-    case dtype::invalid: return 0;
+    case dtype::complex64:
+      return 8;
+    case dtype::complex128:
+      return 16;
+    case dtype::invalid:
+      return 0;
   }
   return 0;
 }
@@ -74,22 +80,38 @@ constexpr bool is_valid(dtype t) noexcept { return dtype_size(t) != 0; }
 /// "float32", "bool", ...; "invalid" for values that name no dtype.
 constexpr std::string_view to_string(dtype t) noexcept {
   switch (t) {
-    case dtype::float32: return "float32";
-    case dtype::float64: return "float64";
-    case dtype::int32: return "int32";
-    case dtype::uint8: return "uint8";
-    case dtype::int16: return "int16";
-    case dtype::int8: return "int8";
-    case dtype::complex64: return "complex64";
-    case dtype::int64: return "int64";
-    case dtype::boolean: return "bool";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::uint16: return "uint16";
-    case dtype::complex128: return "complex128";
-    case dtype::float16: return "float16";
-    case dtype::uint32: return "uint32";
-    case dtype::uint64: return "uint64";
-    case dtype::invalid: break;
+    case dtype::float32:
+      return "float32";
+    case dtype::float64:
+      return "float64";
+    case dtype::int32:
+      return "int32";
+    case dtype::uint8:
+      return "uint8";
+    case dtype::int16:
+      return "int16";
+    case dtype::int8:
+      return "int8";
+    case dtype::complex64:
+      return "complex64";
+    case dtype::int64:
+      return "int64";
+    case dtype::boolean:
+      return "bool";
+    case dtype::bfloat16:
+      return "bfloat16";
+    case dtype::uint16:
+      return "uint16";
+    case dtype::complex128:
+      return "complex128";
+    case dtype::float16:
+      return "float16";
+    case dtype::uint32:
+      return "uint32";
+    case dtype::uint64:
+      return "uint64";
+    case dtype::invalid:
+      break;
   }
   return "invalid";
 }
@@ -136,8 +158,8 @@ struct tensor_descriptor {
                   "tensor dtype " + std::to_string(static_cast<int>(t)) + " is not a known dtype");
     }
     if (shape.size() > max_rank) {
-      throw_error(errc::invalid_argument, "tensor rank " + std::to_string(shape.size()) +
-                                              " exceeds the maximum of " + std::to_string(max_rank));
+      throw_error(errc::invalid_argument, "tensor rank " + std::to_string(shape.size()) + " exceeds the maximum of " +
+                                              std::to_string(max_rank));
     }
     tensor_descriptor d;
     d.type = t;
@@ -145,8 +167,7 @@ struct tensor_descriptor {
     for (std::size_t i = 0; i < shape.size(); ++i) {
       if (shape[i] < 0) {
         throw_error(errc::invalid_argument, "tensor dimension " + std::to_string(i) + " is " +
-                                                std::to_string(shape[i]) +
-                                                ": dimensions must be non-negative");
+                                                std::to_string(shape[i]) + ": dimensions must be non-negative");
       }
       d.dims[i] = shape[i];
     }
@@ -158,9 +179,7 @@ struct tensor_descriptor {
   }
 
   /// The first `rank` dimensions (at most max_rank of them).
-  std::span<const std::int64_t> shape() const noexcept {
-    return {dims.data(), std::min<std::size_t>(rank, max_rank)};
-  }
+  std::span<const std::int64_t> shape() const noexcept { return {dims.data(), std::min<std::size_t>(rank, max_rank)}; }
 
   /// errc::invalid_argument unless the dtype is valid, rank <= max_rank, every
   /// dimension is non-negative and the byte size fits in an int64.
@@ -254,8 +273,7 @@ inline std::string descriptor_problem(const tensor_descriptor& d) {
   const auto s = d.shape();
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] < 0) {
-      return ": dimension " + std::to_string(i) + " is " + std::to_string(s[i]) +
-             " (dimensions must be non-negative)";
+      return ": dimension " + std::to_string(i) + " is " + std::to_string(s[i]) + " (dimensions must be non-negative)";
     }
   }
   std::error_code ec;

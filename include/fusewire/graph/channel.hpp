@@ -41,8 +41,7 @@ struct tensor {
 
   tensor() = default;
   /// Throws std::system_error(errc::invalid_argument) when the counts differ.
-  tensor(std::vector<std::int64_t> dims, std::vector<float> vals)
-      : shape(std::move(dims)), values(std::move(vals)) {
+  tensor(std::vector<std::int64_t> dims, std::vector<float> vals) : shape(std::move(dims)), values(std::move(vals)) {
     if (count_of(shape) != values.size())
       throw_error(errc::invalid_argument, "tensor of shape " + shape_string(shape) + " needs " +
                                               std::to_string(count_of(shape)) + " values, got " +

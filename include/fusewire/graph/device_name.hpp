@@ -61,7 +61,8 @@ namespace detail {
 
 /// Parsers that say why text is bad: `parse(text, out)` returns the reason or nullopt.
 template <class Parse, class T>
-concept explaining_parser = std::invocable<Parse&, std::string_view, T&> &&
+concept explaining_parser =
+    std::invocable<Parse&, std::string_view, T&> &&
     std::same_as<std::invoke_result_t<Parse&, std::string_view, T&>, std::optional<std::string>>;
 
 /// Runs `parse`; throws std::system_error(errc::invalid_argument) "bad <what> '<text>': <why>".
@@ -173,8 +174,7 @@ inline std::optional<std::string> parse_device_into(std::string_view text, devic
 inline std::optional<std::string> task_problem(const device_name& d) {
   if (!d.job || !d.task)
     return std::string("it names no ") + (d.job ? "task" : "job") + "; a task needs /job:<name> and /task:<index>";
-  if (d.replica.value_or(0) != 0)
-    return "replica " + std::to_string(*d.replica) + " is not supported (only replica 0)";
+  if (d.replica.value_or(0) != 0) return "replica " + std::to_string(*d.replica) + " is not supported (only replica 0)";
   return std::nullopt;
 }
 

@@ -58,8 +58,7 @@ class executor {
  public:
   /// Validates `def` and the ops it uses; throws std::system_error
   /// (errc::invalid_graph, or errc::not_supported for an unknown op).
-  explicit executor(graph_def def, executor_options opts = {})
-      : executor(placed_graph(std::move(def)), opts) {}
+  explicit executor(graph_def def, executor_options opts = {}) : executor(placed_graph(std::move(def)), opts) {}
 
   /// As above, from an already validated graph.
   explicit executor(placed_graph g, executor_options opts = {})
@@ -78,8 +77,7 @@ class executor {
   /// Throws std::system_error naming the failing node.
   std::map<std::string, tensor> run(const feed_map& feeds, const std::vector<std::string>& fetches) {
     if (has_transfers_)
-      throw_error(errc::invalid_argument,
-                  "this graph has _Send/_Recv nodes; run it with begin_step over a channel");
+      throw_error(errc::invalid_argument, "this graph has _Send/_Recv nodes; run it with begin_step over a channel");
     start(nullptr, nullptr, next_local_step_, feeds, fetches);
     ++next_local_step_;
     while (!finished()) poll();
@@ -91,13 +89,10 @@ class executor {
   /// throws std::system_error(errc::invalid_argument) naming a bad feed or fetch.
   template <channel C>
   void begin_step(C& ch, std::uint64_t step, const feed_map& feeds, const std::vector<std::string>& fetches) {
-    start([&ch](std::uint64_t s, const std::string& key, payload p) -> std::error_code {
-          return ch.send(s, key, std::move(p));
-        },
-          [&ch](std::uint64_t s, const std::string& key, recv_handler h) {
-            ch.async_recv(s, key, std::move(h));
-          },
-          step, feeds, fetches);
+    start([&ch](std::uint64_t s, const std::string& key,
+                payload p) -> std::error_code { return ch.send(s, key, std::move(p)); },
+          [&ch](std::uint64_t s, const std::string& key, recv_handler h) { ch.async_recv(s, key, std::move(h)); }, step,
+          feeds, fetches);
   }
 
   /// Runs every node that is ready, including those whose messages arrived;
@@ -164,14 +159,34 @@ class executor {
   using edge_values = detail::edge_values;
 
   enum class op_kind {
-    constant, placeholder, identity, add, sub, mul, less, matmul, gather, concat,
-    variable, assign, assign_add, assign_sub, no_op,
-    enter, exit, next_iteration, merge, switch_, loop_cond, send, recv
+    constant,
+    placeholder,
+    identity,
+    add,
+    sub,
+    mul,
+    less,
+    matmul,
+    gather,
+    concat,
+    variable,
+    assign,
+    assign_add,
+    assign_sub,
+    no_op,
+    enter,
+    exit,
+    next_iteration,
+    merge,
+    switch_,
+    loop_cond,
+    send,
+    recv
   };
 
   struct out_link {
     std::size_t dst = 0;
-    int port = 0;      ///< output port, -1 for a control edge
+    int port = 0;          ///< output port, -1 for a control edge
     std::size_t slot = 0;  ///< data slot, or control slot when port < 0
   };
 
@@ -179,13 +194,13 @@ class executor {
     op_kind kind = op_kind::no_op;
     std::size_t data_inputs = 0, control_inputs = 0, outputs = 0;
     std::vector<out_link> outs;
-    tensor value;                  // Const
-    std::size_t frame = 0;         // Enter
-    bool is_constant = false;      // Enter
-    std::string key;               // _Send/_Recv
-    std::size_t entries = 0;       // _Send/_Recv
-    std::int64_t axis = -1;        // Concat
-    std::size_t variable = 0;      // Assign*: the Variable node
+    tensor value;                                     // Const
+    std::size_t frame = 0;                            // Enter
+    bool is_constant = false;                         // Enter
+    std::string key;                                  // _Send/_Recv
+    std::size_t entries = 0;                          // _Send/_Recv
+    std::int64_t axis = -1;                           // Concat
+    std::size_t variable = 0;                         // Assign*: the Variable node
     std::size_t forward_inputs = 0, back_inputs = 0;  // Merge
   };
 
@@ -350,8 +365,8 @@ std::map<std::string, tensor> run_step(executor& ex, C& ch, std::uint64_t step, 
     }
     if (ex.finished()) break;
     if (!ex.wait(std::chrono::milliseconds(50)) && std::chrono::steady_clock::now() - idle_since > idle_timeout) {
-      std::string text = "step " + std::to_string(step) + " waited longer than " +
-                         std::to_string(idle_timeout.count()) + " ms for:";
+      std::string text =
+          "step " + std::to_string(step) + " waited longer than " + std::to_string(idle_timeout.count()) + " ms for:";
       for (const auto& w : ex.waiting_for()) text += " " + w + ";";
       ex.abandon();
       throw_error(errc::timed_out, text);

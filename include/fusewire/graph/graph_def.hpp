@@ -26,8 +26,7 @@ namespace graph {
 /// "frame_name" (string, Enter), "is_constant" (bool, Enter), "value" (floats,
 /// Const/Variable), "shape" (ints, Const/Variable), "axis" (int, Concat),
 /// "key" and "entries" (the partitioner's _Send/_Recv).
-using attr_value = std::variant<bool, std::int64_t, std::string, std::vector<float>,
-                                std::vector<std::int64_t>>;
+using attr_value = std::variant<bool, std::int64_t, std::string, std::vector<float>, std::vector<std::int64_t>>;
 
 /// One node, as TensorFlow's NodeDef: inputs are "node", "node:port" or
 /// "^node" (control, after all data inputs); `device` names the task.
@@ -66,8 +65,7 @@ struct graph_def {
   std::vector<node_def> nodes;
 
   /// Appends a node; the reference stays valid until the next add().
-  node_def& add(std::string name, std::string op, std::vector<std::string> inputs = {},
-                std::string device = {}) {
+  node_def& add(std::string name, std::string op, std::vector<std::string> inputs = {}, std::string device = {}) {
     node_def n;
     n.name = std::move(name);
     n.op = std::move(op);

@@ -54,7 +54,8 @@ class local_cluster {
       if (events == 0) {
         std::string text = "step " + std::to_string(step) + " deadlocked:";
         for (std::size_t t = 0; t < executors_.size(); ++t)
-          for (const auto& w : executors_[t]->waiting_for()) text += " " + tasks_[t].to_string() + " waits for " + w + ";";
+          for (const auto& w : executors_[t]->waiting_for())
+            text += " " + tasks_[t].to_string() + " waits for " + w + ";";
         abort_step(step);
         throw_error(errc::graph_cycle, text);
       }
@@ -166,8 +167,8 @@ class local_cluster {
     traffic_ = channel_.sent(step);
     channel_.forget(step);
     if (!unmatched.empty())
-      throw_error(errc::invalid_graph, "step " + std::to_string(step) + " left messages unmatched: " +
-                                           detail::join(unmatched, "; "));
+      throw_error(errc::invalid_graph,
+                  "step " + std::to_string(step) + " left messages unmatched: " + detail::join(unmatched, "; "));
     return out;
   }
 

@@ -51,9 +51,15 @@ class partitioner final : public star_server_lite_planner {
     collect_transfers();
     std::optional<failure> f;
     switch (opts_.mode) {
-      case partition_mode::send_recv: group_sends(all_transfers(), false); break;
-      case partition_mode::star_server: plan_star(); break;
-      case partition_mode::star_server_lite: f = plan_lite(); break;
+      case partition_mode::send_recv:
+        group_sends(all_transfers(), false);
+        break;
+      case partition_mode::star_server:
+        plan_star();
+        break;
+      case partition_mode::star_server_lite:
+        f = plan_lite();
+        break;
     }
     if (f) return f;
     if (auto c = break_cycles()) return c;

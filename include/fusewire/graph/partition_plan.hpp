@@ -24,9 +24,12 @@ enum class partition_mode { send_recv, star_server, star_server_lite };
 /// "send_recv", "star_server", "star_server_lite".
 constexpr std::string_view to_string(partition_mode m) noexcept {
   switch (m) {
-    case partition_mode::send_recv: return "send_recv";
-    case partition_mode::star_server: return "star_server";
-    case partition_mode::star_server_lite: return "star_server_lite";
+    case partition_mode::send_recv:
+      return "send_recv";
+    case partition_mode::star_server:
+      return "star_server";
+    case partition_mode::star_server_lite:
+      return "star_server_lite";
   }
   return "?";
 }
@@ -64,9 +67,12 @@ enum class message_kind {
 /// "send", "request", "response".
 constexpr std::string_view to_string(message_kind k) noexcept {
   switch (k) {
-    case message_kind::send: return "send";
-    case message_kind::request: return "request";
-    case message_kind::response: return "response";
+    case message_kind::send:
+      return "send";
+    case message_kind::request:
+      return "request";
+    case message_kind::response:
+      return "response";
   }
   return "?";
 }
@@ -90,10 +96,10 @@ struct plan_message {
   std::string name;  ///< "m<k>", unique in the plan
   message_kind kind = message_kind::send;
   task_id src, dst;
-  std::string frame;       ///< loop frame it repeats in; "" for once per step
-  std::size_t round = 0;   ///< send: ready-wave of its sources; call: round (lite: merge wave)
-  bool fallback = false;   ///< star modes: a send/recv outside any call
-  std::string key;         ///< rendezvous key without ";frame_id:iter_id"
+  std::string frame;      ///< loop frame it repeats in; "" for once per step
+  std::size_t round = 0;  ///< send: ready-wave of its sources; call: round (lite: merge wave)
+  bool fallback = false;  ///< star modes: a send/recv outside any call
+  std::string key;        ///< rendezvous key without ";frame_id:iter_id"
   std::vector<plan_entry> entries;
 
   /// Sum of the entries' bytes, when every one is known.
@@ -117,8 +123,8 @@ struct plan_partition {
 /// Message counts of a step, or of one iteration of a loop frame.
 struct plan_totals {
   std::size_t messages = 0;
-  std::size_t calls = 0;    ///< request/response pairs among them
-  std::size_t tensors = 0;  ///< entries, control tokens included
+  std::size_t calls = 0;                 ///< request/response pairs among them
+  std::size_t tensors = 0;               ///< entries, control tokens included
   std::optional<std::size_t> bytes = 0;  ///< nullopt when a spec is unknown
 };
 
@@ -150,8 +156,8 @@ struct plan {
   /// A table for people: totals per step and per loop iteration, then each message.
   std::string summary() const {
     std::string out = "plan: " + std::string(to_string(options.mode)) + ", tensor_fuse " +
-                      (options.tensor_fuse ? "on" : "off") + ", " + std::to_string(partitions.size()) +
-                      " task" + (partitions.size() == 1 ? "" : "s");
+                      (options.tensor_fuse ? "on" : "off") + ", " + std::to_string(partitions.size()) + " task" +
+                      (partitions.size() == 1 ? "" : "s");
     if (cycle_breaks) out += ", " + std::to_string(cycle_breaks) + " tensor(s) moved out to break cycles";
     out += "\n";
     auto route = [](const plan_message& m) { return m.src.to_string() + " -> " + m.dst.to_string(); };

@@ -37,12 +37,12 @@ struct edge {
 struct frame_info {
   std::string name;
   std::size_t parent = 0;
-  std::size_t depth = 0;                 ///< 0 for root, 1 for a top-level loop, ...
-  std::vector<std::size_t> nodes;        ///< nodes whose frame() is this frame
-  std::vector<std::size_t> control_nodes;///< its Merge/Switch/NextIteration/LoopCond
-  std::vector<std::size_t> enters, exits;///< its Enter and Exit nodes (any task)
-  std::optional<std::size_t> loop_cond;  ///< its LoopCond node, if it has one
-  std::size_t home_task = 0;             ///< task of its control nodes (root: 0)
+  std::size_t depth = 0;                   ///< 0 for root, 1 for a top-level loop, ...
+  std::vector<std::size_t> nodes;          ///< nodes whose frame() is this frame
+  std::vector<std::size_t> control_nodes;  ///< its Merge/Switch/NextIteration/LoopCond
+  std::vector<std::size_t> enters, exits;  ///< its Enter and Exit nodes (any task)
+  std::optional<std::size_t> loop_cond;    ///< its LoopCond node, if it has one
+  std::size_t home_task = 0;               ///< task of its control nodes (root: 0)
 };
 
 namespace detail {
@@ -65,8 +65,7 @@ class placed_graph {
   placed_graph(graph_def def, detail::relaxed_frames_t) { build_or_throw(std::move(def), false); }
 
   /// Non-throwing: on failure sets `ec` (errc::invalid_graph) and, if given, `*what`.
-  static std::optional<placed_graph> make(graph_def def, std::error_code& ec,
-                                          std::string* what = nullptr) {
+  static std::optional<placed_graph> make(graph_def def, std::error_code& ec, std::string* what = nullptr) {
     placed_graph g;
     if (auto fail = g.build(std::move(def), true)) {
       ec = make_error_code(errc::invalid_graph);
@@ -135,9 +134,7 @@ class placed_graph {
   }
 
   /// "'name' (Op)" — how messages refer to node `i`.
-  std::string describe(std::size_t i) const {
-    return util::quoted(def_.nodes[i].name) + " (" + def_.nodes[i].op + ")";
-  }
+  std::string describe(std::size_t i) const { return util::quoted(def_.nodes[i].name) + " (" + def_.nodes[i].op + ")"; }
   /// "frame 'name'" or "the root frame".
   std::string describe_frame(std::size_t f) const {
     return f == 0 ? std::string("the root frame") : "frame " + util::quoted(frames_[f].name);

@@ -64,7 +64,7 @@ struct rendezvous_channel_options {
 /// ("src_device;incarnation;dst_device;name;frame:iter"); errc::invalid_argument
 /// (and `*why`) if it has fewer parts or a device names no task.
 inline std::optional<std::pair<task_id, task_id>> key_route(std::string_view key, std::error_code& ec,
-                                                           std::string* why = nullptr) {
+                                                            std::string* why = nullptr) {
   std::string_view parts[3];
   std::string_view rest = key;
   for (auto& part : parts) {

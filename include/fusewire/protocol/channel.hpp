@@ -95,9 +95,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
     boost::container::small_vector<const_buffer, 8> sg;
     if (ec) {
       // Still go through the connection (an empty write) so the handler is never inline.
-      conn_.async_write(std::span<const const_buffer>(sg.data(), sg.size()), [h = std::move(h), ec](std::error_code, std::size_t) mutable {
-        h(ec);
-      });
+      conn_.async_write(std::span<const const_buffer>(sg.data(), sg.size()),
+                        [h = std::move(h), ec](std::error_code, std::size_t) mutable { h(ec); });
       return;
     }
     sg.push_back(prefix.bytes());
@@ -105,7 +104,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
       if (!b.empty()) sg.push_back(b);
     }
     conn_.async_write(std::span<const const_buffer>(sg.data(), sg.size()),
-                      [prefix = fusewire::detail::buffer_hold(std::move(prefix)), h = std::move(h)](std::error_code e, std::size_t) mutable {
+                      [prefix = fusewire::detail::buffer_hold(std::move(prefix)), h = std::move(h)](
+                          std::error_code e, std::size_t) mutable {
                         prefix.reset();
                         h(e);
                       });
@@ -138,7 +138,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
                          frame_head head = std::move(self->head_);
                          if (e) {
                            // A stream that ends inside a frame is a truncated frame.
-                           if (e == make_error_code(errc::connection_closed)) e = make_error_code(errc::truncated_frame);
+                           if (e == make_error_code(errc::connection_closed))
+                             e = make_error_code(errc::truncated_frame);
                            return h(e, frame_head{});
                          }
                          self->finish_head(std::move(head), h);
@@ -153,9 +154,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
     requires std::invocable<Handler&, std::error_code> && std::move_constructible<Handler>
   void read_payload(mutable_buffer dst, Handler h) {
     if (dst.empty()) {
-      conn_.async_write(std::span<const const_buffer>{}, [h = std::move(h)](std::error_code e, std::size_t) mutable {
-        h(e);
-      });
+      conn_.async_write(std::span<const const_buffer>{},
+                        [h = std::move(h)](std::error_code e, std::size_t) mutable { h(e); });
       return;
     }
     conn_.async_read(dst, [h = std::move(h)](std::error_code e, std::size_t) mutable {
@@ -193,7 +193,7 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   Connection conn_;
   wire::limits limits_;
   std::array<std::byte, wire::header_size> header_bytes_{};
-  frame_head head_;  ///< the frame whose meta is being read
+  frame_head head_;                     ///< the frame whose meta is being read
   fusewire::reusable_buffer metas_;     ///< small metas read
   fusewire::reusable_buffer prefixes_;  ///< small header + meta written
 };

@@ -108,9 +108,8 @@ class connector_handshake : public std::enable_shared_from_this<connector_handsh
 
  private:
   void read_next() {
-    ch_->read_head([self = this->shared_from_this()](std::error_code ec, frame_head head) {
-      self->on_head(ec, std::move(head));
-    });
+    ch_->read_head(
+        [self = this->shared_from_this()](std::error_code ec, frame_head head) { self->on_head(ec, std::move(head)); });
   }
 
   void on_head(std::error_code ec, frame_head head) {
@@ -180,9 +179,8 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     wire::error_meta m;
     m.code = ec.category() == error_category() ? ec.value() : static_cast<int>(errc::handshake_failed);
     m.message = std::string_view(*text).substr(0, 1000);
-    ch_->write(m, {}, [self = this->shared_from_this(), text, ec](std::error_code) mutable {
-      self->report(ec, *text);
-    });
+    ch_->write(m, {},
+               [self = this->shared_from_this(), text, ec](std::error_code) mutable { self->report(ec, *text); });
   }
 
   void on_hello(std::error_code ec, frame_head head) {
@@ -220,9 +218,9 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     }
     const auto* resp = std::get_if<wire::auth_response_meta>(&head.body);
     if (resp == nullptr) {
-      return fail(make_error_code(errc::auth_failed),
-                  "peer " + peer_.task.to_string() + " has no cluster token (sent " +
-                      std::string(wire::frame_type_name(head.header.type)) + ")");
+      return fail(make_error_code(errc::auth_failed), "peer " + peer_.task.to_string() +
+                                                          " has no cluster token (sent " +
+                                                          std::string(wire::frame_type_name(head.header.type)) + ")");
     }
     wire::mac_bytes expected{};
     if (auto e = handshake_mac(me_.token, "fwc1", nonce_, peer_.task, expected)) return fail(e, "mac");
@@ -307,8 +305,7 @@ template <class Channel, class Handler>
   requires std::invocable<Handler&, std::error_code, peer_identity, std::string, pending_ack> &&
            std::move_constructible<Handler>
 void handshake_accept_deferred(std::shared_ptr<Channel> ch, local_identity me, const cluster_spec& spec, Handler h) {
-  std::make_shared<detail::acceptor_handshake<Channel, Handler, true>>(std::move(ch), std::move(me), spec,
-                                                                       std::move(h))
+  std::make_shared<detail::acceptor_handshake<Channel, Handler, true>>(std::move(ch), std::move(me), spec, std::move(h))
       ->start();
 }
 

@@ -79,9 +79,11 @@ class client {
     Transport& t = copts_.transport;
     rendezvous::log_sink& log = copts_.log;
     const std::size_t num_ps = spec.job(copts_.ps_job).size();
-    if (num_ps == 0) throw_error(errc::invalid_argument, "ps client: the cluster spec has no tasks in job '" + copts_.ps_job + "'");
+    if (num_ps == 0)
+      throw_error(errc::invalid_argument, "ps client: the cluster spec has no tasks in job '" + copts_.ps_job + "'");
     if (!copts_.fuse && copts_.mode == training_mode::sync) {
-      throw_error(errc::invalid_argument, "ps client: fuse = false needs async training (a sync step is one request per PS)");
+      throw_error(errc::invalid_argument,
+                  "ps client: fuse = false needs async training (a sync step is one request per PS)");
     }
     if (copts_.step_timeout.count() <= 0 || copts_.retry_interval.count() <= 0) {
       throw_error(errc::invalid_argument, "ps client: step_timeout and retry_interval must be > 0 ms");
@@ -95,12 +97,13 @@ class client {
     want_.assign(num_ps, 0);
     recv_outstanding_.assign(num_ps, false);
     std::random_device rd;
-    incarnation_ = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
+    incarnation_ =
+        (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
     events_ = std::make_shared<event_queue>();
-    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec),
-                                          rendezvous::endpoint_config<Transport>{.options = std::move(opts),
-                                                                                 .transport = std::move(t),
-                                                                                 .log = std::move(log)});
+    ep_ = std::make_unique<endpoint_type>(
+        std::move(self), std::move(spec),
+        rendezvous::endpoint_config<Transport>{
+            .options = std::move(opts), .transport = std::move(t), .log = std::move(log)});
   }
 
   client(const client&) = delete;
@@ -213,8 +216,8 @@ class client {
     std::uint32_t var;
     std::uint32_t slice;
     batch::handle result;
-    std::size_t offset = 0;                        ///< dense: first element in the result
-    std::size_t count = 0;                         ///< values expected
+    std::size_t offset = 0;                               ///< dense: first element in the result
+    std::size_t count = 0;                                ///< values expected
     const std::vector<std::size_t>* positions = nullptr;  ///< rows: position of each id in the batch's ids
     std::size_t dim = 0;
   };
@@ -257,7 +260,8 @@ class client {
       return;
     }
     request_builder rb;
-    const std::uint32_t flags = request_flags::barrier | (copts_.mode == training_mode::sync ? request_flags::sync : 0u);
+    const std::uint32_t flags =
+        request_flags::barrier | (copts_.mode == training_mode::sync ? request_flags::sync : 0u);
     rb.set_header(incarnation_, ++seq_[0], fingerprint_, barrier_generation_, 0, flags);
     std::vector<attempt> attempts(1);
     attempt& a = attempts[0];
@@ -318,21 +322,24 @@ class client {
       const std::string what = std::string(to_string(it.kind)) + " of '" + v.name + "'";
       if (is_rows(it.kind) != (v.kind == variable_kind::embedding)) {
         return fail(b, ec, errc::invalid_argument,
-                    what + ": the variable is " + (v.kind == variable_kind::embedding ? "an embedding (use pull_rows/push_rows)"
-                                                                                       : "dense (use pull/push)"));
+                    what + ": the variable is " +
+                        (v.kind == variable_kind::embedding ? "an embedding (use pull_rows/push_rows)"
+                                                            : "dense (use pull/push)"));
       }
       if (!is_rows(it.kind)) {
         const auto n = static_cast<std::size_t>(v.num_elements());
         if (it.kind == op::push_dense && it.values.size() != n) {
           return fail(b, ec, errc::size_mismatch,
-                      what + ": gradient has " + std::to_string(it.values.size()) + " values, the variable has " + std::to_string(n));
+                      what + ": gradient has " + std::to_string(it.values.size()) + " values, the variable has " +
+                          std::to_string(n));
         }
         if (it.kind == op::pull_dense) b.results_[it.result].resize(n);  // every element is overwritten
         const auto slices = place_.slices(var);
         for (std::uint32_t s = 0; s < slices.size(); ++s) {
           const slice_info& si = slices[s];
           ps_plan& pl = plans[si.ps];
-          const auto first = static_cast<std::size_t>(si.element_begin), count = static_cast<std::size_t>(si.element_count);
+          const auto first = static_cast<std::size_t>(si.element_begin),
+                     count = static_cast<std::size_t>(si.element_count);
           if (it.kind == op::pull_dense) {
             pl.rb.pull_dense(var, s);
             pl.sinks.push_back({op::pull_dense, var, s, it.result, first, count, nullptr, 0});
@@ -352,8 +359,9 @@ class client {
       }
       if (it.kind == op::push_rows && it.values.size() != it.ids.size() * dim) {
         return fail(b, ec, errc::size_mismatch,
-                    what + ": " + std::to_string(it.values.size()) + " gradient values for " + std::to_string(it.ids.size()) +
-                        " ids of dim " + std::to_string(dim) + " (expected " + std::to_string(it.ids.size() * dim) + ")");
+                    what + ": " + std::to_string(it.values.size()) + " gradient values for " +
+                        std::to_string(it.ids.size()) + " ids of dim " + std::to_string(dim) + " (expected " +
+                        std::to_string(it.ids.size() * dim) + ")");
       }
       if (it.kind == op::pull_rows) b.results_[it.result].resize(it.ids.size() * dim);
       if (num_ps == 1) {
@@ -372,8 +380,10 @@ class client {
         const std::uint32_t p = place_.ps_of_id(it.ids[k]);
         if (ids_of[p] == nullptr) {
           ids_of[p] = &id_store.emplace_back();
-          if (it.kind == op::pull_rows) pos_of[p] = &pos_store.emplace_back();
-          else grads_of[p] = &grad_store.emplace_back();
+          if (it.kind == op::pull_rows)
+            pos_of[p] = &pos_store.emplace_back();
+          else
+            grads_of[p] = &grad_store.emplace_back();
         }
         ids_of[p]->push_back(it.ids[k]);
         if (it.kind == op::pull_rows) {
@@ -415,7 +425,8 @@ class client {
       }
     }
     const bool sync = copts_.mode == training_mode::sync;
-    const bool pushes = std::any_of(b.items_.begin(), b.items_.end(), [](const batch::item& it) { return is_push(it.kind); });
+    const bool pushes =
+        std::any_of(b.items_.begin(), b.items_.end(), [](const batch::item& it) { return is_push(it.kind); });
     std::vector<attempt> attempts;
     for (auto& plans : groups) {
       for (std::uint32_t p = 0; p < num_ps; ++p) {
@@ -468,7 +479,8 @@ class client {
       if (r.entries.size() != sinks.size()) {
         if (!first_ec) {
           first_ec = make_error_code(errc::malformed_frame);
-          first_why = who + ": reply has " + std::to_string(r.entries.size()) + " entries, expected " + std::to_string(sinks.size());
+          first_why = who + ": reply has " + std::to_string(r.entries.size()) + " entries, expected " +
+                      std::to_string(sinks.size());
         }
         continue;
       }
@@ -500,7 +512,8 @@ class client {
   /// Sends every attempt and waits for its reply; see the file comment. Replies
   /// are matched to attempts by (PS, sequence number); one receive per PS is
   /// posted at a time.
-  bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec, std::string& why) {
+  bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
+                std::string& why) {
     using namespace std::chrono_literals;
     const auto start = clock::now();
     const auto deadline = start + timeout;
@@ -535,9 +548,12 @@ class client {
           if (!a.first_send) ++stats_.resends;
           a.first_send = false;
           auto q = events_;
-          ep_->send(ps_tasks_[a.ps], std::string(request_key), a.request.share(),
-                    [q, i, seq = a.seq](std::error_code e) { q->push({true, static_cast<std::uint32_t>(i), seq, e, {}}); },
-                    deadline - now);
+          ep_->send(
+              ps_tasks_[a.ps], std::string(request_key), a.request.share(),
+              [q, i, seq = a.seq](std::error_code e) {
+                q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
+              },
+              deadline - now);
         } else {
           wake = std::min(wake, a.next_send);
         }
@@ -551,8 +567,12 @@ class client {
         recv_outstanding_[p] = true;
         auto q = events_;
         const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
-        ep_->recv(ps_tasks_[p], std::string(reply_key),
-                  [q, p](std::error_code e, tensor_buffer buf) { q->push({false, p, 0, e, std::move(buf)}); }, limit);
+        ep_->recv(
+            ps_tasks_[p], std::string(reply_key),
+            [q, p](std::error_code e, tensor_buffer buf) {
+              q->push({false, p, 0, e, std::move(buf)});
+            },
+            limit);
       }
       {
         std::unique_lock lock(events_->mutex);

@@ -60,10 +60,14 @@ constexpr bool is_push(op o) noexcept { return o == op::push_dense || o == op::p
 constexpr bool is_rows(op o) noexcept { return o == op::pull_rows || o == op::push_rows; }
 constexpr std::string_view to_string(op o) noexcept {
   switch (o) {
-    case op::pull_dense: return "pull";
-    case op::push_dense: return "push";
-    case op::pull_rows: return "pull_rows";
-    case op::push_rows: return "push_rows";
+    case op::pull_dense:
+      return "pull";
+    case op::push_dense:
+      return "push";
+    case op::pull_rows:
+      return "pull_rows";
+    case op::push_rows:
+      return "push_rows";
   }
   return "?";
 }
@@ -169,14 +173,18 @@ class message_reader {
   bool preamble(std::size_t header_bytes, std::uint16_t type, const char* what) {
     if (end_ < header_bytes) {
       return fail(errc::truncated_frame, std::string(what) + " of " + std::to_string(end_) +
-                                             " bytes is shorter than its " + std::to_string(header_bytes) + "-byte header");
+                                             " bytes is shorter than its " + std::to_string(header_bytes) +
+                                             "-byte header");
     }
-    if (get<std::uint32_t>(p_) != message_magic) return fail(errc::bad_magic, std::string(what) + " does not start with 'FWPS'");
+    if (get<std::uint32_t>(p_) != message_magic)
+      return fail(errc::bad_magic, std::string(what) + " does not start with 'FWPS'");
     if (get<std::uint16_t>(p_ + 4) != message_version) {
-      return fail(errc::unsupported_version, std::string(what) + " version " + std::to_string(get<std::uint16_t>(p_ + 4)) +
-                                                 " (this PS speaks " + std::to_string(message_version) + ")");
+      return fail(errc::unsupported_version, std::string(what) + " version " +
+                                                 std::to_string(get<std::uint16_t>(p_ + 4)) + " (this PS speaks " +
+                                                 std::to_string(message_version) + ")");
     }
-    if (get<std::uint16_t>(p_ + 6) != type) return fail(errc::malformed_frame, std::string("message type is not a ") + what);
+    if (get<std::uint16_t>(p_ + 6) != type)
+      return fail(errc::malformed_frame, std::string("message type is not a ") + what);
     pos_ = header_bytes;
     return true;
   }
@@ -261,7 +269,8 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
   out.min_step = detail::get<std::uint64_t>(p + 40);
   out.flags = detail::get<std::uint32_t>(p + 48);
   const std::uint32_t count = detail::get<std::uint32_t>(p + 52);
-  if (detail::get<std::uint64_t>(p + 56) != 0) return (void)in.fail(errc::malformed_frame, "reserved header bytes are not zero");
+  if (detail::get<std::uint64_t>(p + 56) != 0)
+    return (void)in.fail(errc::malformed_frame, "reserved header bytes are not zero");
   if ((out.flags & ~request_flags::all) != 0) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%x", out.flags);
@@ -278,8 +287,10 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
     v.slice = detail::get<std::uint32_t>(e + 8);
     v.id_count = detail::get<std::uint64_t>(e + 16);
     v.value_count = detail::get<std::uint64_t>(e + 24);
-    if (!is_rows(v.kind) && v.id_count != 0) return (void)in.fail(errc::malformed_frame, where + ": a dense op carries ids");
-    if (!is_push(v.kind) && v.value_count != 0) return (void)in.fail(errc::malformed_frame, where + ": a pull carries values");
+    if (!is_rows(v.kind) && v.id_count != 0)
+      return (void)in.fail(errc::malformed_frame, where + ": a dense op carries ids");
+    if (!is_push(v.kind) && v.value_count != 0)
+      return (void)in.fail(errc::malformed_frame, where + ": a pull carries values");
     if (!in.items(v.id_count, 8, where, "ids", v.ids) || !in.items(v.value_count, 4, where, "values", v.values)) return;
     out.entries.push_back(v);
   }
@@ -307,7 +318,9 @@ class request_builder {
   void push_dense(std::uint32_t var, std::uint32_t slice, std::span<const float> grad) {
     entries_.push_back({op::push_dense, var, slice, {}, grad});
   }
-  void pull_rows(std::uint32_t var, std::span<const std::int64_t> ids) { entries_.push_back({op::pull_rows, var, 0, ids, {}}); }
+  void pull_rows(std::uint32_t var, std::span<const std::int64_t> ids) {
+    entries_.push_back({op::pull_rows, var, 0, ids, {}});
+  }
   void push_rows(std::uint32_t var, std::span<const std::int64_t> ids, std::span<const float> grads) {
     entries_.push_back({op::push_rows, var, 0, ids, grads});
   }
@@ -423,7 +436,8 @@ inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& e
 /// Builds a reply: reserve the values of each entry, then fill them in place.
 class reply_builder {
  public:
-  reply_builder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation) : seq_(seq), step_(step), incarnation_(incarnation) {}
+  reply_builder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation)
+      : seq_(seq), step_(step), incarnation_(incarnation) {}
 
   void set_step(std::uint64_t step) noexcept { step_ = step; }
   void set_flags(std::uint32_t f) noexcept { flags_ = f; }

@@ -62,9 +62,9 @@ constexpr std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = 0xcbf29c
 struct initializer {
   enum class kind : std::uint8_t { zeros = 0, constant = 1, uniform = 2, normal = 3 };
   kind type = kind::zeros;
-  float a = 0.0f;           ///< constant: the value; uniform: low; normal: mean
-  float b = 0.0f;           ///< uniform: high; normal: stddev
-  std::uint64_t seed = 0;   ///< uniform/normal: mixed with the variable's name
+  float a = 0.0f;          ///< constant: the value; uniform: low; normal: mean
+  float b = 0.0f;          ///< uniform: high; normal: stddev
+  std::uint64_t seed = 0;  ///< uniform/normal: mixed with the variable's name
 
   static initializer zeros() { return {}; }
   static initializer constant(float v) { return {kind::constant, v, 0.0f, 0}; }
@@ -76,10 +76,13 @@ struct initializer {
   /// The initial value of element (row, col) of variable `var_name`; pure.
   float value(std::string_view var_name, std::uint64_t row, std::uint64_t col) const noexcept {
     switch (type) {
-      case kind::zeros: return 0.0f;
-      case kind::constant: return a;
+      case kind::zeros:
+        return 0.0f;
+      case kind::constant:
+        return a;
       case kind::uniform:
-      case kind::normal: break;
+      case kind::normal:
+        break;
     }
     const std::uint64_t base = hash_id(fnv1a(var_name) ^ hash_id(seed));
     const std::uint64_t h1 = hash_id(base ^ hash_id(row * 0x9e3779b97f4a7c15ull + col));
@@ -104,10 +107,14 @@ enum class optimizer_kind : std::uint8_t { sgd = 0, momentum = 1, adagrad = 2, a
 /// "sgd", "momentum", "adagrad", "adam".
 constexpr std::string_view to_string(optimizer_kind k) noexcept {
   switch (k) {
-    case optimizer_kind::sgd: return "sgd";
-    case optimizer_kind::momentum: return "momentum";
-    case optimizer_kind::adagrad: return "adagrad";
-    case optimizer_kind::adam: return "adam";
+    case optimizer_kind::sgd:
+      return "sgd";
+    case optimizer_kind::momentum:
+      return "momentum";
+    case optimizer_kind::adagrad:
+      return "adagrad";
+    case optimizer_kind::adam:
+      return "adam";
   }
   return "?";
 }
@@ -116,12 +123,12 @@ constexpr std::string_view to_string(optimizer_kind k) noexcept {
 struct optimizer_config {
   optimizer_kind kind = optimizer_kind::sgd;
   float learning_rate = 0.01f;
-  float momentum = 0.9f;               ///< momentum
-  bool nesterov = false;               ///< momentum
-  float initial_accumulator = 0.1f;    ///< adagrad
-  float beta1 = 0.9f;                  ///< adam
-  float beta2 = 0.999f;                ///< adam
-  float epsilon = 1e-7f;               ///< adagrad and adam
+  float momentum = 0.9f;             ///< momentum
+  bool nesterov = false;             ///< momentum
+  float initial_accumulator = 0.1f;  ///< adagrad
+  float beta1 = 0.9f;                ///< adam
+  float beta2 = 0.999f;              ///< adam
+  float epsilon = 1e-7f;             ///< adagrad and adam
 
   static optimizer_config sgd(float lr) { return {optimizer_kind::sgd, lr}; }
   static optimizer_config momentum_sgd(float lr, float m = 0.9f, bool nesterov = false) {
@@ -146,25 +153,31 @@ struct optimizer_config {
   /// Float slots kept per element: sgd 0, momentum 1, adagrad 1, adam 2.
   std::size_t slots() const noexcept {
     switch (kind) {
-      case optimizer_kind::sgd: return 0;
+      case optimizer_kind::sgd:
+        return 0;
       case optimizer_kind::momentum:
-      case optimizer_kind::adagrad: return 1;
-      case optimizer_kind::adam: return 2;
+      case optimizer_kind::adagrad:
+        return 1;
+      case optimizer_kind::adam:
+        return 2;
     }
     return 0;
   }
 
   /// Throws system_error(errc::invalid_argument) naming the bad hyper-parameter.
   void validate(std::string_view var_name = {}) const {
-    const std::string where = var_name.empty() ? std::string("optimizer") : "optimizer of '" + std::string(var_name) + "'";
+    const std::string where =
+        var_name.empty() ? std::string("optimizer") : "optimizer of '" + std::string(var_name) + "'";
     auto bad = [&](std::string_view field, float v, std::string_view allowed) {
-      throw_error(errc::invalid_argument,
-                  where + ": " + std::string(field) + " = " + std::to_string(v) + " (allowed: " + std::string(allowed) + ")");
+      throw_error(errc::invalid_argument, where + ": " + std::string(field) + " = " + std::to_string(v) +
+                                              " (allowed: " + std::string(allowed) + ")");
     };
-    if (static_cast<unsigned>(kind) > 3) throw_error(errc::invalid_argument, where + ": unknown kind (allowed: sgd, momentum, adagrad, adam)");
+    if (static_cast<unsigned>(kind) > 3)
+      throw_error(errc::invalid_argument, where + ": unknown kind (allowed: sgd, momentum, adagrad, adam)");
     if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) bad("learning_rate", learning_rate, "> 0");
     if (!(momentum >= 0.0f && momentum < 1.0f)) bad("momentum", momentum, "[0, 1)");
-    if (!(initial_accumulator >= 0.0f) || !std::isfinite(initial_accumulator)) bad("initial_accumulator", initial_accumulator, ">= 0");
+    if (!(initial_accumulator >= 0.0f) || !std::isfinite(initial_accumulator))
+      bad("initial_accumulator", initial_accumulator, ">= 0");
     if (!(beta1 >= 0.0f && beta1 < 1.0f)) bad("beta1", beta1, "[0, 1)");
     if (!(beta2 >= 0.0f && beta2 < 1.0f)) bad("beta2", beta2, "[0, 1)");
     if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) bad("epsilon", epsilon, ">= 0");
@@ -242,7 +255,9 @@ struct model_spec {
   }
 
   /// The optimizer that applies to variable `i`.
-  const optimizer_config& optimizer_of(std::uint32_t i) const { return variables.at(i).optimizer ? *variables[i].optimizer : optimizer; }
+  const optimizer_config& optimizer_of(std::uint32_t i) const {
+    return variables.at(i).optimizer ? *variables[i].optimizer : optimizer;
+  }
 
   /// Throws system_error(errc::invalid_argument) naming the first bad variable
   /// (empty or repeated name, bad shape, bad optimizer) and what is allowed.
@@ -302,11 +317,13 @@ struct model_spec {
       throw_error(errc::invalid_argument, "variable " + std::to_string(i) + ": name must be 1 to 1024 bytes");
     }
     for (std::size_t j = 0; j < i; ++j) {
-      if (variables[j].name == v.name) throw_error(errc::invalid_argument, "variable '" + v.name + "' is declared twice");
+      if (variables[j].name == v.name)
+        throw_error(errc::invalid_argument, "variable '" + v.name + "' is declared twice");
     }
     const std::string what = "variable '" + v.name + "'";
     if (v.kind == variable_kind::dense) {
-      if (v.shape.size() > 8) throw_error(errc::invalid_argument, what + ": rank " + std::to_string(v.shape.size()) + " (allowed: 0 to 8)");
+      if (v.shape.size() > 8)
+        throw_error(errc::invalid_argument, what + ": rank " + std::to_string(v.shape.size()) + " (allowed: 0 to 8)");
       std::int64_t n = 1;
       for (std::int64_t d : v.shape) {
         if (d <= 0) throw_error(errc::invalid_argument, what + ": dimension " + std::to_string(d) + " (allowed: >= 1)");
@@ -362,7 +379,8 @@ class placement {
       std::vector<bool> used(num_ps, false);
       std::int64_t row = 0;
       for (std::uint64_t s = 0; s < n; ++s) {
-        const std::int64_t count = rows / static_cast<std::int64_t>(n) + (static_cast<std::int64_t>(s) < rows % static_cast<std::int64_t>(n) ? 1 : 0);
+        const std::int64_t count = rows / static_cast<std::int64_t>(n) +
+                                   (static_cast<std::int64_t>(s) < rows % static_cast<std::int64_t>(n) ? 1 : 0);
         std::size_t best = num_ps;
         for (std::size_t p = 0; p < num_ps; ++p) {
           if (!used[p] && (best == num_ps || load[p] < load[best])) best = p;

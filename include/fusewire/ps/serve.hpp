@@ -40,7 +40,9 @@ class scoped_signal_block {
   explicit scoped_signal_block(std::initializer_list<int> signals) {
     sigemptyset(&set_);
     for (int s : signals) {
-      if (sigaddset(&set_, s) != 0) throw std::system_error(EINVAL, std::generic_category(), "ps::serve_until_signal: bad signal " + std::to_string(s));
+      if (sigaddset(&set_, s) != 0)
+        throw std::system_error(EINVAL, std::generic_category(),
+                                "ps::serve_until_signal: bad signal " + std::to_string(s));
     }
     if (const int e = pthread_sigmask(SIG_BLOCK, &set_, &old_); e != 0) {
       throw std::system_error(e, std::generic_category(), "ps::serve_until_signal: pthread_sigmask");

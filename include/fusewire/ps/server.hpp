@@ -48,9 +48,9 @@ inline constexpr std::string_view reply_key = "fusewire.ps/rep";
 
 /// Counters of a running server; any thread (approximate while it runs).
 struct server_stats {
-  std::uint64_t requests = 0;       ///< requests received
-  std::uint64_t replies_failed = 0; ///< replies whose send failed (worker gone)
-  std::uint64_t global_step = 0;    ///< steps applied
+  std::uint64_t requests = 0;        ///< requests received
+  std::uint64_t replies_failed = 0;  ///< replies whose send failed (worker gone)
+  std::uint64_t global_step = 0;     ///< steps applied
 };
 
 /// One PS task serving `model`'s slices and rows that placement gives it; see the file comment.
@@ -68,26 +68,27 @@ class server {
     options& opts = config.options;
     Transport& t = config.transport;
     rendezvous::log_sink& log = config.log;
-    if (!spec.contains(self)) throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
+    if (!spec.contains(self))
+      throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
     for (std::uint32_t i = 0; i < spec.job(sopts.worker_job).size(); ++i) workers_.push_back({sopts.worker_job, i});
     if (workers_.empty()) {
-      throw_error(errc::invalid_argument, "ps server: the cluster spec has no tasks in worker job '" + sopts.worker_job + "'");
+      throw_error(errc::invalid_argument,
+                  "ps server: the cluster spec has no tasks in worker job '" + sopts.worker_job + "'");
     }
     std::random_device rd;
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
-    shard_ = std::make_unique<shard>(std::move(model), self.index, num_ps, std::move(sopts), workers_.size(),
-                                     [this](std::uint32_t w, tensor_buffer reply) { send_reply(w, std::move(reply)); },
-                                     incarnation);
+    shard_ = std::make_unique<shard>(
+        std::move(model), self.index, num_ps, std::move(sopts), workers_.size(),
+        [this](std::uint32_t w, tensor_buffer reply) { send_reply(w, std::move(reply)); }, incarnation);
     step_.store(shard_->global_step());
     // One reactor: the shard is touched without a lock, so every worker's
     // handlers must run on the same thread (NETWORK_PS_CORE_NUMBER does not apply).
-    ep_ = std::make_unique<endpoint_type>(std::move(self), std::move(spec),
-                                          rendezvous::endpoint_config<Transport>{.options = std::move(opts),
-                                                                                 .tuning = {.reactors = 1},
-                                                                                 .transport = std::move(t),
-                                                                                 .log = std::move(log)});
+    ep_ = std::make_unique<endpoint_type>(
+        std::move(self), std::move(spec),
+        rendezvous::endpoint_config<Transport>{
+            .options = std::move(opts), .tuning = {.reactors = 1}, .transport = std::move(t), .log = std::move(log)});
     for (std::uint32_t w = 0; w < workers_.size(); ++w) post_recv(w);
     housekeeping_ = std::thread([this] { housekeep(); });
   }

@@ -66,7 +66,8 @@ struct server_options {
 };
 
 /// "<dir>/ps-<index>-of-<num_ps>.ckpt".
-inline std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::uint32_t ps_index, std::size_t num_ps) {
+inline std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::uint32_t ps_index,
+                                             std::size_t num_ps) {
   return dir / ("ps-" + std::to_string(ps_index) + "-of-" + std::to_string(num_ps) + ".ckpt");
 }
 
@@ -102,7 +103,8 @@ class shard {
         workers_(num_workers),
         barrier_(num_workers) {
     if (ps_index >= num_ps) {
-      throw_error(errc::invalid_argument, "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
+      throw_error(errc::invalid_argument,
+                  "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
     }
     if (opts_.replicas == 0) opts_.replicas = num_workers;
     if (opts_.mode == training_mode::sync && opts_.replicas == 0) {
@@ -157,7 +159,8 @@ class shard {
   std::uint64_t restored_step() const noexcept { return restored_step_; }
   /// checkpoint_path(opts.checkpoint_dir, index, num_ps); empty if no directory.
   std::filesystem::path checkpoint_file() const {
-    return opts_.checkpoint_dir.empty() ? std::filesystem::path() : checkpoint_path(opts_.checkpoint_dir, index_, place_.num_ps());
+    return opts_.checkpoint_dir.empty() ? std::filesystem::path()
+                                        : checkpoint_path(opts_.checkpoint_dir, index_, place_.num_ps());
   }
 
   /// Values of dense variable `var`'s slice `slice` if this PS holds it, else empty.
@@ -215,7 +218,8 @@ class shard {
       ws.seen = true;
       ws.incarnation = req.incarnation;
       ws.last_seq = req.seq;
-      const bool has_push = std::any_of(req.entries.begin(), req.entries.end(), [](const entry_view& e) { return is_push(e.kind); });
+      const bool has_push =
+          std::any_of(req.entries.begin(), req.entries.end(), [](const entry_view& e) { return is_push(e.kind); });
       if (opts_.mode == training_mode::async) {
         if (has_push) {
           for (const entry_view& e : req.entries) {
@@ -241,7 +245,8 @@ class shard {
         if (opts_.checkpoint_dir.empty()) throw_error(errc::invalid_argument, "this PS has no checkpoint_dir");
         save(checkpoint_file());
       } catch (const std::system_error& e) {
-        const errc code = e.code().category() == error_category() ? static_cast<errc>(e.code().value()) : errc::invalid_argument;
+        const errc code =
+            e.code().category() == error_category() ? static_cast<errc>(e.code().value()) : errc::invalid_argument;
         return fail(worker, req.seq, code, std::string("checkpoint failed: ") + e.what());
       }
     }
@@ -287,7 +292,8 @@ class shard {
       put_floats(d.data);
     }
     std::uint32_t tables = 0;
-    for (std::uint32_t v = 0; v < model_.variables.size(); ++v) tables += model_.variables[v].kind == variable_kind::embedding;
+    for (std::uint32_t v = 0; v < model_.variables.size(); ++v)
+      tables += model_.variables[v].kind == variable_kind::embedding;
     put(tables);
     for (std::uint32_t v = 0; v < model_.variables.size(); ++v) {
       if (model_.variables[v].kind != variable_kind::embedding) continue;
@@ -321,7 +327,9 @@ class shard {
   /// the shard is unchanged then.
   void restore(const std::filesystem::path& file) {
     const std::string name = file.string();
-    auto bad = [&](const std::string& what) -> void { throw_error(errc::invalid_argument, "checkpoint " + name + ": " + what); };
+    auto bad = [&](const std::string& what) -> void {
+      throw_error(errc::invalid_argument, "checkpoint " + name + ": " + what);
+    };
     std::vector<std::byte> in;
     {
       std::FILE* f = std::fopen(name.c_str(), "rb");
@@ -351,8 +359,8 @@ class shard {
     const auto idx = take(std::uint32_t{});
     const auto nps = take(std::uint32_t{});
     if (idx != index_ || nps != place_.num_ps()) {
-      bad("written by ps " + std::to_string(idx) + " of " + std::to_string(nps) + ", this is ps " + std::to_string(index_) +
-          " of " + std::to_string(place_.num_ps()));
+      bad("written by ps " + std::to_string(idx) + " of " + std::to_string(nps) + ", this is ps " +
+          std::to_string(index_) + " of " + std::to_string(place_.num_ps()));
     }
     const auto step = take(std::uint64_t{});
     std::vector<dense_state> dense = dense_;
@@ -367,7 +375,9 @@ class shard {
       dense_state& d = dense[dense_index_[var][slice]];
       d.updates = take(std::uint64_t{});
       const auto n = take(std::uint64_t{});
-      if (n != d.data.size()) bad("slice of '" + model_.variables[var].name + "' has " + std::to_string(n) + " floats, expected " + std::to_string(d.data.size()));
+      if (n != d.data.size())
+        bad("slice of '" + model_.variables[var].name + "' has " + std::to_string(n) + " floats, expected " +
+            std::to_string(d.data.size()));
       need(n * 4);
       detail::get_array(in.data() + pos, d.data.data(), d.data.size());
       pos += n * 4;
@@ -376,7 +386,8 @@ class shard {
     const auto nt = take(std::uint32_t{});
     for (std::uint32_t t = 0; t < nt; ++t) {
       const auto var = take(std::uint32_t{});
-      if (var >= model_.variables.size() || model_.variables[var].kind != variable_kind::embedding) bad("table " + std::to_string(var) + " is not an embedding");
+      if (var >= model_.variables.size() || model_.variables[var].kind != variable_kind::embedding)
+        bad("table " + std::to_string(var) + " is not an embedding");
       const auto count = take(std::uint64_t{});
       const std::size_t width = row_width(var);
       if (count > (body - pos) / (16 + width * 4)) bad("row count " + std::to_string(count) + " exceeds the file");
@@ -393,7 +404,8 @@ class shard {
       }
     }
     const auto nw = take(std::uint32_t{});
-    if (nw != workers_.size()) bad("written for " + std::to_string(nw) + " workers, this PS has " + std::to_string(workers_.size()));
+    if (nw != workers_.size())
+      bad("written for " + std::to_string(nw) + " workers, this PS has " + std::to_string(workers_.size()));
     std::vector<worker_state> workers(nw);
     for (worker_state& w : workers) {
       w.seen = take(std::uint8_t{}) != 0;
@@ -507,8 +519,9 @@ class shard {
       const variable_spec& v = model_.variables[e.var];
       const std::string var = "variable '" + v.name + "'";
       if (is_rows(e.kind) != (v.kind == variable_kind::embedding)) {
-        return where + ": " + var + (v.kind == variable_kind::embedding ? " is an embedding (use pull_rows/push_rows)"
-                                                                        : " is dense (use pull/push)");
+        return where + ": " + var +
+               (v.kind == variable_kind::embedding ? " is an embedding (use pull_rows/push_rows)"
+                                                   : " is dense (use pull/push)");
       }
       if (!is_rows(e.kind)) {
         if (e.slice >= dense_index_[e.var].size() || dense_index_[e.var][e.slice] == npos) {
@@ -517,8 +530,8 @@ class shard {
         const auto& d = dense_[dense_index_[e.var][e.slice]];
         if (e.kind == op::push_dense && e.value_count != static_cast<std::uint64_t>(d.info.element_count)) {
           code = errc::size_mismatch;
-          return where + ": " + var + " slice " + std::to_string(e.slice) + ": gradient of " + std::to_string(e.value_count) +
-                 " values, the slice has " + std::to_string(d.info.element_count);
+          return where + ": " + var + " slice " + std::to_string(e.slice) + ": gradient of " +
+                 std::to_string(e.value_count) + " values, the slice has " + std::to_string(d.info.element_count);
         }
         continue;
       }
@@ -526,11 +539,12 @@ class shard {
       for (std::uint64_t k = 0; k < e.id_count; ++k) {
         const std::int64_t id = e.id(k);
         if (num_ids > 0 && (id < 0 || id >= num_ids)) {
-          return where + ": " + var + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) + ")";
+          return where + ": " + var + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) +
+                 ")";
         }
         if (place_.ps_of_id(id) != index_) {
-          return where + ": " + var + ": id " + std::to_string(id) + " belongs to ps " + std::to_string(place_.ps_of_id(id)) +
-                 ", not ps " + std::to_string(index_);
+          return where + ": " + var + ": id " + std::to_string(id) + " belongs to ps " +
+                 std::to_string(place_.ps_of_id(id)) + ", not ps " + std::to_string(index_);
         }
       }
       if (e.kind == op::push_rows && e.value_count != e.id_count * static_cast<std::uint64_t>(v.row_size())) {
@@ -550,9 +564,11 @@ class shard {
       const auto dim = static_cast<std::size_t>(v.row_size());
       const optimizer_config& opt = model_.optimizer_of(var);
       it->second.data.resize(row_width(var));
-      for (std::size_t c = 0; c < dim; ++c) it->second.data[c] = v.init.value(v.name, static_cast<std::uint64_t>(id), c);
+      for (std::size_t c = 0; c < dim; ++c)
+        it->second.data[c] = v.init.value(v.name, static_cast<std::uint64_t>(id), c);
       for (std::size_t k = 0; k < opt.slots(); ++k) {
-        std::fill_n(it->second.data.begin() + static_cast<std::ptrdiff_t>(dim * (1 + k)), dim, initial_slot_value(opt, k));
+        std::fill_n(it->second.data.begin() + static_cast<std::ptrdiff_t>(dim * (1 + k)), dim,
+                    initial_slot_value(opt, k));
       }
     }
     return it->second;
@@ -608,8 +624,8 @@ class shard {
         continue;
       }
       row_state& r = row(e.var, id);
-      apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()), grad_,
-                   r.updates, scale);
+      apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()),
+                   grad_, r.updates, scale);
     }
     if (has_dups) {
       // Apply in first-occurrence order (deterministic).
@@ -618,8 +634,8 @@ class shard {
         const std::int64_t id = e.id(k);
         if (!seen_ids_.insert(id).second) continue;
         row_state& r = row(e.var, id);
-        apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()),
-                     summed[id], r.updates, scale);
+        apply_update(opt, std::span<float>(r.data.data(), dim),
+                     std::span<float>(r.data.data() + dim, dim * opt.slots()), summed[id], r.updates, scale);
       }
     }
   }
@@ -645,8 +661,8 @@ class shard {
       std::sort(ids.begin(), ids.end());
       for (std::int64_t id : ids) {
         row_state& r = row(v, id);
-        apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()),
-                     acc_rows_[v][id], r.updates, scale);
+        apply_update(opt, std::span<float>(r.data.data(), dim),
+                     std::span<float>(r.data.data() + dim, dim * opt.slots()), acc_rows_[v][id], r.updates, scale);
       }
       acc_rows_[v].clear();
     }
@@ -671,7 +687,8 @@ class shard {
   /// client::barrier(): see detail::barrier_tally.
   void arrive(std::uint32_t worker, const request_view& req) {
     switch (barrier_.arrive(worker, req.push_step, req.seq)) {
-      case detail::barrier_tally::outcome::waiting: return;
+      case detail::barrier_tally::outcome::waiting:
+        return;
       case detail::barrier_tally::outcome::passed: {
         reply_builder rb(req.seq, global_step_, incarnation_);
         return reply_(worker, rb.finish());
@@ -679,8 +696,10 @@ class shard {
       case detail::barrier_tally::outcome::out_of_step:
         return fail(worker, req.seq, errc::invalid_argument,
                     "barrier: worker index " + std::to_string(worker) + " is at generation " +
-                        std::to_string(req.push_step) + ", the others wait at " + std::to_string(barrier_.generation()));
-      case detail::barrier_tally::outcome::released: break;
+                        std::to_string(req.push_step) + ", the others wait at " +
+                        std::to_string(barrier_.generation()));
+      case detail::barrier_tally::outcome::released:
+        break;
     }
     const auto released = barrier_.take_released();
     for (std::uint32_t w = 0; w < released.size(); ++w) {
@@ -690,7 +709,8 @@ class shard {
   }
 
   void maybe_autosave() {
-    if (opts_.checkpoint_every == 0 || opts_.checkpoint_dir.empty() || global_step_ % opts_.checkpoint_every != 0) return;
+    if (opts_.checkpoint_every == 0 || opts_.checkpoint_dir.empty() || global_step_ % opts_.checkpoint_every != 0)
+      return;
     try {
       save(checkpoint_file());
     } catch (const std::exception&) {

@@ -222,8 +222,7 @@ class basic_reactor final : private detail::engine_hooks {
       : group_(&group), index_(index), cpu_(cpu), engine_config_(engine_config), outgoing_(group.config().count) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) {
-      throw std::system_error(errno, std::system_category(),
-                              "reactor " + std::to_string(index) + ": eventfd() failed");
+      throw std::system_error(errno, std::system_category(), "reactor " + std::to_string(index) + ": eventfd() failed");
     }
   }
 
@@ -267,8 +266,8 @@ class basic_reactor final : private detail::engine_hooks {
     try {
       if (cpu_ >= 0) {
         if (std::error_code ec = detail::pin_thread(::pthread_self(), cpu_)) {
-          throw std::system_error(ec, "reactor " + std::to_string(index_) + ": cannot pin to CPU " +
-                                          std::to_string(cpu_));
+          throw std::system_error(ec,
+                                  "reactor " + std::to_string(index_) + ": cannot pin to CPU " + std::to_string(cpu_));
         }
       }
       engine_.emplace(engine_config_, static_cast<detail::engine_hooks&>(*this));
@@ -334,7 +333,9 @@ class basic_reactor final : private detail::engine_hooks {
     if (!timers_.empty()) worked |= run_timers();
     try {
       worked |= engine_->poll();
-      if constexpr (requires { { engine_->spin() } -> std::same_as<bool>; }) {
+      if constexpr (requires {
+                      { engine_->spin() } -> std::same_as<bool>;
+                    }) {
         if (spinning) worked |= engine_->spin();
       }
     } catch (...) {

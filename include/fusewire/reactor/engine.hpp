@@ -16,8 +16,8 @@ namespace detail {
 /// The time from now until `deadline`, never negative: what an engine's wait()
 /// takes when the reactor (or the engine itself) has only an absolute deadline.
 inline std::chrono::nanoseconds time_left(std::chrono::steady_clock::time_point deadline) noexcept {
-  return std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                   deadline - std::chrono::steady_clock::now()));
+  return std::max(std::chrono::nanoseconds(0),
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now()));
 }
 
 /// What an engine may ask of its reactor.
@@ -38,20 +38,19 @@ class engine_hooks {
 /// What a reactor needs from its I/O engine (io_uring ring, Asio io_context, ...).
 /// Constructed and destroyed on the reactor's thread.
 template <class E>
-concept reactor_engine =
-    std::destructible<E> && requires { typename E::config; } &&
-    std::constructible_from<E, const typename E::config&, detail::engine_hooks&> &&
-    requires(E& e, std::optional<std::chrono::nanoseconds> timeout) {
-      /// Non-blocking: submits queued work and runs ready completions; true if any ran.
-      { e.poll() } -> std::same_as<bool>;
-      /// Blocks until a completion is ready, the wake fd is written, or the timeout passes.
-      /// (An engine may also offer wait_until(std::optional<steady_clock::time_point>),
-      /// which the reactor then calls instead, with no clock read of its own.)
-      e.wait(timeout);
-      /// True while the engine still owes completions (kernel operations in flight).
-      { e.busy() } -> std::same_as<bool>;
-      { E::name() } -> std::convertible_to<std::string_view>;
-    };
+concept reactor_engine = std::destructible<E> && requires { typename E::config; } &&
+                         std::constructible_from<E, const typename E::config&, detail::engine_hooks&> &&
+                         requires(E& e, std::optional<std::chrono::nanoseconds> timeout) {
+                           /// Non-blocking: submits queued work and runs ready completions; true if any ran.
+                           { e.poll() } -> std::same_as<bool>;
+                           /// Blocks until a completion is ready, the wake fd is written, or the timeout passes.
+                           /// (An engine may also offer wait_until(std::optional<steady_clock::time_point>),
+                           /// which the reactor then calls instead, with no clock read of its own.)
+                           e.wait(timeout);
+                           /// True while the engine still owes completions (kernel operations in flight).
+                           { e.busy() } -> std::same_as<bool>;
+                           { E::name() } -> std::convertible_to<std::string_view>;
+                         };
 
 }  // namespace v0
 }  // namespace fusewire

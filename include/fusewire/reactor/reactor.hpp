@@ -20,7 +20,6 @@
 /// Exceptions never cross the loop: one escaping a task, timer or handler is
 /// caught, counted (`stats().exceptions`) and passed to `reactor_config::on_error`.
 
-
 #include <fusewire/reactor/basic_reactor.hpp>
 #include <fusewire/reactor/engine.hpp>
 #include <fusewire/reactor/reactor_config.hpp>

@@ -139,7 +139,9 @@ class basic_reactor_group {
       job(job&& o) noexcept(std::is_nothrow_move_constructible_v<std::decay_t<F>>)
           : fn(std::move(o.fn)), promise(std::move(o.promise)), done(std::exchange(o.done, true)) {}
       ~job() {
-        if (!done) promise.set_exception(std::make_exception_ptr(std::system_error(make_error_code(errc::cancelled), "reactor task refused: the reactor has stopped")));
+        if (!done)
+          promise.set_exception(std::make_exception_ptr(
+              std::system_error(make_error_code(errc::cancelled), "reactor task refused: the reactor has stopped")));
       }
       void operator()() {
         done = true;
@@ -228,8 +230,7 @@ class basic_reactor_group {
   void check_index(unsigned core, const char* what) const {
     if (core >= reactors_.size()) {
       throw_error(errc::invalid_argument, std::string(what) + "(" + std::to_string(core) +
-                                              "): no such reactor; the group has " +
-                                              std::to_string(reactors_.size()));
+                                              "): no such reactor; the group has " + std::to_string(reactors_.size()));
     }
   }
 

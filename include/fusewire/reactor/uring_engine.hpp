@@ -45,9 +45,9 @@ class uring_engine {
   struct config {
     unsigned sq_entries = 256;
     unsigned cq_entries = 4096;
-    bool single_issuer = true;   ///< try IORING_SETUP_SINGLE_ISSUER
-    bool defer_taskrun = true;   ///< try IORING_SETUP_DEFER_TASKRUN (needs single_issuer)
-    bool coop_taskrun = true;    ///< try IORING_SETUP_COOP_TASKRUN (and TASKRUN_FLAG)
+    bool single_issuer = true;     ///< try IORING_SETUP_SINGLE_ISSUER
+    bool defer_taskrun = true;     ///< try IORING_SETUP_DEFER_TASKRUN (needs single_issuer)
+    bool coop_taskrun = true;      ///< try IORING_SETUP_COOP_TASKRUN (and TASKRUN_FLAG)
     bool register_ring_fd = true;  ///< try io_uring_register_ring_fd
     bool provided_buffers = true;  ///< register a provided-buffer ring for multishot receives
     unsigned buffer_count = 256;   ///< provided buffers (a power of two)
@@ -63,8 +63,7 @@ class uring_engine {
 
   /// Creates the ring, dropping setup flags the kernel refuses (EINVAL) one by one.
   /// Throws std::system_error if io_uring itself is unavailable.
-  uring_engine(const config& cfg, detail::engine_hooks& hooks)
-      : hooks_(&hooks), wake_fd_(hooks.wake_fd()), spin_(0) {
+  uring_engine(const config& cfg, detail::engine_hooks& hooks) : hooks_(&hooks), wake_fd_(hooks.wake_fd()), spin_(0) {
     setup(cfg);
     if (features_.defer_taskrun) spin_ = detail::spin_list(cfg.spin_readers);
     arm_wake();
@@ -228,7 +227,7 @@ class uring_engine {
                     {IORING_SETUP_TASKRUN_FLAG, "TASKRUN_FLAG"},
                     {IORING_SETUP_COOP_TASKRUN, "COOP_TASKRUN"}};
     io_uring_params params;
-    for (std::size_t next = 0;; ) {
+    for (std::size_t next = 0;;) {
       std::memset(&params, 0, sizeof params);
       params.flags = wanted | IORING_SETUP_CQSIZE;
       params.cq_entries = cfg.cq_entries;
@@ -311,8 +310,8 @@ class uring_engine {
 
   void arm_deadline(std::chrono::steady_clock::time_point at) {
     if (timeout_armed_ && at >= timeout_at_) return;
-    const auto ns = std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+    const auto ns =
+        std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
     // Read by the kernel when the SQE is submitted, which is this wait's enter.
     timeout_ts_.tv_sec = ns / 1000000000;
     timeout_ts_.tv_nsec = ns % 1000000000;

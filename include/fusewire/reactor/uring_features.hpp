@@ -19,8 +19,8 @@ struct uring_features {
   bool taskrun_flag = false;  ///< the kernel flags pending task work, so idle polls skip io_uring_enter
   bool submit_all = false;
   bool registered_ring_fd = false;  ///< io_uring_register_ring_fd: enters skip the fd lookup
-  bool ext_arg = false;  ///< IORING_FEAT_EXT_ARG: waits with a timeout need no extra SQE
-  bool nodrop = false;   ///< IORING_FEAT_NODROP: completions are never lost on CQ overflow
+  bool ext_arg = false;             ///< IORING_FEAT_EXT_ARG: waits with a timeout need no extra SQE
+  bool nodrop = false;              ///< IORING_FEAT_NODROP: completions are never lost on CQ overflow
   bool fast_poll = false;
   bool op_recv = false;
   bool op_sendmsg = false;
@@ -29,11 +29,11 @@ struct uring_features {
   bool op_accept = false;
   bool op_connect = false;
   bool op_async_cancel = false;
-  bool buf_ring = false;                   ///< a provided-buffer ring is registered
-  unsigned buf_count = 0;                  ///< its buffers
-  std::size_t buf_size = 0;                ///< and their size
-  std::string buf_ring_error;              ///< why there is none, if there is none
-  std::string setup_fallback;              ///< flags dropped because the kernel refused them
+  bool buf_ring = false;       ///< a provided-buffer ring is registered
+  unsigned buf_count = 0;      ///< its buffers
+  std::size_t buf_size = 0;    ///< and their size
+  std::string buf_ring_error;  ///< why there is none, if there is none
+  std::string setup_fallback;  ///< flags dropped because the kernel refused them
 
   /// Learned by transports at runtime (no probe exists for these).
   enum class tri : std::uint8_t { unknown, yes, no };

@@ -35,8 +35,7 @@ class endpoint<Transport>::batch {
 
   /// As endpoint::send (tensor form).
   template <send_completion H>
-  void send(const task_id& peer, std::string key, tensor_buffer tensor, H&& h,
-            clock::duration timeout = no_deadline) {
+  void send(const task_id& peer, std::string key, tensor_buffer tensor, H&& h, clock::duration timeout = no_deadline) {
     auto op = sends_.make();
     op->sg.push_back(tensor.bytes());
     op->owned = std::move(tensor);

@@ -15,11 +15,11 @@ namespace rendezvous {
 
 /// Counters of one endpoint; read from any thread (approximate while it runs).
 struct endpoint_stats {
-  std::uint64_t tensor_frames_sent = 0;  ///< frames carrying one tensor
-  std::uint64_t fused_frames_sent = 0;   ///< frames carrying several small tensors
-  std::uint64_t tensors_fused = 0;       ///< tensors that left inside fused frames
-  std::uint64_t chunk_frames_sent = 0;   ///< chunk frames of large tensors
-  std::uint64_t keepalive_pings = 0;     ///< pings sent on idle connections
+  std::uint64_t tensor_frames_sent = 0;    ///< frames carrying one tensor
+  std::uint64_t fused_frames_sent = 0;     ///< frames carrying several small tensors
+  std::uint64_t tensors_fused = 0;         ///< tensors that left inside fused frames
+  std::uint64_t chunk_frames_sent = 0;     ///< chunk frames of large tensors
+  std::uint64_t keepalive_pings = 0;       ///< pings sent on idle connections
   std::uint64_t connections_made = 0;      ///< connections this endpoint made (handshake done)
   std::uint64_t connections_accepted = 0;  ///< connections peers made to it (handshake done)
   std::uint64_t connections_reused = 0;    ///< times it sent to a peer on a connection that peer made

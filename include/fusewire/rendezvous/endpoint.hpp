@@ -212,8 +212,9 @@ class endpoint {
     }
     const net_address here = spec_.fast_path_endpoint(self_);
     if (!opts_.cluster_token.empty() && !protocol::detail::has_crypto) {
-      throw_error(errc::not_supported, "options.cluster_token is set but this build has no libcrypto "
-                                       "(FUSEWIRE_HAS_CRYPTO); rebuild with OpenSSL or unset the token");
+      throw_error(errc::not_supported,
+                  "options.cluster_token is set but this build has no libcrypto "
+                  "(FUSEWIRE_HAS_CRYPTO); rebuild with OpenSSL or unset the token");
     }
     if (tuning_.reactors > 1024) {
       throw_error(errc::invalid_config, "endpoint_tuning.reactors = " + std::to_string(tuning_.reactors) +
@@ -234,15 +235,15 @@ class endpoint {
     // after the handshake: every other reactor is started before it listens, so
     // a connection handed over finds its new owner running.
     for (unsigned i = shards_; i-- > 0;) {
-      auto started = group_->submit(i, [this, i, here]() -> std::error_code {
-        return shard_list_[i]->start(i == 0 ? &here : nullptr);
-      });
+      auto started = group_->submit(
+          i, [this, i, here]() -> std::error_code { return shard_list_[i]->start(i == 0 ? &here : nullptr); });
       if (const std::error_code e = started.get(); e && !ec) ec = e;
     }
     if (ec) {
       group_->stop();
       shard_list_.clear();
-      throw std::system_error(ec, "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
+      throw std::system_error(ec,
+                              "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
     }
   }
 
@@ -261,8 +262,8 @@ class endpoint {
   endpoint_stats stats() const noexcept {
     return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
             tensors_fused_.load(std::memory_order_relaxed), chunk_frames_.load(std::memory_order_relaxed),
-            pings_.load(std::memory_order_relaxed), made_.load(std::memory_order_relaxed),
-            accepted_.load(std::memory_order_relaxed), reused_.load(std::memory_order_relaxed)};
+            pings_.load(std::memory_order_relaxed),         made_.load(std::memory_order_relaxed),
+            accepted_.load(std::memory_order_relaxed),      reused_.load(std::memory_order_relaxed)};
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   /// Reactors (threads) it runs (endpoint_tuning::reactors).
@@ -279,7 +280,8 @@ class endpoint {
   tensor_buffer allocate_registered(std::size_t n)
     requires rdma_transport<Transport>
   {
-    if (on_reactor()) throw_error(errc::invalid_argument, "endpoint::allocate_registered: called on the reactor thread");
+    if (on_reactor())
+      throw_error(errc::invalid_argument, "endpoint::allocate_registered: called on the reactor thread");
     return group_->submit(0, [this, n] { return shard_list_[0]->direct_.allocate(*shard_list_[0], n); }).get();
   }
   /// Counters of the direct-placement path.
@@ -336,7 +338,8 @@ class endpoint {
     if (on_reactor()) return make_error_code(errc::invalid_argument);
     std::promise<std::error_code> done;
     auto fut = done.get_future();
-    send(peer, std::move(key), std::move(tensor), [&done](std::error_code ec) { done.set_value(ec); }, timeout);
+    send(
+        peer, std::move(key), std::move(tensor), [&done](std::error_code ec) { done.set_value(ec); }, timeout);
     return fut.get();
   }
 
@@ -346,7 +349,8 @@ class endpoint {
     if (on_reactor()) return make_error_code(errc::invalid_argument);
     std::promise<std::error_code> done;
     auto fut = done.get_future();
-    send(peer, std::move(key), payload, [&done](std::error_code ec) { done.set_value(ec); }, timeout);
+    send(
+        peer, std::move(key), payload, [&done](std::error_code ec) { done.set_value(ec); }, timeout);
     return fut.get();
   }
 
@@ -380,10 +384,8 @@ class endpoint {
 
   /// co_await form of recv into `destination`.
   auto async_recv(task_id peer, std::string key, tensor_buffer destination, clock::duration timeout = no_deadline) {
-    auto start = [this, peer = std::move(peer), key = std::move(key), dst = std::move(destination),
-                  timeout](auto handler) mutable {
-      recv(peer, std::move(key), std::move(dst), std::move(handler), timeout);
-    };
+    auto start = [this, peer = std::move(peer), key = std::move(key), dst = std::move(destination), timeout](
+                     auto handler) mutable { recv(peer, std::move(key), std::move(dst), std::move(handler), timeout); };
     return detail::op_awaitable<recv_result, decltype(start)>(std::move(start));
   }
 
@@ -402,7 +404,7 @@ class endpoint {
   struct peer_info {
     std::string name;
     bool known = false;
-    unsigned shard = 0;       ///< the reactor that owns it
+    unsigned shard = 0;      ///< the reactor that owns it
     std::uint64_t hash = 0;  ///< detail::peer_hash_of(name)
   };
 
@@ -489,7 +491,7 @@ class endpoint {
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
-  unsigned shards_ = 1;  ///< reactors in group_, one shard each
+  unsigned shards_ = 1;                    ///< reactors in group_, one shard each
   const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
     std::random_device rd;
     return (std::uint64_t{rd()} << 32) ^ rd();

@@ -29,16 +29,20 @@ enum class protocol {
 };
 
 /// Every protocol, in the order error messages list them.
-inline constexpr std::array<protocol, 4> all_protocols{protocol::grpc, protocol::grpc_plus_plus,
-                                                       protocol::star_server, protocol::star_server_lite};
+inline constexpr std::array<protocol, 4> all_protocols{protocol::grpc, protocol::grpc_plus_plus, protocol::star_server,
+                                                       protocol::star_server_lite};
 
 /// The name as configurations spell it.
 constexpr std::string_view to_string(protocol p) noexcept {
   switch (p) {
-    case protocol::grpc: return "grpc";
-    case protocol::grpc_plus_plus: return "grpc++";
-    case protocol::star_server: return "star_server";
-    case protocol::star_server_lite: return "star_server_lite";
+    case protocol::grpc:
+      return "grpc";
+    case protocol::grpc_plus_plus:
+      return "grpc++";
+    case protocol::star_server:
+      return "star_server";
+    case protocol::star_server_lite:
+      return "star_server_lite";
   }
   return "?";
 }
@@ -58,8 +62,7 @@ inline protocol parse_protocol(std::string_view name) {
   if (auto p = detail::find_protocol(name)) return *p;
   std::string allowed;
   for (auto p : all_protocols) allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(p));
-  throw_error(errc::invalid_config,
-              "unknown protocol " + fusewire::util::quoted(name) + " (allowed: " + allowed + ")");
+  throw_error(errc::invalid_config, "unknown protocol " + fusewire::util::quoted(name) + " (allowed: " + allowed + ")");
 }
 
 /// Non-throwing parse_protocol: sets `ec` (errc::invalid_config) on failure.
@@ -75,10 +78,13 @@ inline std::optional<protocol> parse_protocol(std::string_view name, std::error_
 /// The partition mode a protocol calls for (grpc and grpc++ both send/recv).
 constexpr graph::partition_mode partition_mode_for(protocol p) noexcept {
   switch (p) {
-    case protocol::star_server: return graph::partition_mode::star_server;
-    case protocol::star_server_lite: return graph::partition_mode::star_server_lite;
+    case protocol::star_server:
+      return graph::partition_mode::star_server;
+    case protocol::star_server_lite:
+      return graph::partition_mode::star_server_lite;
     case protocol::grpc:
-    case protocol::grpc_plus_plus: break;
+    case protocol::grpc_plus_plus:
+      break;
   }
   return graph::partition_mode::send_recv;
 }

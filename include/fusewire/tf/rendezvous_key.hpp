@@ -45,7 +45,8 @@ struct rendezvous_key {
   std::string to_string() const {
     static constexpr char hex[] = "0123456789abcdef";
     std::string inc(16, '0');
-    for (int i = 15, shift = 0; i >= 0; --i, shift += 4) inc[static_cast<std::size_t>(i)] = hex[(src_incarnation >> shift) & 0xf];
+    for (int i = 15, shift = 0; i >= 0; --i, shift += 4)
+      inc[static_cast<std::size_t>(i)] = hex[(src_incarnation >> shift) & 0xf];
     return src_device + ";" + inc + ";" + dst_device + ";" + tensor_name + ";" + std::to_string(frame_id) + ":" +
            std::to_string(iter_id);
   }
@@ -63,8 +64,8 @@ struct rendezvous_key {
 inline std::string make_rendezvous_key(std::string_view src_device, std::uint64_t src_incarnation,
                                        std::string_view dst_device, std::string_view tensor_name,
                                        std::uint64_t frame_id = 0, std::int64_t iter_id = 0) {
-  return rendezvous_key{std::string(src_device), src_incarnation, std::string(dst_device),
-                        std::string(tensor_name), frame_id, iter_id}
+  return rendezvous_key{std::string(src_device),  src_incarnation, std::string(dst_device),
+                        std::string(tensor_name), frame_id,        iter_id}
       .to_string();
 }
 
@@ -81,9 +82,7 @@ struct rendezvous_route {
 
 /// The route of `key`; throws std::system_error(errc::invalid_argument) if
 /// either device names no task (see device_name::task_id()).
-inline rendezvous_route route(const rendezvous_key& key) {
-  return {key.src_task(), key.dst_task(), key.to_string()};
-}
+inline rendezvous_route route(const rendezvous_key& key) { return {key.src_task(), key.dst_task(), key.to_string()}; }
 
 namespace detail {
 
@@ -118,7 +117,10 @@ inline std::optional<std::string> parse_key_into(std::string_view key, rendezvou
   if (inc.empty() || inc.size() > 16) return "src_incarnation " + util::quoted(inc) + " is not 1 to 16 hex digits";
   std::uint64_t incarnation = 0;
   for (char c : inc) {
-    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    int d = (c >= '0' && c <= '9')   ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
     if (d < 0) return "src_incarnation " + util::quoted(inc) + " is not 1 to 16 hex digits";
     incarnation = (incarnation << 4) | static_cast<std::uint64_t>(d);
   }

@@ -100,23 +100,23 @@ struct transport_tag {};
 
 /// A completion handler for writes and exact reads: `void(std::error_code, std::size_t)`.
 template <class H>
-concept io_handler = std::move_constructible<std::decay_t<H>> &&
-                     std::invocable<std::decay_t<H>&, std::error_code, std::size_t>;
+concept io_handler =
+    std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code, std::size_t>;
 
 /// A completion handler for async_read_some: `void(std::error_code, tensor_buffer)`.
 template <class H>
-concept read_some_handler = std::move_constructible<std::decay_t<H>> &&
-                            std::invocable<std::decay_t<H>&, std::error_code, tensor_buffer>;
+concept read_some_handler =
+    std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code, tensor_buffer>;
 
 /// A completion handler for async_release: `void(std::error_code, int fd)`.
 template <class H>
-concept release_handler = std::move_constructible<std::decay_t<H>> &&
-                          std::invocable<std::decay_t<H>&, std::error_code, int>;
+concept release_handler =
+    std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code, int>;
 
 /// A completion handler for connect and accept: `void(std::error_code, Connection)`.
 template <class H, class Connection>
-concept connection_handler = std::move_constructible<std::decay_t<H>> &&
-                             std::invocable<std::decay_t<H>&, std::error_code, Connection>;
+concept connection_handler =
+    std::move_constructible<std::decay_t<H>> && std::invocable<std::decay_t<H>&, std::error_code, Connection>;
 
 namespace detail {
 
@@ -147,8 +147,7 @@ template <class C>
 concept connection_reads_exact =
     requires(C& c, mutable_buffer dst, io_handler_archetype h) { c.async_read(dst, std::move(h)); };
 template <class C>
-concept connection_reads_some =
-    requires(C& c, read_some_handler_archetype h) { c.async_read_some(std::move(h)); };
+concept connection_reads_some = requires(C& c, read_some_handler_archetype h) { c.async_read_some(std::move(h)); };
 template <class C>
 concept connection_closes = requires(C& c, const C& cc) {
   c.close();
@@ -165,9 +164,8 @@ concept listener_opts_in =
 template <class L>
 concept listener_names_connection = requires { typename L::connection_type; };
 template <class L>
-concept listener_accepts = requires(L& l, connection_handler_archetype<typename L::connection_type> h) {
-  l.async_accept(std::move(h));
-};
+concept listener_accepts =
+    requires(L& l, connection_handler_archetype<typename L::connection_type> h) { l.async_accept(std::move(h)); };
 template <class L>
 concept listener_has_port = requires(const L& l) {
   { l.port() } -> std::same_as<std::uint16_t>;
@@ -185,10 +183,9 @@ concept transport_names_types = requires {
   typename T::listener_type;
 };
 template <class T>
-concept transport_connects = requires(T& t, typename T::reactor_type& r, std::string_view host, std::uint16_t port,
-                                      connection_handler_archetype<typename T::connection_type> h) {
-  t.connect(r, host, port, std::move(h));
-};
+concept transport_connects =
+    requires(T& t, typename T::reactor_type& r, std::string_view host, std::uint16_t port,
+             connection_handler_archetype<typename T::connection_type> h) { t.connect(r, host, port, std::move(h)); };
 template <class T>
 concept transport_listens =
     requires(T& t, typename T::reactor_type& r, std::string_view host, std::uint16_t port, std::error_code& ec) {
@@ -205,10 +202,10 @@ concept transport_has_name = requires {
 /// A byte stream to one peer: scatter-gather writes, exact reads into the
 /// caller's buffer, and reads of whatever arrived (see the contract above).
 template <class C>
-concept connection = detail::connection_opts_in<C> && detail::connection_is_movable<C> &&
-                     detail::connection_writes_scatter_gather<C> && detail::connection_reads_exact<C> &&
-                     detail::connection_reads_some<C> && detail::connection_closes<C> &&
-                     detail::connection_names_peer<C>;
+concept connection =
+    detail::connection_opts_in<C> && detail::connection_is_movable<C> && detail::connection_writes_scatter_gather<C> &&
+    detail::connection_reads_exact<C> && detail::connection_reads_some<C> && detail::connection_closes<C> &&
+    detail::connection_names_peer<C>;
 
 /// Accepts connections on a port: `async_accept(h)` with `h(error_code, connection)`,
 /// `port()` (the bound port, also when 0 was asked for), `close()`.
@@ -273,19 +270,17 @@ struct remote_region {
 
 namespace detail {
 template <class T>
-concept rdma_makes_registered_pools =
-    requires(const T& t, typename T::reactor_type& r, buffer_pool_config cfg) {
-      { t.make_registered_pool(r, cfg) } -> std::same_as<buffer_pool>;
-    };
+concept rdma_makes_registered_pools = requires(const T& t, typename T::reactor_type& r, buffer_pool_config cfg) {
+  { t.make_registered_pool(r, cfg) } -> std::same_as<buffer_pool>;
+};
 template <class T>
 concept rdma_describes_memory = requires(const tensor_buffer& b) {
   { T::describe(b) } -> std::same_as<remote_region>;
 };
 template <class C>
-concept connection_writes_remote =
-    requires(C& c, const tensor_buffer& src, remote_region dst, io_handler_archetype h) {
-      c.async_write_remote(src, dst, std::move(h));
-    };
+concept connection_writes_remote = requires(C& c, const tensor_buffer& src, remote_region dst, io_handler_archetype h) {
+  c.async_write_remote(src, dst, std::move(h));
+};
 }  // namespace detail
 
 /// A transport with one-sided writes (RDMA): memory is registered per pool

@@ -25,8 +25,7 @@ class unique_function<R(Args...)> {
 
   template <class F>
     requires(!std::is_same_v<std::remove_cvref_t<F>, unique_function> &&
-             std::is_invocable_r_v<R, std::decay_t<F>&, Args...> &&
-             std::is_constructible_v<std::decay_t<F>, F &&>)
+             std::is_invocable_r_v<R, std::decay_t<F>&, Args...> && std::is_constructible_v<std::decay_t<F>, F &&>)
   unique_function(F&& f) {  // NOLINT: implicit, like std::function
     using Fn = std::decay_t<F>;
     if constexpr (fits_inline<Fn>()) {

@@ -30,15 +30,14 @@ struct application_meta {
 [[nodiscard]] constexpr std::size_t encoded_size(const application_meta& m) noexcept { return m.bytes.size(); }
 
 /// Copies `m.bytes`; errc::invalid_argument if `m.type` is outside the application range.
-inline std::size_t encode_meta(const application_meta& m, mutable_buffer out,
-                               std::error_code& ec) noexcept {
+inline std::size_t encode_meta(const application_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
   return detail::encode_checked(is_application(m.type), encoded_size(m), out, ec,
                                 [&](byte_writer& w) { w.bytes(m.bytes); });
 }
 
 /// Views the meta of an application frame (its length was checked by decode_header).
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, application_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 application_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, is_application(h.type), meta, lim)) return ec;
   out.type = h.type;
   out.bytes = meta.first(h.meta_len);

@@ -21,9 +21,9 @@ inline namespace v0 {
 namespace wire {
 
 /// A frame's meta of any type. Views into the decoded bytes, like each alternative.
-using frame_body = std::variant<hello_meta, hello_ack_meta, auth_challenge_meta, auth_response_meta,
-                                tensor_meta, fused_meta, chunk_meta, recv_request_meta, placed_meta, ack_meta,
-                                error_meta, ping_meta, pong_meta, goodbye_meta, application_meta>;
+using frame_body = std::variant<hello_meta, hello_ack_meta, auth_challenge_meta, auth_response_meta, tensor_meta,
+                                fused_meta, chunk_meta, recv_request_meta, placed_meta, ack_meta, error_meta, ping_meta,
+                                pong_meta, goodbye_meta, application_meta>;
 
 /// A meta type the encoders know: it names its frame type and can be sized and written.
 template <class M>
@@ -50,20 +50,34 @@ std::error_code decode_body(const frame_header& h, const_buffer meta, const limi
 [[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
                                                  frame_body& out) noexcept {
   switch (h.type) {
-    case frame_type::hello: return detail::decode_body<hello_meta>(h, meta, lim, out);
-    case frame_type::hello_ack: return detail::decode_body<hello_ack_meta>(h, meta, lim, out);
-    case frame_type::auth_challenge: return detail::decode_body<auth_challenge_meta>(h, meta, lim, out);
-    case frame_type::auth_response: return detail::decode_body<auth_response_meta>(h, meta, lim, out);
-    case frame_type::tensor: return detail::decode_body<tensor_meta>(h, meta, lim, out);
-    case frame_type::fused: return detail::decode_body<fused_meta>(h, meta, lim, out);
-    case frame_type::chunk: return detail::decode_body<chunk_meta>(h, meta, lim, out);
-    case frame_type::recv_request: return detail::decode_body<recv_request_meta>(h, meta, lim, out);
-    case frame_type::placed: return detail::decode_body<placed_meta>(h, meta, lim, out);
-    case frame_type::ack: return detail::decode_body<ack_meta>(h, meta, lim, out);
-    case frame_type::error: return detail::decode_body<error_meta>(h, meta, lim, out);
-    case frame_type::ping: return detail::decode_body<ping_meta>(h, meta, lim, out);
-    case frame_type::pong: return detail::decode_body<pong_meta>(h, meta, lim, out);
-    case frame_type::goodbye: return detail::decode_body<goodbye_meta>(h, meta, lim, out);
+    case frame_type::hello:
+      return detail::decode_body<hello_meta>(h, meta, lim, out);
+    case frame_type::hello_ack:
+      return detail::decode_body<hello_ack_meta>(h, meta, lim, out);
+    case frame_type::auth_challenge:
+      return detail::decode_body<auth_challenge_meta>(h, meta, lim, out);
+    case frame_type::auth_response:
+      return detail::decode_body<auth_response_meta>(h, meta, lim, out);
+    case frame_type::tensor:
+      return detail::decode_body<tensor_meta>(h, meta, lim, out);
+    case frame_type::fused:
+      return detail::decode_body<fused_meta>(h, meta, lim, out);
+    case frame_type::chunk:
+      return detail::decode_body<chunk_meta>(h, meta, lim, out);
+    case frame_type::recv_request:
+      return detail::decode_body<recv_request_meta>(h, meta, lim, out);
+    case frame_type::placed:
+      return detail::decode_body<placed_meta>(h, meta, lim, out);
+    case frame_type::ack:
+      return detail::decode_body<ack_meta>(h, meta, lim, out);
+    case frame_type::error:
+      return detail::decode_body<error_meta>(h, meta, lim, out);
+    case frame_type::ping:
+      return detail::decode_body<ping_meta>(h, meta, lim, out);
+    case frame_type::pong:
+      return detail::decode_body<pong_meta>(h, meta, lim, out);
+    case frame_type::goodbye:
+      return detail::decode_body<goodbye_meta>(h, meta, lim, out);
     default:
       if (is_application(h.type)) return detail::decode_body<application_meta>(h, meta, lim, out);
       return make_error_code(errc::unknown_frame_type);

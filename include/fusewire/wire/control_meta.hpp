@@ -72,8 +72,8 @@ inline std::size_t encode_meta(const ack_meta& m, mutable_buffer out, std::error
   });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, ack_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 ack_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == ack_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   ack_meta m;
@@ -97,8 +97,8 @@ inline std::size_t encode_meta(const error_meta& m, mutable_buffer out, std::err
 
 /// Decodes an error frame; errc::frame_too_large if the message exceeds
 /// limits::max_message_bytes.
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, error_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 error_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == error_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   error_meta m;
@@ -119,8 +119,8 @@ inline std::size_t encode_meta(const pong_meta& m, mutable_buffer out, std::erro
   return detail::encode_checked(true, 8, out, ec, [&](byte_writer& w) { w.u64(m.timestamp); });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, ping_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 ping_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == ping_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   const std::uint64_t timestamp = r.u64();
@@ -129,8 +129,8 @@ inline std::size_t encode_meta(const pong_meta& m, mutable_buffer out, std::erro
   return {};
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, pong_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 pong_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == pong_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   const std::uint64_t timestamp = r.u64();
@@ -145,8 +145,8 @@ inline std::size_t encode_meta(const goodbye_meta& m, mutable_buffer out, std::e
   return detail::encode_checked(true, 4, out, ec, [&](byte_writer& w) { w.i32(m.reason); });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, goodbye_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 goodbye_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == goodbye_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   const std::int32_t reason = r.i32();

@@ -43,20 +43,20 @@ inline constexpr std::uint8_t version = 1;
 
 /// What a frame carries; the numeric values are the wire encoding.
 enum class frame_type : std::uint8_t {
-  hello = 0x01,           ///< connector's identity and versions (handshake step 1)
-  hello_ack = 0x02,       ///< acceptor's identity and chosen version (last handshake step)
-  auth_challenge = 0x03,  ///< acceptor's nonce for the cluster-token HMAC
-  auth_response = 0x04,   ///< connector's HMAC over the challenge, plus its own nonce
-  tensor = 0x10,          ///< one keyed tensor; payload = its bytes, maybe in several segments
-  fused = 0x11,           ///< N keyed tensors; payloads concatenated in entry order
-  chunk = 0x12,           ///< one piece of a large tensor split over several frames
-  recv_request = 0x13,    ///< a receiver posts a key and the room it has for it
-  placed = 0x14,          ///< answers a recv_request: the tensor was written there (RDMA), or the region declined
-  ack = 0x20,             ///< acknowledges `request_id`, may grant credits
-  error = 0x21,           ///< request `request_id` failed: code and message
-  ping = 0x22,            ///< keepalive / latency probe
-  pong = 0x23,            ///< answer to a ping, echoing its timestamp
-  goodbye = 0x24,         ///< orderly close, with a reason
+  hello = 0x01,              ///< connector's identity and versions (handshake step 1)
+  hello_ack = 0x02,          ///< acceptor's identity and chosen version (last handshake step)
+  auth_challenge = 0x03,     ///< acceptor's nonce for the cluster-token HMAC
+  auth_response = 0x04,      ///< connector's HMAC over the challenge, plus its own nonce
+  tensor = 0x10,             ///< one keyed tensor; payload = its bytes, maybe in several segments
+  fused = 0x11,              ///< N keyed tensors; payloads concatenated in entry order
+  chunk = 0x12,              ///< one piece of a large tensor split over several frames
+  recv_request = 0x13,       ///< a receiver posts a key and the room it has for it
+  placed = 0x14,             ///< answers a recv_request: the tensor was written there (RDMA), or the region declined
+  ack = 0x20,                ///< acknowledges `request_id`, may grant credits
+  error = 0x21,              ///< request `request_id` failed: code and message
+  ping = 0x22,               ///< keepalive / latency probe
+  pong = 0x23,               ///< answer to a ping, echoing its timestamp
+  goodbye = 0x24,            ///< orderly close, with a reason
   application_first = 0x40,  ///< first type reserved for upper layers (ps, graph)
   application_last = 0x7f,   ///< last type reserved for upper layers
 };
@@ -83,35 +83,51 @@ enum class frame_type : std::uint8_t {
     case frame_type::error:
     case frame_type::ping:
     case frame_type::pong:
-    case frame_type::goodbye: return true;
-    default: return is_application(static_cast<frame_type>(raw));
+    case frame_type::goodbye:
+      return true;
+    default:
+      return is_application(static_cast<frame_type>(raw));
   }
 }
 
 /// True for frame types that may have a payload; the others must have none.
 [[nodiscard]] constexpr bool carries_payload(frame_type t) noexcept {
-  return t == frame_type::tensor || t == frame_type::fused || t == frame_type::chunk ||
-         is_application(t);
+  return t == frame_type::tensor || t == frame_type::fused || t == frame_type::chunk || is_application(t);
 }
 
 /// A short lowercase name for logs ("tensor", "application"...).
 [[nodiscard]] constexpr std::string_view frame_type_name(frame_type t) noexcept {
   switch (t) {
-    case frame_type::hello: return "hello";
-    case frame_type::hello_ack: return "hello_ack";
-    case frame_type::auth_challenge: return "auth_challenge";
-    case frame_type::auth_response: return "auth_response";
-    case frame_type::tensor: return "tensor";
-    case frame_type::fused: return "fused";
-    case frame_type::chunk: return "chunk";
-    case frame_type::recv_request: return "recv_request";
-    case frame_type::placed: return "placed";
-    case frame_type::ack: return "ack";
-    case frame_type::error: return "error";
-    case frame_type::ping: return "ping";
-    case frame_type::pong: return "pong";
-    case frame_type::goodbye: return "goodbye";
-    default: return is_application(t) ? "application" : "unknown";
+    case frame_type::hello:
+      return "hello";
+    case frame_type::hello_ack:
+      return "hello_ack";
+    case frame_type::auth_challenge:
+      return "auth_challenge";
+    case frame_type::auth_response:
+      return "auth_response";
+    case frame_type::tensor:
+      return "tensor";
+    case frame_type::fused:
+      return "fused";
+    case frame_type::chunk:
+      return "chunk";
+    case frame_type::recv_request:
+      return "recv_request";
+    case frame_type::placed:
+      return "placed";
+    case frame_type::ack:
+      return "ack";
+    case frame_type::error:
+      return "error";
+    case frame_type::ping:
+      return "ping";
+    case frame_type::pong:
+      return "pong";
+    case frame_type::goodbye:
+      return "goodbye";
+    default:
+      return is_application(t) ? "application" : "unknown";
   }
 }
 
@@ -143,15 +159,15 @@ struct frame_header {
 /// Upper bounds a decoder enforces before anything is allocated. One value per
 /// connection or process; the defaults suit a training job on one host group.
 struct limits {
-  std::uint32_t max_meta_bytes = 64 * 1024;          ///< meta bytes of one frame
-  std::uint64_t max_payload_bytes = 1ull << 30;      ///< payload bytes of one frame (1 GiB)
-  std::uint64_t max_transfer_bytes = 16ull << 30;    ///< whole tensor of a chunked transfer or a recv_request
-  std::uint32_t max_entries = 65536;                 ///< entries of one fused frame
-  std::uint32_t max_segments = 1024;                 ///< scatter-gather segments of one tensor frame
-  std::uint32_t max_chunks = 1u << 20;               ///< chunks of one chunked transfer
-  std::uint32_t max_key_bytes = 4096;                ///< a rendezvous key, job name or similar string
-  std::uint32_t max_message_bytes = 4096;            ///< the text of an error frame
-  std::uint8_t max_rank = 8;                         ///< dimensions of a tensor descriptor
+  std::uint32_t max_meta_bytes = 64 * 1024;        ///< meta bytes of one frame
+  std::uint64_t max_payload_bytes = 1ull << 30;    ///< payload bytes of one frame (1 GiB)
+  std::uint64_t max_transfer_bytes = 16ull << 30;  ///< whole tensor of a chunked transfer or a recv_request
+  std::uint32_t max_entries = 65536;               ///< entries of one fused frame
+  std::uint32_t max_segments = 1024;               ///< scatter-gather segments of one tensor frame
+  std::uint32_t max_chunks = 1u << 20;             ///< chunks of one chunked transfer
+  std::uint32_t max_key_bytes = 4096;              ///< a rendezvous key, job name or similar string
+  std::uint32_t max_message_bytes = 4096;          ///< the text of an error frame
+  std::uint8_t max_rank = 8;                       ///< dimensions of a tensor descriptor
 
   /// Largest string length the format can carry (strings have a u16 length).
   static constexpr std::uint32_t string_capacity = 0xffff;
@@ -164,9 +180,8 @@ struct limits {
   /// outside what the format can carry.
   void validate() const {
     auto fail = [](const char* field, std::uint64_t value, const char* allowed) {
-      throw_error(errc::invalid_argument, std::string("wire::limits::") + field + " = " +
-                                              std::to_string(value) + " is not allowed; " +
-                                              allowed);
+      throw_error(errc::invalid_argument, std::string("wire::limits::") + field + " = " + std::to_string(value) +
+                                              " is not allowed; " + allowed);
     };
     if (max_payload_bytes > bytes_capacity) fail("max_payload_bytes", max_payload_bytes, "at most 2^62");
     if (max_transfer_bytes > bytes_capacity) fail("max_transfer_bytes", max_transfer_bytes, "at most 2^62");

@@ -151,9 +151,7 @@ class fused_meta {
   /// The encoded meta.
   [[nodiscard]] const_buffer bytes() const noexcept { return bytes_; }
 
-  [[nodiscard]] iterator begin() const noexcept {
-    return {bytes_.size() >= 4 ? bytes_.subspan(4) : bytes_, 0, count_};
-  }
+  [[nodiscard]] iterator begin() const noexcept { return {bytes_.size() >= 4 ? bytes_.subspan(4) : bytes_, 0, count_}; }
   [[nodiscard]] iterator end() const noexcept { return {{}, count_, count_}; }
 
   /// Same encoded entries.
@@ -163,8 +161,7 @@ class fused_meta {
 
  private:
   friend class fused_builder;
-  friend std::error_code decode_meta(const frame_header&, const_buffer, const limits&,
-                                     fused_meta&) noexcept;
+  friend std::error_code decode_meta(const frame_header&, const_buffer, const limits&, fused_meta&) noexcept;
   fused_meta(const_buffer bytes, std::uint32_t count, std::uint64_t payload_size) noexcept
       : bytes_(bytes), count_(count), payload_size_(payload_size) {}
 
@@ -187,8 +184,8 @@ inline std::size_t encode_meta(const fused_meta& m, mutable_buffer out, std::err
 /// errc::malformed_frame if the count is zero, the entries overrun or underrun
 /// the meta, an entry's size differs from its descriptor's byte size, or the
 /// sizes do not add up to h.payload_len. Allocates nothing.
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, fused_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 fused_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == fused_meta::type, meta, lim)) return ec;
   const auto bytes = meta.first(h.meta_len);
   byte_reader r(bytes);
@@ -217,9 +214,7 @@ class fused_builder {
   /// Builds into `meta_buffer` (the caller owns it; it must outlive the
   /// builder and the views it returns). The meta stays within `lim`.
   explicit fused_builder(mutable_buffer meta_buffer, const limits& lim = {}) noexcept
-      : buffer_(meta_buffer),
-        capacity_(std::min<std::size_t>(meta_buffer.size(), lim.max_meta_bytes)),
-        lim_(lim) {
+      : buffer_(meta_buffer), capacity_(std::min<std::size_t>(meta_buffer.size(), lim.max_meta_bytes)), lim_(lim) {
     clear();
   }
 
@@ -260,9 +255,7 @@ class fused_builder {
   /// Payload bytes of the entries so far.
   [[nodiscard]] std::uint64_t payload_size() const noexcept { return payload_size_; }
   /// The meta built so far, ready to send once it has an entry.
-  [[nodiscard]] fused_meta meta() const noexcept {
-    return {buffer_.first(used_), count_, payload_size_};
-  }
+  [[nodiscard]] fused_meta meta() const noexcept { return {buffer_.first(used_), count_, payload_size_}; }
   /// The header of the frame built so far.
   [[nodiscard]] frame_header header(std::uint64_t request_id, std::uint16_t flags = 0) const noexcept {
     return {frame_type::fused, flags, request_id, static_cast<std::uint32_t>(used_), payload_size_};

@@ -97,8 +97,8 @@ inline std::size_t encode_meta(const hello_meta& m, mutable_buffer out, std::err
 /// Decodes the meta of hello frame `h` from `meta` (at least h.meta_len bytes).
 /// errc::malformed_frame if it contradicts its length or min_version > max_version,
 /// frame_too_large if the job name exceeds `lim`, invalid_argument if `h` is no hello.
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, hello_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 hello_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == hello_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   hello_meta m;
@@ -134,8 +134,8 @@ inline std::size_t encode_meta(const hello_ack_meta& m, mutable_buffer out, std:
   });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, hello_ack_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 hello_ack_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == hello_ack_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   hello_ack_meta m;
@@ -157,13 +157,12 @@ inline std::size_t encode_meta(const hello_ack_meta& m, mutable_buffer out, std:
 
 [[nodiscard]] constexpr std::size_t encoded_size(const auth_challenge_meta&) noexcept { return nonce_size; }
 
-inline std::size_t encode_meta(const auth_challenge_meta& m, mutable_buffer out,
-                               std::error_code& ec) noexcept {
+inline std::size_t encode_meta(const auth_challenge_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
   return detail::encode_checked(true, encoded_size(m), out, ec, [&](byte_writer& w) { w.bytes(m.nonce); });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, auth_challenge_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 auth_challenge_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == auth_challenge_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   auth_challenge_meta m;
@@ -173,20 +172,17 @@ inline std::size_t encode_meta(const auth_challenge_meta& m, mutable_buffer out,
   return {};
 }
 
-[[nodiscard]] constexpr std::size_t encoded_size(const auth_response_meta&) noexcept {
-  return mac_size + nonce_size;
-}
+[[nodiscard]] constexpr std::size_t encoded_size(const auth_response_meta&) noexcept { return mac_size + nonce_size; }
 
-inline std::size_t encode_meta(const auth_response_meta& m, mutable_buffer out,
-                               std::error_code& ec) noexcept {
+inline std::size_t encode_meta(const auth_response_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
   return detail::encode_checked(true, encoded_size(m), out, ec, [&](byte_writer& w) {
     w.bytes(m.mac);
     w.bytes(m.nonce);
   });
 }
 
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, auth_response_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 auth_response_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == auth_response_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   auth_response_meta m;

@@ -54,8 +54,7 @@ struct placed_meta {
   return 8 + 8 + 4 + detail::string_size(m.key);
 }
 
-inline std::size_t encode_meta(const recv_request_meta& m, mutable_buffer out,
-                               std::error_code& ec) noexcept {
+inline std::size_t encode_meta(const recv_request_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
   return detail::encode_checked(detail::string_fits(m.key), encoded_size(m), out, ec, [&](byte_writer& w) {
     w.u64(m.capacity);
     w.u64(m.rdma_address);
@@ -66,8 +65,8 @@ inline std::size_t encode_meta(const recv_request_meta& m, mutable_buffer out,
 
 /// Decodes a recv_request; errc::frame_too_large if capacity exceeds
 /// limits::max_transfer_bytes or the key exceeds limits::max_key_bytes.
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, recv_request_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 recv_request_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == recv_request_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   recv_request_meta m;

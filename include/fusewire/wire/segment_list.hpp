@@ -70,9 +70,12 @@ class segment_list {
   /// The `i`-th size; `i < size()`.
   [[nodiscard]] std::uint64_t operator[](std::size_t i) const noexcept {
     switch (source_) {
-      case source::wire: return load_le<std::uint64_t>(static_cast<const std::byte*>(data_) + 8 * i);
-      case source::sizes: return static_cast<const std::uint64_t*>(data_)[i];
-      case source::buffers: return static_cast<const const_buffer*>(data_)[i].size();
+      case source::wire:
+        return load_le<std::uint64_t>(static_cast<const std::byte*>(data_) + 8 * i);
+      case source::sizes:
+        return static_cast<const std::uint64_t*>(data_)[i];
+      case source::buffers:
+        return static_cast<const const_buffer*>(data_)[i].size();
     }
     return 0;
   }

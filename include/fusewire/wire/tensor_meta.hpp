@@ -56,8 +56,8 @@ struct chunk_meta {
 }
 
 inline std::size_t encode_meta(const tensor_meta& m, mutable_buffer out, std::error_code& ec) noexcept {
-  const bool valid = detail::string_fits(m.key) && descriptor_encodable(m.descriptor) &&
-                     m.segments.size() <= 0xffffffffu;
+  const bool valid =
+      detail::string_fits(m.key) && descriptor_encodable(m.descriptor) && m.segments.size() <= 0xffffffffu;
   return detail::encode_checked(valid, encoded_size(m), out, ec, [&](byte_writer& w) {
     detail::write_string(w, m.key);
     write_descriptor(w, m.descriptor);
@@ -70,8 +70,8 @@ inline std::size_t encode_meta(const tensor_meta& m, mutable_buffer out, std::er
 /// sizes add up to h.payload_len, which equals the descriptor's byte size when
 /// its dtype has a fixed size (errc::malformed_frame otherwise); key, rank and
 /// segment count within `lim` (errc::frame_too_large otherwise).
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, tensor_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 tensor_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == tensor_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   tensor_meta m;
@@ -117,8 +117,8 @@ inline std::size_t encode_meta(const chunk_meta& m, mutable_buffer out, std::err
 /// (errc::frame_too_large), index < count and the payload inside
 /// [0, total_len) (errc::malformed_frame), total_len equal to the descriptor's
 /// byte size for fixed-size dtypes (errc::malformed_frame).
-[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta,
-                                                 const limits& lim, chunk_meta& out) noexcept {
+[[nodiscard]] inline std::error_code decode_meta(const frame_header& h, const_buffer meta, const limits& lim,
+                                                 chunk_meta& out) noexcept {
   if (auto ec = detail::check_meta(h, h.type == chunk_meta::type, meta, lim)) return ec;
   byte_reader r(meta.first(h.meta_len));
   chunk_meta m;

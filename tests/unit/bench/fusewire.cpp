@@ -43,8 +43,7 @@ struct setup {
   std::unique_ptr<server> srv;
   std::thread thread;
 
-  setup(const backend_info& info, reply_kind reply, wire_mode mode, const transport_settings& t,
-        unsigned workers = 1) {
+  setup(const backend_info& info, reply_kind reply, wire_mode mode, const transport_settings& t, unsigned workers = 1) {
     spec.ps.push_back({"127.0.0.1", ports.take()});
     for (unsigned j = 0; j < workers; ++j) spec.workers.push_back({"127.0.0.1", ports.take()});
     server_config sc;

@@ -72,7 +72,8 @@ TEST_CASE("a bad config is refused with a message naming the value") {
   auto c = small_config(4);
   c.block_size = 3000;
   c.total_bytes = 12000;
-  CHECK(config_error(c) == "buffer_pool: block_size 3000 must be a power of two of at least 64 bytes: invalid argument");
+  CHECK(config_error(c) ==
+        "buffer_pool: block_size 3000 must be a power of two of at least 64 bytes: invalid argument");
   c = small_config(4);
   c.block_size = 32;
   c.total_bytes = 128;
@@ -85,14 +86,17 @@ TEST_CASE("a bad config is refused with a message naming the value") {
   CHECK(config_error(c) ==
         "buffer_pool: total_bytes 10000 must be a positive multiple of block_size 4096: invalid argument");
   c.total_bytes = 0;
-  CHECK(config_error(c) == "buffer_pool: total_bytes 0 must be a positive multiple of block_size 4096: invalid argument");
+  CHECK(config_error(c) ==
+        "buffer_pool: total_bytes 0 must be a positive multiple of block_size 4096: invalid argument");
   c = small_config(2, 4096, 3);
-  CHECK(config_error(c) == "buffer_pool: total_bytes 8192 holds 2 blocks of 4096 bytes, fewer than its 3 shards "
-                           "(each shard needs at least one): invalid argument");
+  CHECK(config_error(c) ==
+        "buffer_pool: total_bytes 8192 holds 2 blocks of 4096 bytes, fewer than its 3 shards "
+        "(each shard needs at least one): invalid argument");
   c = small_config(4);
   c.slab_size = 5000;
   CHECK(config_error(c) ==
-        "buffer_pool: slab_size 5000 must be a multiple of block_size 4096 (or 0 for one slab per shard): invalid argument");
+        "buffer_pool: slab_size 5000 must be a multiple of block_size 4096 (or 0 for one slab per shard): invalid "
+        "argument");
 }
 
 TEST_CASE("allocate hands out distinct, aligned blocks from page-aligned slabs") {
@@ -112,7 +116,7 @@ TEST_CASE("allocate hands out distinct, aligned blocks from page-aligned slabs")
     CHECK(b.size() == 1000);
     CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 1024 == 0);
     CHECK(pool.owns(b.data()));
-    CHECK(b.reg() == nullptr);  // no registration hook
+    CHECK(b.reg() == nullptr);       // no registration hook
     std::memset(b.data(), i, 1024);  // the whole block is usable
     seen.insert(b.data());
     held.push_back(std::move(b));
@@ -164,7 +168,8 @@ TEST_CASE("bad requests: too large, unknown shard, size zero") {
     (void)pool.allocate(5000, 1);
     FAIL("no exception");
   } catch (const std::system_error& e) {
-    CHECK(std::string(e.what()) == "buffer_pool: cannot allocate 5000 bytes from blocks of 4096 bytes: invalid argument");
+    CHECK(std::string(e.what()) ==
+          "buffer_pool: cannot allocate 5000 bytes from blocks of 4096 bytes: invalid argument");
   }
   try {
     (void)pool.allocate(1, 7);

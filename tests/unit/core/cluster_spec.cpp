@@ -16,8 +16,8 @@
 #include <vector>
 
 using fusewire::cluster_spec;
-using fusewire::net_address;
 using fusewire::errc;
+using fusewire::net_address;
 using fusewire::task_id;
 
 namespace {
@@ -226,8 +226,9 @@ TEST_CASE("from_env reads TF_CONFIG and the endpoint map it points to") {
   CHECK(error_of([] { (void)cluster_spec::from_env(lookup_in({})); }) ==
         with_suffix("TF_CONFIG is not set (expected JSON like {\"cluster\": {\"worker\": [\"host:port\"]}, "
                     "\"task\": {\"type\": \"worker\", \"index\": 0}})"));
-  CHECK(error_of([] { (void)cluster_spec::from_env(lookup_in({{"TF_CONFIG", ""}})); }).rfind("TF_CONFIG is not set", 0) ==
-        0);
+  CHECK(error_of([] {
+          (void)cluster_spec::from_env(lookup_in({{"TF_CONFIG", ""}}));
+        }).rfind("TF_CONFIG is not set", 0) == 0);
 
   temp_dir dir;
   dir.write(".endpoint_map", two_by_two_map);
@@ -255,12 +256,14 @@ TEST_CASE("from_env reads TF_CONFIG and the endpoint map it points to") {
 
 TEST_CASE("the .endpoint_map in the working directory is used when no path is set") {
   temp_dir dir;
-  dir.write(".endpoint_map", "localhost:2222=localhost:5222\nlocalhost:2224=localhost:5224\n"
-                             "localhost:2223=localhost:5223\n");
+  dir.write(".endpoint_map",
+            "localhost:2222=localhost:5222\nlocalhost:2224=localhost:5224\n"
+            "localhost:2223=localhost:5223\n");
   scoped_cwd cwd(dir.path);
   CHECK(cluster_spec::endpoint_map_path(lookup_in({})) == fs::path(".endpoint_map"));
-  CHECK(error_of([] { (void)cluster_spec::from_env(lookup_in({{"TF_CONFIG", two_by_two}})); }) ==
-        with_suffix(".endpoint_map has no entry for worker 1 (localhost:2225)"));
+  CHECK(error_of([] {
+          (void)cluster_spec::from_env(lookup_in({{"TF_CONFIG", two_by_two}}));
+        }) == with_suffix(".endpoint_map has no entry for worker 1 (localhost:2225)"));
 }
 
 TEST_CASE("an endpoint map gives every task its fast-path endpoint") {
@@ -273,15 +276,23 @@ TEST_CASE("an endpoint map gives every task its fast-path endpoint") {
   CHECK(spec.fast_path_endpoint({"ps", 1}).to_string() == "127.0.0.1:5224");  // host matched in any case
   CHECK(spec.fast_path_endpoint({"worker", 1}).to_string() == "[::1]:5225");
   CHECK(spec.control_endpoint({"worker", 1}).to_string() == "localhost:2225");
-  CHECK(error_of([&] { (void)spec.fast_path_endpoint({"worker", 2}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              (void)spec.fast_path_endpoint({"worker", 2});
+            },
+            errc::invalid_argument) ==
         "cluster spec has no task worker:2 (job 'worker' has 2 tasks): invalid argument");
-  CHECK(error_of([&] { (void)spec.fast_path_endpoint({"chief", 0}); }, errc::invalid_argument) ==
-        "cluster spec has no job 'chief' (jobs: ps, worker): invalid argument");
+  CHECK(error_of(
+            [&] {
+              (void)spec.fast_path_endpoint({"chief", 0});
+            },
+            errc::invalid_argument) == "cluster spec has no job 'chief' (jobs: ps, worker): invalid argument");
 
   // A job added after the map was loaded has no entry; it is named when asked for.
   spec.add_job("chief", {net_address{"localhost", 2226}});
-  CHECK(error_of([&] { (void)spec.fast_path_endpoint({"chief", 0}); }) ==
-        with_suffix(file.string() + " has no entry for chief 0 (localhost:2226)"));
+  CHECK(error_of([&] {
+          (void)spec.fast_path_endpoint({"chief", 0});
+        }) == with_suffix(file.string() + " has no entry for chief 0 (localhost:2226)"));
 }
 
 TEST_CASE("endpoint map errors name the file and line, or the task without an entry") {
@@ -345,19 +356,30 @@ TEST_CASE("add_job and set_self check what they are given") {
   CHECK(spec.empty());
   spec.add_job("worker", {net_address{"a", 1}, net_address{"b", 1}});
   CHECK(spec.size() == 2);
-  CHECK(error_of([&] { spec.add_job("worker", {net_address{"c", 1}}); }) == with_suffix("job 'worker' is listed twice"));
-  CHECK(error_of([&] { spec.add_job("ps", {net_address{"c", 0}}); }) ==
-        with_suffix("ps 0 has no valid address (got 'c:0')"));
-  CHECK(error_of([&] { spec.add_job("ps", {net_address{"", 5}}); }) ==
-        with_suffix("ps 0 has no valid address (got ':5')"));
+  CHECK(error_of([&] {
+          spec.add_job("worker", {net_address{"c", 1}});
+        }) == with_suffix("job 'worker' is listed twice"));
+  CHECK(error_of([&] {
+          spec.add_job("ps", {net_address{"c", 0}});
+        }) == with_suffix("ps 0 has no valid address (got 'c:0')"));
+  CHECK(error_of([&] {
+          spec.add_job("ps", {net_address{"", 5}});
+        }) == with_suffix("ps 0 has no valid address (got ':5')"));
   CHECK(error_of([&] { spec.add_job("ps", {net_address{"B", 1}}); }) == with_suffix("worker 1 and ps 0 both use B:1"));
   CHECK(spec.job_names() == std::vector<std::string>{"worker"});  // failed adds change nothing
 
   spec.set_self({"worker", 1});
   CHECK(*spec.self() == task_id{"worker", 1});
-  CHECK(error_of([&] { spec.set_self({"worker", 2}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              spec.set_self({"worker", 2});
+            },
+            errc::invalid_argument) ==
         "cluster spec has no task worker:2 (job 'worker' has 2 tasks): invalid argument");
   CHECK(*spec.self() == task_id{"worker", 1});
-  CHECK(error_of([] { (void)cluster_spec().control_endpoint({"ps", 0}); }, errc::invalid_argument) ==
-        "cluster spec has no job 'ps' (jobs: none): invalid argument");
+  CHECK(error_of(
+            [] {
+              (void)cluster_spec().control_endpoint({"ps", 0});
+            },
+            errc::invalid_argument) == "cluster spec has no job 'ps' (jobs: none): invalid argument");
 }

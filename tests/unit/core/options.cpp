@@ -130,8 +130,7 @@ TEST_CASE("polling knobs: true polls, false blocks, unset adapts; the role picks
 
 TEST_CASE("FUSEWIRE_REACTOR_MODE overrides *_ENABLE_POLLING, in any letter case") {
   CHECK(from({{"WORKER_ENABLE_POLLING", "true"}, {"FUSEWIRE_REACTOR_MODE", "block"}}).mode == reactor_mode::block);
-  CHECK(from({{"PS_ENABLE_POLLING", "false"}, {"FUSEWIRE_REACTOR_MODE", "Poll"}}, role::ps).mode ==
-        reactor_mode::poll);
+  CHECK(from({{"PS_ENABLE_POLLING", "false"}, {"FUSEWIRE_REACTOR_MODE", "Poll"}}, role::ps).mode == reactor_mode::poll);
   CHECK(from({{"FUSEWIRE_REACTOR_MODE", "ADAPTIVE"}}).mode == reactor_mode::adaptive);
   // The overridden knob is still checked.
   CHECK(env_error({{"WORKER_ENABLE_POLLING", "sure"}, {"FUSEWIRE_REACTOR_MODE", "poll"}}) ==
@@ -276,7 +275,8 @@ TEST_CASE("bad environment values: exact messages naming the variable, the value
        "65536)"},
       {{{"FUSEWIRE_COALESCE", "enabled"}},
        "FUSEWIRE_COALESCE='enabled': expected a boolean (true/false, 1/0, yes/no, on/off)"},
-      {{{"FUSEWIRE_CHUNKING", "nope"}}, "FUSEWIRE_CHUNKING='nope': expected a boolean (true/false, 1/0, yes/no, on/off)"},
+      {{{"FUSEWIRE_CHUNKING", "nope"}},
+       "FUSEWIRE_CHUNKING='nope': expected a boolean (true/false, 1/0, yes/no, on/off)"},
       {{{"FUSEWIRE_CONNECT_TIMEOUT_MS", "1e3"}},
        "FUSEWIRE_CONNECT_TIMEOUT_MS='1e3': expected milliseconds (an integer from 0 to 86400000)"},
       {{{"FUSEWIRE_KEEPALIVE_MS", "86400001"}},
@@ -291,8 +291,7 @@ TEST_CASE("bad environment values: exact messages naming the variable, the value
   CHECK(env_error({{"PS_ENABLE_POLLING", "yes please"}}, role::ps) ==
         "PS_ENABLE_POLLING='yes please': expected a boolean (true/false, 1/0, yes/no, on/off)" + std::string(suffix));
   CHECK(env_error({{"NETWORK_PS_CORE_NUMBER", "eight"}}, role::ps) ==
-        "NETWORK_PS_CORE_NUMBER='eight': expected a number of cores (an integer from 1 to 1024)" +
-            std::string(suffix));
+        "NETWORK_PS_CORE_NUMBER='eight': expected a number of cores (an integer from 1 to 1024)" + std::string(suffix));
 }
 
 TEST_CASE("knobs that only make sense together are checked together") {
@@ -310,52 +309,60 @@ TEST_CASE("knobs that only make sense together are checked together") {
             std::string(suffix));
   // Without chunking, the chunk size does not matter.
   CHECK(from({{"FUSEWIRE_MAX_FRAME_BYTES", "1048576"}, {"FUSEWIRE_CHUNKING", "false"}}).max_frame_bytes == 1048576);
-  CHECK(env_error({{"FUSEWIRE_MAX_FRAME_BYTES", "4096"}, {"FUSEWIRE_CHUNKING", "false"}, {"TF_RDMA_ACC_SIZE", "8192"}}) ==
-        "options.acc_size = 8192 (TF_RDMA_ACC_SIZE) exceeds options.max_frame_bytes = 4096 "
-        "(FUSEWIRE_MAX_FRAME_BYTES): a coalesced batch must fit in one frame" +
-            std::string(suffix));
+  CHECK(
+      env_error({{"FUSEWIRE_MAX_FRAME_BYTES", "4096"}, {"FUSEWIRE_CHUNKING", "false"}, {"TF_RDMA_ACC_SIZE", "8192"}}) ==
+      "options.acc_size = 8192 (TF_RDMA_ACC_SIZE) exceeds options.max_frame_bytes = 4096 "
+      "(FUSEWIRE_MAX_FRAME_BYTES): a coalesced batch must fit in one frame" +
+          std::string(suffix));
 }
 
 TEST_CASE("validate() names the field, its value and its variable") {
   options o;
   o.chunk_size = 0;
-  CHECK(validate_error(o) == "options.chunk_size = 0 (TF_RDMA_CHUNK_SIZE): expected a size in bytes (a positive "
-                             "integer such as 4194304)" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.chunk_size = 0 (TF_RDMA_CHUNK_SIZE): expected a size in bytes (a positive "
+        "integer such as 4194304)" +
+            std::string(suffix));
   o = options{};
   o.rdma_buf_size = 3ull << 29;
-  CHECK(validate_error(o) == "options.rdma_buf_size = 1610612736 (TF_RDMA_BUF_SIZE): expected a positive multiple "
-                             "of 1 GiB in bytes (such as 1073741824 or 10737418240)" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.rdma_buf_size = 1610612736 (TF_RDMA_BUF_SIZE): expected a positive multiple "
+        "of 1 GiB in bytes (such as 1073741824 or 10737418240)" +
+            std::string(suffix));
   o = options{};
   o.cores = 5000;
-  CHECK(validate_error(o) == "options.cores = 5000 (NETWORK_WORKER_CORE_NUMBER or NETWORK_PS_CORE_NUMBER): "
-                             "expected 0 (automatic) or a number of cores from 1 to 1024" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.cores = 5000 (NETWORK_WORKER_CORE_NUMBER or NETWORK_PS_CORE_NUMBER): "
+        "expected 0 (automatic) or a number of cores from 1 to 1024" +
+            std::string(suffix));
   o = options{};
   o.idle_poll = -1us;
-  CHECK(validate_error(o) == "options.idle_poll = -1 (FUSEWIRE_IDLE_POLL_US): expected microseconds (an integer "
-                             "from 0 to 1000000)" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.idle_poll = -1 (FUSEWIRE_IDLE_POLL_US): expected microseconds (an integer "
+        "from 0 to 1000000)" +
+            std::string(suffix));
   o = options{};
   o.keepalive = -5ms;
-  CHECK(validate_error(o) == "options.keepalive = -5 (FUSEWIRE_KEEPALIVE_MS): expected milliseconds (an integer "
-                             "from 0 to 86400000)" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.keepalive = -5 (FUSEWIRE_KEEPALIVE_MS): expected milliseconds (an integer "
+        "from 0 to 86400000)" +
+            std::string(suffix));
   o = options{};
   o.rdma_device.clear();
-  CHECK(validate_error(o) == "options.rdma_device = '' (TF_RDMA_DEV_NAME): expected an RDMA device name such as "
-                             "mlx5_0" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.rdma_device = '' (TF_RDMA_DEV_NAME): expected an RDMA device name such as "
+        "mlx5_0" +
+            std::string(suffix));
   o = options{};
   o.mode = static_cast<reactor_mode>(9);
-  CHECK(validate_error(o) == "options.mode = 9 (FUSEWIRE_REACTOR_MODE): expected poll, adaptive or block" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.mode = 9 (FUSEWIRE_REACTOR_MODE): expected poll, adaptive or block" + std::string(suffix));
   o = options{};
   o.pool_block_size = 100;
-  CHECK(validate_error(o) == "options.pool_block_size = 100 (FUSEWIRE_POOL_BLOCK_SIZE): expected a power of two "
-                             "in bytes from 64 to 1073741824 (such as 65536)" +
-                                 std::string(suffix));
+  CHECK(validate_error(o) ==
+        "options.pool_block_size = 100 (FUSEWIRE_POOL_BLOCK_SIZE): expected a power of two "
+        "in bytes from 64 to 1073741824 (such as 65536)" +
+            std::string(suffix));
 }
 
 TEST_CASE("names of roles and modes") {

@@ -25,9 +25,7 @@ std::vector<std::byte> bytes_of(std::string_view s) {
   return out;
 }
 
-std::string text_of(const tensor_buffer& b) {
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
+std::string text_of(const tensor_buffer& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 template <class F>
 std::string error_of(F&& f) {
@@ -123,7 +121,8 @@ TEST_CASE("moving a buffer transfers the alias and leaves the source empty") {
 TEST_CASE("a registered wrap carries its registration through shares") {
   std::array<std::byte, 16> storage{};
   const fusewire::registration reg{7, 9, &storage};
-  tensor_buffer b = tensor_buffer::wrap(storage.data(), storage.size(), [] {}, reg);
+  tensor_buffer b = tensor_buffer::wrap(
+      storage.data(), storage.size(), [] {}, reg);
   REQUIRE(b.reg() != nullptr);
   CHECK(*b.reg() == reg);
   tensor_buffer part = b.share(4, 4);
@@ -155,7 +154,8 @@ TEST_CASE("share, trim and trim_front reject out-of-range requests with a messag
         "tensor_buffer::share(1, 18446744073709551615): range exceeds the buffer's 10 bytes: invalid argument");
   CHECK(b.share(10, 0).empty());
   CHECK(b.share(0, 10).size() == 10);
-  CHECK(error_of([&] { b.trim(11); }) == "tensor_buffer::trim(11): longer than the buffer's 10 bytes: invalid argument");
+  CHECK(error_of([&] { b.trim(11); }) ==
+        "tensor_buffer::trim(11): longer than the buffer's 10 bytes: invalid argument");
   CHECK(error_of([&] { b.trim_front(11); }) ==
         "tensor_buffer::trim_front(11): longer than the buffer's 10 bytes: invalid argument");
   CHECK(b.size() == 10);

@@ -113,8 +113,9 @@ TEST_CASE("make rejects bad dtypes, ranks and dimensions with a message") {
   const std::vector<std::int64_t> nine(9, 1);
   CHECK(error_of([&] { (void)tensor_descriptor::make(dtype::float32, nine); }) ==
         "tensor rank 9 exceeds the maximum of 8: invalid argument");
-  CHECK(error_of([] { (void)tensor_descriptor::make(dtype::float32, {4, -1}); }) ==
-        "tensor dimension 1 is -1: dimensions must be non-negative: invalid argument");
+  CHECK(error_of([] {
+          (void)tensor_descriptor::make(dtype::float32, {4, -1});
+        }) == "tensor dimension 1 is -1: dimensions must be non-negative: invalid argument");
   CHECK(error_of([] { (void)tensor_descriptor::make(dtype::invalid, {1}); }) ==
         "tensor dtype 0 is not a known dtype: invalid argument");
   CHECK(error_of([] { (void)tensor_descriptor::make(static_cast<dtype>(7), {1}); }) ==

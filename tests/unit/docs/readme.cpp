@@ -40,8 +40,7 @@ TEST_CASE("docs/configuration.md lists every environment knob with its default")
     const std::string expected_default =
         knob.default_value.empty() ? std::string("(unset)") : "`" + std::string(knob.default_value) + "`";
     CHECK_MESSAGE(row.find("| " + expected_default + " |") != std::string::npos,
-                  "docs/configuration.md row for " << knob.name << " does not give the default "
-                                                   << expected_default);
+                  "docs/configuration.md row for " << knob.name << " does not give the default " << expected_default);
   }
 }
 

@@ -135,11 +135,11 @@ TEST_CASE("message entries carry a core descriptor and a tensor_buffer") {
   fg::message_entry wrong{fusewire::tensor_descriptor::make(fusewire::dtype::int32, {2}),
                           fusewire::tensor_buffer::allocate(8), false};
   CHECK(wrong.to_tensor(back) == errc::invalid_argument);
-  fg::message_entry short_entry{fusewire::tensor_descriptor::make(fusewire::dtype::float32, {4}),
-                                e.bytes.share(0, 12), false};
+  fg::message_entry short_entry{fusewire::tensor_descriptor::make(fusewire::dtype::float32, {4}), e.bytes.share(0, 12),
+                                false};
   CHECK(short_entry.to_tensor(back) == errc::size_mismatch);
   CHECK(back == fg::tensor({2, 3}, {1, 2, 3, 4, 5, 6}));  // untouched on failure
-  CHECK(e.bytes.use_count() == 2u);                        // share() aliased, did not copy
+  CHECK(e.bytes.use_count() == 2u);                       // share() aliased, did not copy
 }
 
 TEST_CASE("counters count messages, entries and live bytes per step") {

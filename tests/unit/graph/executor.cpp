@@ -175,8 +175,11 @@ TEST_CASE("a conditional takes one branch; the other is dead") {
   auto f = ex.run({{"x", fg::tensor::scalar(3)}, {"p", fg::tensor::scalar(0)}}, {"join", "join:1"});
   CHECK(f["join"] == fg::tensor::scalar(13));
   CHECK(f["join:1"] == fg::tensor::scalar(0));
-  CHECK(error_of([&] { ex.run({{"x", fg::tensor::scalar(3)}, {"p", fg::tensor::scalar(0)}}, {"if_true"}); },
-                 errc::invalid_argument) == "step 3: fetch 'if_true' is dead (an untaken branch): invalid argument");
+  CHECK(error_of(
+            [&] {
+              ex.run({{"x", fg::tensor::scalar(3)}, {"p", fg::tensor::scalar(0)}}, {"if_true"});
+            },
+            errc::invalid_argument) == "step 3: fetch 'if_true' is dead (an untaken branch): invalid argument");
 }
 
 TEST_CASE("construction rejects what the executor cannot run") {
@@ -220,30 +223,54 @@ TEST_CASE("step errors name the node, feed or fetch") {
   g.add("mm", "MatMul", {"x", "m"}, worker);
   g.add("sum", "Add", {"x", "x"}, worker).spec({fusewire::dtype::float32, {2}});
   fg::executor ex(g);
-  CHECK(error_of([&] { ex.run({}, {}); }, errc::invalid_argument) ==
-        "no feed for Placeholder 'x': invalid argument");
-  CHECK(error_of([&] { ex.run({{"y", fg::tensor::scalar(1)}}, {}); }, errc::invalid_argument) ==
-        "feed 'y' names no Placeholder in this graph: invalid argument");
-  CHECK(error_of([&] { ex.run({{"x", fg::tensor::scalar(1)}}, {}); }, errc::invalid_argument) ==
+  CHECK(error_of([&] { ex.run({}, {}); }, errc::invalid_argument) == "no feed for Placeholder 'x': invalid argument");
+  CHECK(error_of(
+            [&] {
+              ex.run({{"y", fg::tensor::scalar(1)}}, {});
+            },
+            errc::invalid_argument) == "feed 'y' names no Placeholder in this graph: invalid argument");
+  CHECK(error_of(
+            [&] {
+              ex.run({{"x", fg::tensor::scalar(1)}}, {});
+            },
+            errc::invalid_argument) ==
         "feed 'x' does not fit: Placeholder 'x' (Placeholder) output 0 is float32[] but its spec says "
         "float32[?]: invalid argument");
-  CHECK(error_of([&] { ex.run({{"x", fg::tensor({2}, {1, 2})}}, {"nope"}); }, errc::invalid_argument) ==
-        "fetch 'nope' names no output in this graph: invalid argument");
-  CHECK(error_of([&] { ex.run({{"x", fg::tensor({2}, {1, 2})}}, {"mm"}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              ex.run({{"x", fg::tensor({2}, {1, 2})}}, {"nope"});
+            },
+            errc::invalid_argument) == "fetch 'nope' names no output in this graph: invalid argument");
+  CHECK(error_of(
+            [&] {
+              ex.run({{"x", fg::tensor({2}, {1, 2})}}, {"mm"});
+            },
+            errc::invalid_argument) ==
         "step 1: node 'mm' (MatMul): cannot multiply matrices of shapes [2] and [3,1]: invalid argument");
-  CHECK(error_of([&] { ex.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"sum"}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              ex.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"sum"});
+            },
+            errc::invalid_argument) ==
         "step 2: node 'sum' (Add) output 0 is float32[3] but its spec says float32[2]: invalid argument");
 
   auto g2 = one_task();
   placeholder(g2, "x", worker, {-1});
   g2.add("sum", "Add", {"x", "x"}, worker).spec({fusewire::dtype::float32, {2}});
   fg::executor ex2(g2);
-  CHECK(error_of([&] { ex2.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"sum"}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              ex2.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"sum"});
+            },
+            errc::invalid_argument) ==
         "step 1: node 'sum' (Add) output 0 is float32[3] but its spec says float32[2]: invalid argument");
   // The executor stays usable after a failed step.
   CHECK(ex2.run({{"x", fg::tensor({2}, {1, 2})}}, {"sum"})["sum"] == fg::tensor({2}, {2, 4}));
-  CHECK(error_of([&] { fg::executor(counting_loop(false)).run({{"acc0", fg::tensor({2}, {1, 1})}}, {"outer/dbl"}); },
-                 errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              fg::executor(counting_loop(false)).run({{"acc0", fg::tensor({2}, {1, 1})}}, {"outer/dbl"});
+            },
+            errc::invalid_argument) ==
         "fetch 'outer/dbl' is inside frame 'outer'; fetch the loop's Exit instead: invalid argument");
 }
 
@@ -252,8 +279,11 @@ TEST_CASE("a loop that never ends fails at max_iterations") {
   for (auto& n : g.nodes)
     if (n.name == "outer/inc") n.inputs = {"outer/si:1", "outer/si:1"};  // i stays 0
   fg::executor ex(g, fg::executor_options{100});
-  CHECK(error_of([&] { ex.run({{"acc0", fg::tensor({2}, {1, 1})}}, {"outer/xi"}); }, errc::invalid_argument) ==
-        "step 1: frame 'outer' ran more than 100 iterations: invalid argument");
+  CHECK(error_of(
+            [&] {
+              ex.run({{"acc0", fg::tensor({2}, {1, 1})}}, {"outer/xi"});
+            },
+            errc::invalid_argument) == "step 1: frame 'outer' ran more than 100 iterations: invalid argument");
 }
 
 TEST_CASE("a receive checks the descriptor and bytes a channel delivers") {

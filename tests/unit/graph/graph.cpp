@@ -39,9 +39,7 @@ TEST_CASE("parse_task accepts the task and device forms TensorFlow writes") {
 }
 
 TEST_CASE("parse_task names the bad part") {
-  auto message = [](std::string_view text) {
-    return error_of([&] { fg::parse_task(text); }, errc::invalid_argument);
-  };
+  auto message = [](std::string_view text) { return error_of([&] { fg::parse_task(text); }, errc::invalid_argument); };
   CHECK(message("ps:0") ==
         "bad task 'ps:0': unexpected 'ps:0' (expected /job:, /replica:, /task:, /device:, /cpu: or /gpu:): "
         "invalid argument");
@@ -182,8 +180,7 @@ TEST_CASE("validation names the node at fault") {
     auto g = two_tasks();
     placeholder(g, "a", worker, {2});
     g.add("b", "Identity", {"^a:0"}, worker);
-    CHECK(invalid(g) ==
-          "node 'b': bad input '^a:0' (expected \"node\", \"node:port\" or \"^node\"): invalid graph");
+    CHECK(invalid(g) == "node 'b': bad input '^a:0' (expected \"node\", \"node:port\" or \"^node\"): invalid graph");
   }
   SUBCASE("data input after a control input") {
     auto g = two_tasks();

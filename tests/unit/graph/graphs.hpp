@@ -189,7 +189,6 @@ inline fg::plan deadlocked_plan() {
   return p;
 }
 
-
 // worker -> ps0 -> worker -> the same part of ps0: a chain (star_server splits
 // it into rounds; star_server_lite refuses it).
 inline fg::graph_def chain() {

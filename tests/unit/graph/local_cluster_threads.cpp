@@ -20,9 +20,9 @@ TEST_CASE("one thread per task computes what one process computes") {
   SUBCASE("wide-and-deep") {
     fg::placed_graph g(wide_and_deep());
     const auto feeds = wide_and_deep_feeds();
-    for (auto [m, fuse] : {mode{fg::partition_mode::send_recv, false}, mode{fg::partition_mode::send_recv, true},
-                           mode{fg::partition_mode::star_server, false},
-                           mode{fg::partition_mode::star_server_lite, false}}) {
+    for (auto [m, fuse] :
+         {mode{fg::partition_mode::send_recv, false}, mode{fg::partition_mode::send_recv, true},
+          mode{fg::partition_mode::star_server, false}, mode{fg::partition_mode::star_server_lite, false}}) {
       CAPTURE(fg::to_string(m));
       fg::partition_options o;
       o.mode = m;

@@ -100,8 +100,7 @@ TEST_CASE("wide-and-deep: messages per step in each mode") {
   CHECK(request.src == fusewire::task_id{"worker", 0});
   CHECK(request.dst == fusewire::task_id{"ps", 0});
   CHECK(request.round == 0);
-  CHECK(tensors_of(request) ==
-        "ids0:0, f2/hash0:0, f4/hash1:0, ids6:0, f8/hash0:0, f10/hash1:0, ids12:0, f14/hash0:0");
+  CHECK(tensors_of(request) == "ids0:0, f2/hash0:0, f4/hash1:0, ids6:0, f8/hash0:0, f10/hash1:0, ids12:0, f14/hash0:0");
   const auto& response = star.messages[1];
   CHECK(response.kind == fg::message_kind::response);
   CHECK(tensors_of(response) ==
@@ -115,7 +114,8 @@ TEST_CASE("wide-and-deep: messages per step in each mode") {
   CHECK(same_results(g, star, feeds, fetches, variables).messages == 8);
 
   // One call per PS; the updates would close a cycle and go as send/recv.
-  auto single_call = fg::partition(g, options(fg::partition_mode::star_server, false, fg::star_clustering::single_call));
+  auto single_call =
+      fg::partition(g, options(fg::partition_mode::star_server, false, fg::star_clustering::single_call));
   CHECK(single_call.per_step().messages == 6);
   CHECK(single_call.per_step().calls == 2);
   CHECK(single_call.cycle_breaks == 2);
@@ -183,8 +183,8 @@ TEST_CASE("a diamond across two PS tasks") {
 
 TEST_CASE("control edges become zero-byte tokens") {
   fg::placed_graph g(control_tokens());
-  for (auto mode : {fg::partition_mode::send_recv, fg::partition_mode::star_server,
-                    fg::partition_mode::star_server_lite}) {
+  for (auto mode :
+       {fg::partition_mode::send_recv, fg::partition_mode::star_server, fg::partition_mode::star_server_lite}) {
     CAPTURE(fg::to_string(mode));
     auto p = fg::partition(g, options(mode));
     REQUIRE(p.messages.size() == 2);
@@ -224,8 +224,8 @@ TEST_CASE("loops: star_server_lite refuses, the others run them") {
   for (bool fuse : {false, true}) {
     auto p = fg::partition(g, options(fg::partition_mode::send_recv, fuse));
     CHECK(p.loop_frames() == std::vector<std::string>{"rnn/while"});
-    CHECK(p.per_step().messages == 1);                   // the update of b
-    CHECK(p.per_iteration("rnn/while").messages == 3);   // predicate, h to ps0, act back
+    CHECK(p.per_step().messages == 1);                  // the update of b
+    CHECK(p.per_iteration("rnn/while").messages == 3);  // predicate, h to ps0, act back
     CHECK(p.per_iteration("rnn/while").bytes == 36u);
     CHECK(same_results(g, p, feeds, fetches, {"b", "W"}).messages == planned_messages(p, iterations));
   }
@@ -322,8 +322,11 @@ TEST_CASE("local_cluster reports a deadlock instead of hanging") {
         "step 1 deadlocked: worker:0 waits for node 'r' (_Recv) in the root frame: kb;0:0; "
         "ps:0 waits for node 'r2' (_Recv) in the root frame: ka;0:0;: graph plan would "
         "contain a cycle");
-  CHECK(error_of([&] { cluster.run({{"nope", fg::tensor::scalar(1)}}, {}); }, errc::invalid_argument) ==
-        "feed 'nope' names no Placeholder in the plan: invalid argument");
+  CHECK(error_of(
+            [&] {
+              cluster.run({{"nope", fg::tensor::scalar(1)}}, {});
+            },
+            errc::invalid_argument) == "feed 'nope' names no Placeholder in the plan: invalid argument");
   CHECK(error_of([&] { cluster.run({}, {"nope"}); }, errc::invalid_argument) ==
         "fetch 'nope' names no node in the plan: invalid argument");
 }
@@ -332,14 +335,22 @@ TEST_CASE("a failing task fails the step with its own error") {
   fg::placed_graph g(diamond());
   auto p = fg::partition(g, options(fg::partition_mode::send_recv));
   fg::local_cluster cluster(p);
-  CHECK(error_of([&] { cluster.run({{"x", fg::tensor({2}, {1, 2})}}, {"d"}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              cluster.run({{"x", fg::tensor({2}, {1, 2})}}, {"d"});
+            },
+            errc::invalid_argument) ==
         "feed 'x' does not fit: Placeholder 'x' (Placeholder) output 0 is float32[2] but its spec says "
         "float32[2,2]: invalid argument");
   auto bad = diamond();
   for (auto& n : bad.nodes)
     if (n.name == "x") n.output_specs.clear();
   fg::local_cluster loose(fg::partition(fg::placed_graph(bad), options(fg::partition_mode::send_recv)));
-  CHECK(error_of([&] { loose.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"d"}); }, errc::invalid_argument) ==
+  CHECK(error_of(
+            [&] {
+              loose.run({{"x", fg::tensor({3}, {1, 2, 3})}}, {"d"});
+            },
+            errc::invalid_argument) ==
         "ps:0: step 1: node 'a' (MatMul): cannot multiply matrices of shapes [3] and [2,2]: "
         "invalid argument");
   // The cluster recovers for the next step.
@@ -349,9 +360,9 @@ TEST_CASE("a failing task fails the step with its own error") {
 TEST_CASE("a conditional whose branches run on two PS: dead values cross, the other side still runs") {
   fg::placed_graph g(branches());
   const std::vector<std::string> fetches{"join", "join:1", "out", "learn_scale", "learn_shift"};
-  for (auto [mode, fuse] : {std::pair{fg::partition_mode::send_recv, false}, std::pair{fg::partition_mode::send_recv, true},
-                            std::pair{fg::partition_mode::star_server, false},
-                            std::pair{fg::partition_mode::star_server_lite, false}}) {
+  for (auto [mode, fuse] :
+       {std::pair{fg::partition_mode::send_recv, false}, std::pair{fg::partition_mode::send_recv, true},
+        std::pair{fg::partition_mode::star_server, false}, std::pair{fg::partition_mode::star_server_lite, false}}) {
     CAPTURE(fg::to_string(mode));
     CAPTURE(fuse);
     const auto p = fg::partition(g, options(mode, fuse));

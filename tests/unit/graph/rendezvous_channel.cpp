@@ -147,9 +147,10 @@ TEST_CASE("keys that this process neither sends nor receives are refused") {
   CHECK_FALSE(fg::key_route("a;b", ec, &why));
   CHECK(ec == errc::invalid_argument);
   CHECK(why == "key 'a;b' is not src_device;incarnation;dst_device;name;frame:iter");
-  auto r = fg::key_route("/job:worker/replica:0/task:0/device:GPU:0;0000000000000001;"
-                         "/job:ps/replica:0/task:1/device:CPU:0;edge_5_foo;0:0",
-                         ec);
+  auto r = fg::key_route(
+      "/job:worker/replica:0/task:0/device:GPU:0;0000000000000001;"
+      "/job:ps/replica:0/task:1/device:CPU:0;edge_5_foo;0:0",
+      ec);
   REQUIRE(r);
   CHECK(r->first == worker_task);
   CHECK(r->second == ps1_task);
@@ -202,8 +203,8 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
           channel ch(*ep, {.recv_timeout = 20000ms, .on_send_error = {}});
           fg::executor ex(part.graph);
           for (std::uint64_t s = 1; s <= 2; ++s) {
-            auto r = fg::run_step(ex, ch, s, fg::feeds_for(ex.graph(), feeds), fg::fetches_for(ex.graph(), fetches),
-                                  20s);
+            auto r =
+                fg::run_step(ex, ch, s, fg::feeds_for(ex.graph(), feeds), fg::fetches_for(ex.graph(), fetches), 20s);
             for (auto& [name, value] : r) per_task[t][s - 1][name] = std::move(value);
           }
           if (!ch.flush(10s)) errors[t] = "sends still in flight";

@@ -59,10 +59,13 @@ struct pair_harness {
   }
 
   ~pair_harness() {
-    group.submit(0, [this] {
-      server.reset();
-      listener = {};
-    }).get();
+    group
+        .submit(0,
+                [this] {
+                  server.reset();
+                  listener = {};
+                })
+        .get();
     group.submit(1, [this] { client.reset(); }).get();
     group.stop();
   }
@@ -117,7 +120,9 @@ TEST_CASE_TEMPLATE("a tensor frame: one scatter-gather write, payload read into 
       if (t == nullptr) return got.set_value({fw::make_error_code(fw::errc::malformed_frame), {}, 0});
       std::string key(t->key);
       const auto len = head.header.payload_len;
-      h.server->read_payload(dst.bytes().first(len), [&got, key, len](std::error_code e) { got.set_value({e, key, len}); });
+      h.server->read_payload(dst.bytes().first(len), [&got, key, len](std::error_code e) {
+        got.set_value({e, key, len});
+      });
     });
   });
   CHECK_FALSE(pair_harness<T>::get(wrote.get_future()));

@@ -38,9 +38,12 @@ const fw::reactor_mode all_modes[] = {fw::reactor_mode::poll, fw::reactor_mode::
 
 const char* mode_name(fw::reactor_mode m) {
   switch (m) {
-    case fw::reactor_mode::poll: return "poll";
-    case fw::reactor_mode::adaptive: return "adaptive";
-    case fw::reactor_mode::block: return "block";
+    case fw::reactor_mode::poll:
+      return "poll";
+    case fw::reactor_mode::adaptive:
+      return "adaptive";
+    case fw::reactor_mode::block:
+      return "block";
   }
   return "?";
 }
@@ -50,13 +53,15 @@ const char* mode_name(fw::reactor_mode m) {
 TEST_CASE("reactor_config validation names the bad field") {
   fw::reactor_config cfg;
   cfg.count = 0;
-  CHECK_THROWS_WITH_AS(cfg.validate(), "reactor_config.count = 0: must be 1..4096: invalid argument", std::system_error);
+  CHECK_THROWS_WITH_AS(cfg.validate(), "reactor_config.count = 0: must be 1..4096: invalid argument",
+                       std::system_error);
   cfg.count = 1;
   cfg.batch = 65;
   CHECK_THROWS_WITH_AS(cfg.validate(), "reactor_config.batch = 65: must be 1..64: invalid argument", std::system_error);
   cfg.batch = 16;
   cfg.inbox_capacity = 1;
-  CHECK_THROWS_WITH_AS(cfg.validate(), "reactor_config.inbox_capacity = 1: must be 2..1048576: invalid argument", std::system_error);
+  CHECK_THROWS_WITH_AS(cfg.validate(), "reactor_config.inbox_capacity = 1: must be 2..1048576: invalid argument",
+                       std::system_error);
   try {
     fw::asio_reactor_group g(cfg);
     FAIL("constructor accepted a bad config");
@@ -236,9 +241,8 @@ TEST_CASE_TEMPLATE("timers fire in order; cancel completes them with errc::cance
     r->run_at(now + 30ms, [state, text](std::error_code ec) { state->events.push_back("30:" + text(ec)); });
     r->run_at(now + 10ms, [state, text](std::error_code ec) { state->events.push_back("10:" + text(ec)); });
     r->run_at(now - 1s, [state, text](std::error_code ec) { state->events.push_back("past:" + text(ec)); });
-    state->cancelled_id = r->run_after(20ms, [state, text](std::error_code ec) {
-      state->events.push_back("20:" + text(ec));
-    });
+    state->cancelled_id =
+        r->run_after(20ms, [state, text](std::error_code ec) { state->events.push_back("20:" + text(ec)); });
     CHECK(r->timer_count() == 4);
     CHECK(r->cancel(state->cancelled_id));
     CHECK_FALSE(r->cancel(state->cancelled_id));
@@ -311,9 +315,7 @@ TEST_CASE_TEMPLATE("exceptions from tasks and timers are reported, not propagate
   };
   fw::basic_reactor_group<E> group(cfg);
   group.submit_to(0, [] { throw std::runtime_error("boom"); });
-  group.submit_to(0, [] {
-    fw::basic_reactor<E>::current()->run_after(0ms, [](std::error_code) { throw 42; });
-  });
+  group.submit_to(0, [] { fw::basic_reactor<E>::current()->run_after(0ms, [](std::error_code) { throw 42; }); });
   auto later = group.submit(0, [] { return 7; });
   CHECK(get(later) == 7);
   std::this_thread::sleep_for(20ms);
@@ -332,8 +334,8 @@ TEST_CASE("sender slots are bounded and one per thread per group") {
   cfg.external_senders = 1;
   fw::asio_reactor_group group(cfg);
   fw::asio_reactor_group::sender s(group);
-  CHECK_THROWS_WITH_AS(fw::asio_reactor_group::sender{group}, "reactor_group::sender: this thread already has one: invalid argument",
-                       std::system_error);
+  CHECK_THROWS_WITH_AS(fw::asio_reactor_group::sender{group},
+                       "reactor_group::sender: this thread already has one: invalid argument", std::system_error);
   std::thread([&] {
     CHECK_THROWS_WITH_AS(fw::asio_reactor_group::sender{group},
                          "reactor_group::sender: all 1 external sender slots are taken "

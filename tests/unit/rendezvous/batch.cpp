@@ -145,9 +145,12 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
   }
   {
     typename rv::endpoint<T>::batch b(ps);
-    b.recv({"worker", 9}, "k", [&](std::error_code ec, fw::tensor_buffer x) { recvd[0].set_value({ec, std::move(x)}); });
-    b.recv(w0, "good", fw::tensor_buffer::allocate(11),
-           [&](std::error_code ec, fw::tensor_buffer x) { recvd[1].set_value({ec, std::move(x)}); });
+    b.recv({"worker", 9}, "k", [&](std::error_code ec, fw::tensor_buffer x) {
+      recvd[0].set_value({ec, std::move(x)});
+    });
+    b.recv(w0, "good", fw::tensor_buffer::allocate(11), [&](std::error_code ec, fw::tensor_buffer x) {
+      recvd[1].set_value({ec, std::move(x)});
+    });
     b.submit();
     b.recv(w0, "good2", [&](std::error_code ec, fw::tensor_buffer x) { recvd[2].set_value({ec, std::move(x)}); });
     b.submit();
@@ -177,13 +180,20 @@ TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
   std::promise<rv::recv_result> on_time;
   {
     typename rv::endpoint<T>::batch b(ps);
-    b.recv(w0, "never", [&](std::error_code ec, fw::tensor_buffer) { late.set_value(ec); }, 50ms);
-    b.recv(w0, "soon", [&](std::error_code ec, fw::tensor_buffer x) { on_time.set_value({ec, std::move(x)}); }, 30s);
+    b.recv(
+        w0, "never", [&](std::error_code ec, fw::tensor_buffer) { late.set_value(ec); }, 50ms);
+    b.recv(
+        w0, "soon",
+        [&](std::error_code ec, fw::tensor_buffer x) {
+          on_time.set_value({ec, std::move(x)});
+        },
+        30s);
   }
   {
     // worker:1 never starts: the send fails at its deadline (or once connect_timeout passed).
     typename rv::endpoint<T>::batch b(worker);
-    b.send(w1, "k", rvtest::pattern(1, 1), [&](std::error_code ec) { lost.set_value(ec); }, 100ms);
+    b.send(
+        w1, "k", rvtest::pattern(1, 1), [&](std::error_code ec) { lost.set_value(ec); }, 100ms);
   }
   auto f_late = late.get_future();
   REQUIRE(f_late.wait_for(60s) == std::future_status::ready);
@@ -262,8 +272,8 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
         got.set(static_cast<std::size_t>(k), ec, std::move(b));
         recvs.hit();
       });
-      s.send(ps0, "step_key_" + std::to_string(k),
-             rvtest::pattern(64, static_cast<std::uint32_t>(step * per_step + k)), [&](std::error_code ec) {
+      s.send(ps0, "step_key_" + std::to_string(k), rvtest::pattern(64, static_cast<std::uint32_t>(step * per_step + k)),
+             [&](std::error_code ec) {
                if (ec) ++send_errors;
                sends.hit();
              });
@@ -380,10 +390,13 @@ TEST_CASE_TEMPLATE("a batched operation that completes releases its handler whil
       CHECK_FALSE(ec);
       first.hit();
     });
-    r.recv(w0, "later", [&](std::error_code ec, fw::tensor_buffer) {
-      CHECK(ec == fw::make_error_code(fw::errc::timed_out));
-      rest.hit();
-    }, 2s);
+    r.recv(
+        w0, "later",
+        [&](std::error_code ec, fw::tensor_buffer) {
+          CHECK(ec == fw::make_error_code(fw::errc::timed_out));
+          rest.hit();
+        },
+        2s);
   }
   REQUIRE_FALSE(worker.send_sync(ps0, "now", rvtest::pattern(8, 3), 30s));
   REQUIRE(first.wait());

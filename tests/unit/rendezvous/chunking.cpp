@@ -19,7 +19,6 @@ namespace {
 
 fw::options test_options() { return block_options(2000ms); }
 
-
 /// Chunk `index` (0 or 1) of a `total`-byte transfer of two chunks, with its whole payload
 /// (rvtest::pattern(total / 2, 3 + index)).
 std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t total, std::uint32_t index) {
@@ -61,8 +60,12 @@ TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte f
     auto dst = fw::tensor_buffer::allocate(n);
     std::promise<rv::recv_result> got;
     auto fut = got.get_future();
-    ps.recv(w0, "big", dst.share(), [&](std::error_code ec, fw::tensor_buffer b) { got.set_value({ec, std::move(b)}); },
-            60s);
+    ps.recv(
+        w0, "big", dst.share(),
+        [&](std::error_code ec, fw::tensor_buffer b) {
+          got.set_value({ec, std::move(b)});
+        },
+        60s);
     REQUIRE_FALSE(worker.send_sync(ps0, "big", std::span<const fw::const_buffer>(sg), 60s));
     auto r = wait(fut);
     REQUIRE_FALSE(r.ec);
@@ -108,8 +111,9 @@ TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain 
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       auto p = std::make_shared<std::promise<std::error_code>>();
       sent.push_back(p->get_future());
-      worker.send(ps0, "k", rvtest::pattern(sizes[i], static_cast<std::uint32_t>(i + 100 * round)),
-                  [p](std::error_code ec) { p->set_value(ec); }, 60s);
+      worker.send(
+          ps0, "k", rvtest::pattern(sizes[i], static_cast<std::uint32_t>(i + 100 * round)),
+          [p](std::error_code ec) { p->set_value(ec); }, 60s);
     }
     for (auto& f : sent) CHECK_FALSE(wait(f));
     for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -136,9 +140,9 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     c.send(rvtest::hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    ps.recv(w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) {
-      p.set_value(ec);
-    }, 30s);
+    ps.recv(
+        w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); },
+        30s);
     c.send(std::span(frame).first(frame.size() / 2));
     c.shut_write();
     CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
@@ -151,7 +155,8 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     std::this_thread::sleep_for(50ms);
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    ps.recv(w0, "big", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    ps.recv(
+        w0, "big", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
     c.shut_write();
     CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
   }
@@ -165,10 +170,13 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     std::promise<std::error_code> p;
     auto f = p.get_future();
     fw::tensor_buffer got;
-    ps.recv(w0, "big", [&p, &got](std::error_code ec, fw::tensor_buffer t) {
-      got = std::move(t);
-      p.set_value(ec);
-    }, 30s);
+    ps.recv(
+        w0, "big",
+        [&p, &got](std::error_code ec, fw::tensor_buffer t) {
+          got = std::move(t);
+          p.set_value(ec);
+        },
+        30s);
     a.send(frame);
     a.shut_write();
     CHECK(a.closed_by_peer());  // the endpoint saw a's end of stream and let go of it
@@ -191,10 +199,18 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     fw::tensor_buffer dst = fw::tensor_buffer::allocate(total);
     const std::byte* const where = dst.data();
     std::promise<rv::recv_result> big, small;
-    ps.recv(w0, "big", std::move(dst), [&big](std::error_code ec, fw::tensor_buffer t) {
-      big.set_value({ec, std::move(t)});
-    }, 30s);
-    ps.recv(w0, "small", [&small](std::error_code ec, fw::tensor_buffer t) { small.set_value({ec, std::move(t)}); }, 30s);
+    ps.recv(
+        w0, "big", std::move(dst),
+        [&big](std::error_code ec, fw::tensor_buffer t) {
+          big.set_value({ec, std::move(t)});
+        },
+        30s);
+    ps.recv(
+        w0, "small",
+        [&small](std::error_code ec, fw::tensor_buffer t) {
+          small.set_value({ec, std::move(t)});
+        },
+        30s);
     fw::wire::tensor_meta t;
     t.key = "small";
     t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {100});
@@ -221,9 +237,9 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     c.send(rvtest::hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    ps.recv(w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) {
-      p.set_value(ec);
-    }, 300ms);
+    ps.recv(
+        w0, "big", fw::tensor_buffer::allocate(total), [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); },
+        300ms);
     c.send(std::span(frame).first(frame.size() / 2));
     CHECK(wait(f) == fw::make_error_code(fw::errc::timed_out));
     CHECK(c.closed_by_peer());
@@ -248,8 +264,7 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   }
 }
 
-TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a large send flushes it", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a large send flushes it", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
   fw::options o = test_options();
   o.fuse_delay = std::chrono::microseconds(1000000);
@@ -311,7 +326,8 @@ TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped
     c.send(rvtest::hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    ps.recv(w0, "x", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    ps.recv(
+        w0, "x", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
     CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
     CHECK(log.saw("(keepalive)"));
     CHECK(c.closed_by_peer());

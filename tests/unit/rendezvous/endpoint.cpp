@@ -38,7 +38,6 @@ struct log_capture {
   }
 };
 
-
 /// `worker` (task w0) connects and says hello, `ps` waits for another tensor
 /// from it, and `worker` dies: returns that receive's error.
 template <class Endpoint>
@@ -47,7 +46,8 @@ std::error_code lose_worker(Endpoint& ps, std::unique_ptr<Endpoint>& worker) {
   REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
   std::promise<std::error_code> p;
   auto f = p.get_future();
-  ps.recv(w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+  ps.recv(
+      w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
   worker.reset();
   return wait(f);
 }
@@ -71,8 +71,12 @@ TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", 
     std::byte* where = dst.data();
     std::promise<rv::recv_result> got;
     auto fut = got.get_future();
-    ps.recv(w0, "b" + std::to_string(n), std::move(dst),
-            [&got](std::error_code ec, fw::tensor_buffer b) { got.set_value({ec, std::move(b)}); }, 30s);
+    ps.recv(
+        w0, "b" + std::to_string(n), std::move(dst),
+        [&got](std::error_code ec, fw::tensor_buffer b) {
+          got.set_value({ec, std::move(b)});
+        },
+        30s);
     std::this_thread::sleep_for(5ms);
     REQUIRE_FALSE(worker.send_sync(ps0, "b" + std::to_string(n), rvtest::pattern(n, 2), 30s));
     auto r2 = wait(fut);
@@ -100,7 +104,8 @@ TEST_CASE_TEMPLATE("per-key FIFO and scatter-gather payloads", T, TRANSPORTS) {
   for (std::uint32_t i = 0; i < 20; ++i) {
     auto p = std::make_shared<std::promise<std::error_code>>();
     sends.push_back(p->get_future());
-    worker.send(ps0, "same", rvtest::pattern(10 + i, i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+    worker.send(
+        ps0, "same", rvtest::pattern(10 + i, i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
   }
   for (std::uint32_t i = 0; i < 20; ++i) {
     auto got = ps.recv_sync(w0, "same", 30s);
@@ -122,7 +127,8 @@ TEST_CASE_TEMPLATE("deadlines, size mismatch, bad arguments, close", T, TRANSPOR
   r = ps.recv_sync(w0, "k", fw::tensor_buffer::allocate(11), 30s);
   CHECK(r.ec == fw::make_error_code(fw::errc::size_mismatch));
 
-  CHECK(worker.send_sync({"chief", 0}, "k", rvtest::pattern(1, 1), 1s) == fw::make_error_code(fw::errc::invalid_argument));
+  CHECK(worker.send_sync({"chief", 0}, "k", rvtest::pattern(1, 1), 1s) ==
+        fw::make_error_code(fw::errc::invalid_argument));
   CHECK(ps.recv_sync({"worker", 9}, "k", 1s).ec == fw::make_error_code(fw::errc::invalid_argument));
 
   // worker:1 never started: its sends fail once connect_timeout passed, or at their deadline.
@@ -244,7 +250,8 @@ TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (swi
     // Issued from a handler on the reactor thread: they reach the reactor together, in its next tick.
     std::promise<void> issued;
     worker.send(ps0, "first", rvtest::pattern(64, 100), [&](std::error_code) {
-      for (std::uint32_t i = 0; i < 8; ++i) worker.send(ps0, "small" + std::to_string(i), rvtest::pattern(64, i), [](std::error_code) {});
+      for (std::uint32_t i = 0; i < 8; ++i)
+        worker.send(ps0, "small" + std::to_string(i), rvtest::pattern(64, i), [](std::error_code) {});
       issued.set_value();
     });
     auto f = issued.get_future();
@@ -296,20 +303,22 @@ struct recv_chain {
   std::promise<void> done;
 
   void next() {
-    ep.recv(peer, key, [this](std::error_code ec, fw::tensor_buffer b) {
-      handler_scope scope(nested);
-      errors.push_back(ec);
-      if (!ec && !b.empty()) seeds.push_back(static_cast<std::uint32_t>(b.data()[0]));
-      if (--left == 0) return done.set_value();
-      next();
-    }, 30s);
+    ep.recv(
+        peer, key,
+        [this](std::error_code ec, fw::tensor_buffer b) {
+          handler_scope scope(nested);
+          errors.push_back(ec);
+          if (!ec && !b.empty()) seeds.push_back(static_cast<std::uint32_t>(b.data()[0]));
+          if (--left == 0) return done.set_value();
+          next();
+        },
+        30s);
   }
 };
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("operations started from a handler start at once, never complete inline, keep FIFO", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE("operations started from a handler start at once, never complete inline, keep FIFO", T, TRANSPORTS) {
   auto spec = rvtest::loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
@@ -350,25 +359,28 @@ TEST_CASE_TEMPLATE("operations started from a handler start at once, never compl
     std::promise<void> started;
     auto s = started.get_future();
     std::atomic<int> failed{0};
-    worker->recv(ps0, "go", [&](std::error_code ec, fw::tensor_buffer) {
-      handler_scope scope(nested);
-      if (ec) failed.fetch_add(1);
-      auto on_sent = [&failed, &nested](std::error_code e) {
-        handler_scope inner(nested);
-        if (e) failed.fetch_add(1);
-      };
-      typename rv::endpoint<T>::batch b(*worker);
-      for (std::uint32_t i = 0; i < n; ++i) {
-        if (i % 3 == 0) {
+    worker->recv(
+        ps0, "go",
+        [&](std::error_code ec, fw::tensor_buffer) {
+          handler_scope scope(nested);
+          if (ec) failed.fetch_add(1);
+          auto on_sent = [&failed, &nested](std::error_code e) {
+            handler_scope inner(nested);
+            if (e) failed.fetch_add(1);
+          };
+          typename rv::endpoint<T>::batch b(*worker);
+          for (std::uint32_t i = 0; i < n; ++i) {
+            if (i % 3 == 0) {
+              b.submit();
+              worker->send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+            } else {
+              b.send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+            }
+          }
           b.submit();
-          worker->send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
-        } else {
-          b.send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
-        }
-      }
-      b.submit();
-      started.set_value();
-    }, 30s);
+          started.set_value();
+        },
+        30s);
     REQUIRE_FALSE(ps.send_sync(w0, "go", rvtest::pattern(1, 9), 30s));
     REQUIRE(s.wait_for(60s) == std::future_status::ready);
     for (std::uint32_t i = 0; i < n; ++i) {

@@ -94,7 +94,8 @@ TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T,
     // The recv posted for it fails with connection_reset once the stream ends mid-payload.
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    ps.recv(w0, "cut", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+    ps.recv(
+        w0, "cut", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
     std::this_thread::sleep_for(20ms);
     c.shut_write();
     REQUIRE(f.wait_for(30s) == std::future_status::ready);

@@ -79,9 +79,8 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
     REQUIRE(ps.reactors() == 2);
     std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
     for (unsigned i = 0; i < workers; ++i) {
-      ws.push_back(
-          std::make_unique<rv::endpoint<T>>(worker(i), spec,
-                                            rv::endpoint_config<T>{.options = opts, .tuning = with_reactors(0, reverse)}));
+      ws.push_back(std::make_unique<rv::endpoint<T>>(
+          worker(i), spec, rv::endpoint_config<T>{.options = opts, .tuning = with_reactors(0, reverse)}));
     }
     thread_log threads;
     std::atomic<int> ps_failures{0};
@@ -106,15 +105,17 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
         } else {
           ps.recv(worker(i), key, std::move(on_recv), 60s);
         }
-        ws[i]->send(ps0, key, rvtest::pattern(n, seed), [](std::error_code) {}, 60s);
+        ws[i]->send(
+            ps0, key, rvtest::pattern(n, seed), [](std::error_code) {}, 60s);
         auto echoed = std::make_shared<std::promise<std::error_code>>();
         echoes.push_back(echoed->get_future());
-        ws[i]->recv(ps0, "echo/" + key,
-                    [echoed, n, seed](std::error_code ec, fw::tensor_buffer b) {
-                      if (!ec && !rvtest::matches(b, n, seed)) ec = make_error_code(fw::errc::malformed_frame);
-                      echoed->set_value(ec);
-                    },
-                    60s);
+        ws[i]->recv(
+            ps0, "echo/" + key,
+            [echoed, n, seed](std::error_code ec, fw::tensor_buffer b) {
+              if (!ec && !rvtest::matches(b, n, seed)) ec = make_error_code(fw::errc::malformed_frame);
+              echoed->set_value(ec);
+            },
+            60s);
       }
     }
     for (auto& f : echoes) CHECK_FALSE(wait(f));
@@ -130,7 +131,8 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
   rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2)});
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
-    ws.push_back(std::make_unique<rv::endpoint<T>>(worker(i), spec, rv::endpoint_config<T>{.options = multi_options()}));
+    ws.push_back(
+        std::make_unique<rv::endpoint<T>>(worker(i), spec, rv::endpoint_config<T>{.options = multi_options()}));
   }
 
   // A request from worker 0 makes the PS send to every worker from worker 0's handler.
@@ -138,12 +140,21 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
   for (unsigned i = 0; i < workers; ++i) {
     auto p = std::make_shared<std::promise<rv::recv_result>>();
     got.push_back(p->get_future());
-    ws[i]->recv(ps0, "fanout", [p](std::error_code ec, fw::tensor_buffer b) { p->set_value({ec, std::move(b)}); }, 60s);
+    ws[i]->recv(
+        ps0, "fanout",
+        [p](std::error_code ec, fw::tensor_buffer b) {
+          p->set_value({ec, std::move(b)});
+        },
+        60s);
   }
-  ps.recv(w0, "go", [&ps](std::error_code ec, fw::tensor_buffer) {
-    if (ec) return;
-    for (unsigned i = 0; i < workers; ++i) ps.send(worker(i), "fanout", rvtest::pattern(64 + i, i), [](std::error_code) {});
-  }, 60s);
+  ps.recv(
+      w0, "go",
+      [&ps](std::error_code ec, fw::tensor_buffer) {
+        if (ec) return;
+        for (unsigned i = 0; i < workers; ++i)
+          ps.send(worker(i), "fanout", rvtest::pattern(64 + i, i), [](std::error_code) {});
+      },
+      60s);
   REQUIRE_FALSE(ws[0]->send_sync(ps0, "go", rvtest::pattern(1, 1), 60s));
   for (unsigned i = 0; i < workers; ++i) {
     auto r = wait(got[i]);
@@ -191,7 +202,8 @@ TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close
   for (unsigned i = 0; i < workers; ++i) {
     auto p = std::make_shared<std::promise<std::error_code>>();
     waits.push_back(p->get_future());
-    ps->recv(worker(i), "later", [p](std::error_code ec, fw::tensor_buffer) { p->set_value(ec); }, 60s);
+    ps->recv(
+        worker(i), "later", [p](std::error_code ec, fw::tensor_buffer) { p->set_value(ec); }, 60s);
   }
   ws[0].reset();
   ws[1].reset();

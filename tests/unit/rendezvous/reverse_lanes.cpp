@@ -27,7 +27,6 @@ rv::endpoint_tuning tuning(bool reverse) {
   return t;
 }
 
-
 /// `from` sends pattern(n, seed) under `key`; `to` receives it and checks every byte.
 template <class E>
 void exchange(E& from, const fw::task_id& from_id, E& to, const fw::task_id& to_id, const std::string& key,
@@ -56,7 +55,8 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
   for (std::uint32_t i = 0; i < 50; ++i) {  // small sends in a row: fused frames
     auto p = std::make_shared<std::promise<std::error_code>>();
     sends.push_back(p->get_future());
-    ps.send(w0, "many", rvtest::pattern(8 + i, 100 + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+    ps.send(
+        w0, "many", rvtest::pattern(8 + i, 100 + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
   }
   for (std::uint32_t i = 0; i < 50; ++i) {
     auto r = worker.recv_sync(ps0, "many", 30s);
@@ -78,7 +78,7 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
   // A chunked reply: chunk 0 on the shared connection, the others on a striping lane the PS makes.
   exchange(ps, ps0, worker, w0, "big", (3u << 20) + 123, 4);
   CHECK(ps.stats().chunk_frames_sent >= 3);
-  CHECK(ps.stats().connections_made == 1);       // the stripe (endpoint_tuning::stripes = 2)
+  CHECK(ps.stats().connections_made == 1);  // the stripe (endpoint_tuning::stripes = 2)
   CHECK(worker.stats().connections_accepted == 1);
   // The worker's own chunked sends are unchanged.
   exchange(worker, w0, ps, ps0, "up", (3u << 20) + 7, 5);
@@ -87,8 +87,7 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
   CHECK(ps.stats().connections_reused == 1);
 }
 
-TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction has its own connection", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction has its own connection", T, TRANSPORTS) {
   for (bool ps_allows : {false, true}) {
     CAPTURE(ps_allows);
     auto spec = rvtest::loopback_cluster(1, 1);
@@ -126,7 +125,8 @@ TEST_CASE_TEMPLATE("both sides send first at once: every tensor arrives, in orde
     for (std::uint32_t i = 0; i < n; ++i) {
       auto p = std::make_shared<std::promise<std::error_code>>();
       sends.push_back(p->get_future());
-      ep.send(to, "k", rvtest::pattern(1 + i * 37, seed + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+      ep.send(
+          to, "k", rvtest::pattern(1 + i * 37, seed + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
     }
   };
   start(ps, w0, 1000);
@@ -161,7 +161,8 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
   // The PS waits for the worker; the worker goes away.
   std::promise<std::error_code> p;
   auto f = p.get_future();
-  ps.recv(w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
+  ps.recv(
+      w0, "never", [&p](std::error_code ec, fw::tensor_buffer) { p.set_value(ec); }, 30s);
   worker.reset();
   CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
   // Its shared connection is gone: a send to it reconnects and is refused (nobody listens).

@@ -18,8 +18,8 @@ TEST_CASE("protocol names map to partition modes") {
   CHECK(tf::parse_protocol("grpc++") == tf::protocol::grpc_plus_plus);
   CHECK(tf::parse_protocol("star_server") == tf::protocol::star_server);
   CHECK(tf::parse_protocol("star_server_lite") == tf::protocol::star_server_lite);
-  for (auto p : {tf::protocol::grpc, tf::protocol::grpc_plus_plus, tf::protocol::star_server,
-                 tf::protocol::star_server_lite})
+  for (auto p :
+       {tf::protocol::grpc, tf::protocol::grpc_plus_plus, tf::protocol::star_server, tf::protocol::star_server_lite})
     CHECK(tf::parse_protocol(tf::to_string(p)) == p);
   CHECK(tf::partition_mode_for(tf::protocol::grpc) == fg::partition_mode::send_recv);
   CHECK(tf::partition_mode_for(tf::protocol::grpc_plus_plus) == fg::partition_mode::send_recv);

@@ -56,8 +56,8 @@ TEST_CASE("keys inside loops carry the frame id and iteration") {
 }
 
 TEST_CASE("make_rendezvous_key writes 16 lower-case hex digits") {
-  CHECK(tf::make_rendezvous_key("/job:worker/replica:0/task:0/device:CPU:0", 1,
-                                "/job:ps/replica:0/task:0/device:CPU:0", "edge_5_w") ==
+  CHECK(tf::make_rendezvous_key("/job:worker/replica:0/task:0/device:CPU:0", 1, "/job:ps/replica:0/task:0/device:CPU:0",
+                                "edge_5_w") ==
         "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_5_w;"
         "0:0");
   CHECK(tf::make_rendezvous_key("/job:a/replica:0/task:0/cpu:0", 0xDEADBEEFCAFEull, "/job:b/replica:0/task:2/cpu:0",
@@ -184,7 +184,8 @@ TEST_CASE("keys exactly as TensorFlow's Rendezvous::CreateKey writes them") {
   CHECK(l.src().replica == 1);
   CHECK(l.to_string() == legacy);
   CHECK(test_graphs::error_of([&] { tf::route(l); }, errc::invalid_argument) ==
-        "device '/job:mnist/replica:1/task:2/device:CPU:0': replica 1 is not supported (only replica 0): invalid argument");
+        "device '/job:mnist/replica:1/task:2/device:CPU:0': replica 1 is not supported (only replica 0): invalid "
+        "argument");
 
   // make_rendezvous_key writes what CreateKey writes for the same parts.
   CHECK(tf::make_rendezvous_key("/job:worker/replica:0/task:0/device:GPU:0", 1, "/job:ps/replica:0/task:0/device:CPU:0",

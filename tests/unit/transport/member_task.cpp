@@ -63,7 +63,7 @@ TEST_CASE("member_task: posted without an allocation, once at a time, holding it
       p->task.schedule(*fw::asio_reactor::current());
       p->task.schedule(*fw::asio_reactor::current());
       CHECK(p->task.scheduled());
-      CHECK(p->runs == 0);  // never inline
+      CHECK(p->runs == 0);         // never inline
       CHECK(p->use_count() == 2);  // ours and the queue's
       return p;
     });

@@ -215,12 +215,13 @@ summary fusewire_pingpong(const settings& s, fw::reactor_mode mode, bool pin) {
               self->next();
             });
           } else {
-            conn.async_read(fw::mutable_buffer(buf), [self = this->shared_from_this()](std::error_code ec, std::size_t) {
-              if (ec) return;
-              const fw::const_buffer one[] = {fw::const_buffer(self->buf)};
-              self->conn.async_write(one, [](std::error_code, std::size_t) {});
-              self->next();
-            });
+            conn.async_read(fw::mutable_buffer(buf),
+                            [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+                              if (ec) return;
+                              const fw::const_buffer one[] = {fw::const_buffer(self->buf)};
+                              self->conn.async_write(one, [](std::error_code, std::size_t) {});
+                              self->next();
+                            });
           }
         }
       };

@@ -129,13 +129,13 @@ template <class Bytes>
 std::error_code write_once(harness<fw::uring_tcp>& h, std::uint16_t port, const Bytes& src) {
   std::promise<std::error_code> wrote;
   h.group.submit_to(1, [&] {
-    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&](std::error_code ec,
-                                                                              fw::uring_tcp_connection c) {
-      REQUIRE_FALSE(ec);
-      auto conn = std::make_shared<fw::uring_tcp_connection>(std::move(c));
-      const fw::const_buffer one[] = {fw::const_buffer(src)};
-      conn->async_write(one, [&, conn](std::error_code e, std::size_t) { wrote.set_value(e); });
-    });
+    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port,
+                        [&](std::error_code ec, fw::uring_tcp_connection c) {
+                          REQUIRE_FALSE(ec);
+                          auto conn = std::make_shared<fw::uring_tcp_connection>(std::move(c));
+                          const fw::const_buffer one[] = {fw::const_buffer(src)};
+                          conn->async_write(one, [&, conn](std::error_code e, std::size_t) { wrote.set_value(e); });
+                        });
   });
   auto w = wrote.get_future();
   return get(w);
@@ -282,14 +282,15 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
       std::promise<stream_result>* done = nullptr;
       void next() {
         const std::size_t n = step % 2 == 0 ? head : payload;
-        conn.async_read(fw::mutable_buffer(data.data() + at, n), [self = this->shared_from_this(), n](std::error_code ec, std::size_t got) {
-          REQUIRE_FALSE(ec);
-          REQUIRE(got == n);
-          self->at += n;
-          if (++self->step < 2 * frames) return self->next();
-          self->done->set_value(stream_result{std::move(self->data), self->conn.stats()});
-          self->conn.close();
-        });
+        conn.async_read(fw::mutable_buffer(data.data() + at, n),
+                        [self = this->shared_from_this(), n](std::error_code ec, std::size_t got) {
+                          REQUIRE_FALSE(ec);
+                          REQUIRE(got == n);
+                          self->at += n;
+                          if (++self->step < 2 * frames) return self->next();
+                          self->done->set_value(stream_result{std::move(self->data), self->conn.stats()});
+                          self->conn.close();
+                        });
       }
     };
     auto r = std::make_shared<reader>();
@@ -332,14 +333,14 @@ TEST_CASE("uring_tcp: received buffers are handed over without a copy and may di
   auto client = std::make_shared<fw::uring_tcp_connection>();  // touched on reactor 1 only
   std::vector<std::byte> never(1);
   h.group.submit_to(1, [&, client] {
-    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port, [&, client](std::error_code ec,
-                                                                                      fw::uring_tcp_connection c) {
-      REQUIRE_FALSE(ec);
-      *client = std::move(c);
-      const fw::const_buffer one[] = {fw::const_buffer(src.data(), 1000)};
-      client->async_write(one, [](std::error_code, std::size_t) {});
-      client->async_read(fw::mutable_buffer(never), [client](std::error_code, std::size_t) {});
-    });
+    h.transport.connect(harness<fw::uring_tcp>::here(), "127.0.0.1", port,
+                        [&, client](std::error_code ec, fw::uring_tcp_connection c) {
+                          REQUIRE_FALSE(ec);
+                          *client = std::move(c);
+                          const fw::const_buffer one[] = {fw::const_buffer(src.data(), 1000)};
+                          client->async_write(one, [](std::error_code, std::size_t) {});
+                          client->async_read(fw::mutable_buffer(never), [client](std::error_code, std::size_t) {});
+                        });
   });
   auto f1 = first.get_future();
   fw::tensor_buffer a = get(f1);
@@ -430,9 +431,8 @@ template <class T>
 std::pair<int, int> loopback_send_buffers(T t) {
   harness<T> h(fw::reactor_mode::adaptive, std::move(t));
   std::promise<int> accepted;
-  const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
-    accepted.set_value(send_buffer_of(c.native_handle()));
-  });
+  const std::uint16_t port =
+      h.serve(0, [&](typename T::connection_type c) { accepted.set_value(send_buffer_of(c.native_handle())); });
   std::promise<int> connected;
   h.group.submit_to(1, [&] {
     h.transport.connect(harness<T>::here(), "127.0.0.1", port, [&](std::error_code ec, typename T::connection_type c) {
@@ -468,8 +468,9 @@ int plain_send_buffer() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_DEFINE("a connection to a peer on this host gets config.local_send_buffer as SO_SNDBUF; 0 leaves autotuning",
-                          T, local_send_buffer) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a connection to a peer on this host gets config.local_send_buffer as SO_SNDBUF; 0 leaves autotuning", T,
+    local_send_buffer) {
   // The kernel caps SO_SNDBUF at net.core.wmem_max and stores twice the value.
   long wmem_max = 0;
   {
@@ -497,8 +498,8 @@ TEST_CASE_TEMPLATE_DEFINE("a connection to a peer on this host gets config.local
 }
 TEST_CASE_TEMPLATE_APPLY(local_send_buffer, tcp_transports);
 
-TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the field and the allowed range",
-                          T, bad_local_send_buffer) {
+TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the field and the allowed range", T,
+                          bad_local_send_buffer) {
   for (std::size_t bad : {std::size_t{1}, std::size_t{4095}, (std::size_t{1} << 30) + 1}) {
     CAPTURE(bad);
     typename T::config cfg;
@@ -508,9 +509,9 @@ TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the
       FAIL("accepted local_send_buffer = ", bad);
     } catch (const std::system_error& e) {
       CHECK(e.code() == fw::errc::invalid_argument);
-      CHECK(std::string(e.what()).rfind(std::string(T::name()) + "::config.local_send_buffer = " +
-                                            std::to_string(bad) + ": must be 0",
-                                        0) == 0);
+      CHECK(std::string(e.what()).rfind(
+                std::string(T::name()) + "::config.local_send_buffer = " + std::to_string(bad) + ": must be 0", 0) ==
+            0);
     }
   }
   for (std::size_t good : {std::size_t{0}, std::size_t{4096}, std::size_t{1} << 30}) {
@@ -521,8 +522,8 @@ TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the
 }
 TEST_CASE_TEMPLATE_APPLY(bad_local_send_buffer, tcp_transports);
 
-TEST_CASE_TEMPLATE_DEFINE("try_read takes bytes that arrived with an earlier read, all or nothing, never past a queued read",
-                          T, try_read) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "try_read takes bytes that arrived with an earlier read, all or nothing, never past a queued read", T, try_read) {
   static_assert(fw::readahead_connection<typename T::connection_type>);
   harness<T> h(fw::reactor_mode::block);
   using conn_t = typename T::connection_type;
@@ -649,10 +650,11 @@ std::pair<spin_side<T>, spin_side<T>> spin_exchange(fw::reactor_mode mode, bool&
     void body() {
       got.assign(len, std::byte{0});
       if (len == 0) return check();
-      conn.async_read(fw::mutable_buffer(got.data(), got.size()), [self = this->shared_from_this()](std::error_code ec, std::size_t) {
-        if (ec) return self->finish(false);
-        self->check();
-      });
+      conn.async_read(fw::mutable_buffer(got.data(), got.size()),
+                      [self = this->shared_from_this()](std::error_code ec, std::size_t) {
+                        if (ec) return self->finish(false);
+                        self->check();
+                      });
     }
     void check() {
       intact = intact && got == (*want)[next];
@@ -698,20 +700,22 @@ std::pair<spin_side<T>, spin_side<T>> spin_exchange(fw::reactor_mode mode, bool&
                                        fw::const_buffer(payload.first(first))};
         conn.async_write(sg, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
         if (first == payload.size()) continue;
-        harness<T>::here().run_after(300us, [self = this->shared_from_this(), rest = payload.subspan(first)](std::error_code) {
-          const fw::const_buffer tail[] = {fw::const_buffer(rest)};
-          self->conn.async_write(tail, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
-        });
+        harness<T>::here().run_after(
+            300us, [self = this->shared_from_this(), rest = payload.subspan(first)](std::error_code) {
+              const fw::const_buffer tail[] = {fw::const_buffer(rest)};
+              self->conn.async_write(tail, [](std::error_code ec, std::size_t) { CHECK_FALSE(ec); });
+            });
       }
-      conn.async_read(fw::mutable_buffer(acks.data(), k), [self = this->shared_from_this(), k](std::error_code ec, std::size_t) {
-        self->next += k;
-        if (ec || self->next == self->payloads->size()) {
-          self->done->set_value({!ec, self->conn.stats()});
-          self->conn.close();
-          return;
-        }
-        self->batch();
-      });
+      conn.async_read(fw::mutable_buffer(acks.data(), k),
+                      [self = this->shared_from_this(), k](std::error_code ec, std::size_t) {
+                        self->next += k;
+                        if (ec || self->next == self->payloads->size()) {
+                          self->done->set_value({!ec, self->conn.stats()});
+                          self->conn.close();
+                          return;
+                        }
+                        self->batch();
+                      });
     }
   };
   h.group.submit_to(1, [&] {
@@ -841,8 +845,8 @@ TEST_CASE_TEMPLATE_APPLY(spin_recv_sleeps, tcp_transports);
 // More connections wait than a spinning reactor reads with plain recvs: the
 // ones it evicts from its watch list must be reported by the engine again
 // (uring_tcp arms their multishot recvs), or they would never get their bytes.
-TEST_CASE_TEMPLATE_DEFINE("connections evicted from a spinning reactor's watch list still get their bytes",
-                          T, spin_evicted) {
+TEST_CASE_TEMPLATE_DEFINE("connections evicted from a spinning reactor's watch list still get their bytes", T,
+                          spin_evicted) {
   using conn_t = typename T::connection_type;
   typename harness<T>::group_t::engine_config engine;
   engine.spin_readers = 2;
@@ -861,9 +865,10 @@ TEST_CASE_TEMPLATE_DEFINE("connections evicted from a spinning reactor's watch l
     r->conn = std::move(c);
     r->got = &got[readers.size()];
     readers.push_back(r);
-    r->conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&r->word), 4), [r](std::error_code ec, std::size_t) {
-      if (!ec) r->got->set_value(r->word);
-    });
+    r->conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&r->word), 4),
+                       [r](std::error_code ec, std::size_t) {
+                         if (!ec) r->got->set_value(r->word);
+                       });
     ++accepted;
   });
   std::vector<std::shared_ptr<conn_t>> clients;
@@ -910,8 +915,8 @@ TEST_CASE_TEMPLATE_APPLY(spin_evicted, tcp_transports);
 // reactor reads it with plain recvs; a write that fills the socket then needs
 // Asio's wait for writability, so the socket must go back to Asio first (and a
 // close while it is out must close it). Both transports run it.
-TEST_CASE_TEMPLATE_DEFINE("a write that fills the socket of a connection read by plain recvs completes",
-                          T, spin_write_fills) {
+TEST_CASE_TEMPLATE_DEFINE("a write that fills the socket of a connection read by plain recvs completes", T,
+                          spin_write_fills) {
   using conn_t = typename T::connection_type;
   harness<T> h(fw::reactor_mode::poll);
   const bool spins = spin_capable(h);
@@ -925,17 +930,18 @@ TEST_CASE_TEMPLATE_DEFINE("a write that fills the socket of a connection read by
     std::promise<std::error_code> written;
     stats_of<T> before_write{};
     void read() {  // small reads first, so the reactor reads the socket with plain recvs
-      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&word), 4),
-                      [self = this->shared_from_this()](std::error_code ec, std::size_t) {
-                        if (ec) return self->written.set_value(ec);
-                        if (++self->seen < pings) return self->read();
-                        self->before_write = self->conn.stats();
-                        const fw::const_buffer one[] = {fw::const_buffer(self->big->data(), self->big->size())};
-                        self->conn.async_write(one, [self](std::error_code e, std::size_t n) {
-                          self->written.set_value(e ? e : n == self->big->size() ? std::error_code()
-                                                                                   : fw::make_error_code(fw::errc::truncated_frame));
-                        });
-                      });
+      conn.async_read(fw::mutable_buffer(reinterpret_cast<std::byte*>(&word), 4), [self = this->shared_from_this()](
+                                                                                      std::error_code ec, std::size_t) {
+        if (ec) return self->written.set_value(ec);
+        if (++self->seen < pings) return self->read();
+        self->before_write = self->conn.stats();
+        const fw::const_buffer one[] = {fw::const_buffer(self->big->data(), self->big->size())};
+        self->conn.async_write(one, [self](std::error_code e, std::size_t n) {
+          self->written.set_value(e                        ? e
+                                  : n == self->big->size() ? std::error_code()
+                                                           : fw::make_error_code(fw::errc::truncated_frame));
+        });
+      });
     }
   };
   auto srv = std::make_shared<server_side>();

@@ -250,13 +250,12 @@ std::pair<std::error_code, std::size_t> connect_and_write(harness<T>& h, std::ui
                                                           std::span<const fw::const_buffer> sg) {
   std::promise<std::pair<std::error_code, std::size_t>> wrote;
   h.group.submit_to(1, [&] {
-    h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
-                        [&](std::error_code ec, typename T::connection_type c) {
-                          REQUIRE_FALSE(ec);
-                          auto conn = std::make_shared<typename T::connection_type>(std::move(c));
-                          conn->async_write(sg,
-                                            [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
-                        });
+    h.transport.connect(
+        harness<T>::here(), suite_traits<T>::host(), port, [&](std::error_code ec, typename T::connection_type c) {
+          REQUIRE_FALSE(ec);
+          auto conn = std::make_shared<typename T::connection_type>(std::move(c));
+          conn->async_write(sg, [&, conn](std::error_code e, std::size_t n) { wrote.set_value({e, n}); });
+        });
   });
   auto f = wrote.get_future();
   return get(f);
@@ -365,8 +364,9 @@ TEST_CASE_TEMPLATE_DEFINE("a scatter-gather write of 10 buffers arrives in order
   CHECK(std::memcmp(body.data(), expected.data() + 32, body.size()) == 0);
 }
 
-TEST_CASE_TEMPLATE_DEFINE("a write of more buffers than one sendmsg takes, to a reader that starts late, arrives whole and in order",
-                          T, suite_many_buffers) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a write of more buffers than one sendmsg takes, to a reader that starts late, arrives whole and in order", T,
+    suite_many_buffers) {
   // 3,000 buffers (IOV_MAX is 1,024) of 1 B .. 2 KiB, 3 MB in all: more than
   // the socket buffers hold before the reader starts, so the writer also waits
   // for room mid-list.
@@ -406,8 +406,9 @@ TEST_CASE_TEMPLATE_DEFINE("a write of more buffers than one sendmsg takes, to a 
 // inline, also not an earlier write's from a later call), and the bytes
 // arrive in order. The second round mixes in a write above uring_tcp's
 // speculative_send (it goes through the ring).
-TEST_CASE_TEMPLATE_DEFINE("writes started back to back in one task reach the kernel at once and complete in order, after it",
-                          T, suite_back_to_back_writes) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "writes started back to back in one task reach the kernel at once and complete in order, after it", T,
+    suite_back_to_back_writes) {
   using conn_t = typename T::connection_type;
   harness<T> h;
   auto server = std::make_shared<conn_t>();
@@ -427,8 +428,8 @@ TEST_CASE_TEMPLATE_DEFINE("writes started back to back in one task reach the ker
     std::promise<void> done;
   };
   unsigned seed = 21;
-  for (const std::vector<std::size_t>& sizes : {std::vector<std::size_t>{1500, 1500, 1500, 1500, 1500},
-                                                std::vector<std::size_t>{1500, 40000, 1500, 1500}}) {
+  for (const std::vector<std::size_t>& sizes :
+       {std::vector<std::size_t>{1500, 1500, 1500, 1500, 1500}, std::vector<std::size_t>{1500, 40000, 1500, 1500}}) {
     CAPTURE(sizes.size());
     const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
     const auto src = pattern(total, ++seed);
@@ -450,7 +451,9 @@ TEST_CASE_TEMPLATE_DEFINE("writes started back to back in one task reach the ker
         client->async_write(one, [rec, i, n_asked = sizes[i], count = sizes.size()](std::error_code ec, std::size_t n) {
           if (rec->in_task) rec->inline_completion = true;
           rec->order.push_back(i);
-          rec->errors.push_back(ec ? ec : n == n_asked ? std::error_code() : fw::make_error_code(fw::errc::truncated_frame));
+          rec->errors.push_back(ec             ? ec
+                                : n == n_asked ? std::error_code()
+                                               : fw::make_error_code(fw::errc::truncated_frame));
           if (rec->order.size() == count) rec->done.set_value();
         });
       }
@@ -744,7 +747,8 @@ TEST_CASE_TEMPLATE_DEFINE("listen errors name the address; closing a listener ca
     }
     return std::string("no error");
   });
-  CHECK(what == std::string(T::name()) + "::listen(" + suite_traits<T>::host() + ":" + std::to_string(port) + "): Address already in use");
+  CHECK(what == std::string(T::name()) + "::listen(" + suite_traits<T>::host() + ":" + std::to_string(port) +
+                    "): Address already in use");
   const auto ec = h.on(0, [&] {
     std::error_code e;
     auto l = h.transport.listen(harness<T>::here(), suite_traits<T>::host(), port, e);
@@ -755,8 +759,8 @@ TEST_CASE_TEMPLATE_DEFINE("listen errors name the address; closing a listener ca
 
   std::promise<std::error_code> cancelled;
   h.group.submit_to(0, [&] {
-    auto l = std::make_shared<typename T::listener_type>(
-        h.transport.listen(harness<T>::here(), suite_traits<T>::host(), 0));
+    auto l =
+        std::make_shared<typename T::listener_type>(h.transport.listen(harness<T>::here(), suite_traits<T>::host(), 0));
     l->async_accept([&, l](std::error_code e, typename T::connection_type c) {
       CHECK_FALSE(c.is_open());
       cancelled.set_value(e);
@@ -775,7 +779,8 @@ TEST_CASE_TEMPLATE_DEFINE("calls off the owning reactor's thread are refused wit
     FAIL("listen from the test thread was accepted");
   } catch (const std::system_error& e) {
     CHECK(e.code() == fw::errc::invalid_argument);
-    CHECK(std::string(e.what()) == prefix + "::listen called off the thread of reactor 0 that owns it: invalid argument");
+    CHECK(std::string(e.what()) ==
+          prefix + "::listen called off the thread of reactor 0 that owns it: invalid argument");
   }
   // A listener made on reactor 0, used from reactor 1.
   auto l = std::make_shared<typename T::listener_type>();
@@ -792,7 +797,8 @@ TEST_CASE_TEMPLATE_DEFINE("calls off the owning reactor's thread are refused wit
   h.on(0, [l] { typename T::listener_type dies_here = std::move(*l); });  // handles die on their reactor
 }
 
-TEST_CASE_TEMPLATE_DEFINE("stopping the group completes pending operations with errc::cancelled" * doctest::timeout(120),
+TEST_CASE_TEMPLATE_DEFINE("stopping the group completes pending operations with errc::cancelled" *
+                              doctest::timeout(120),
                           T, suite_group_stop) {
   std::atomic<int> server_read{0}, client_read{0}, accept_calls{0};
   std::atomic<bool> all_cancelled{true};
@@ -833,7 +839,6 @@ TEST_CASE_TEMPLATE_DEFINE("stopping the group completes pending operations with 
   CHECK(client_read.load() == 1);
   CHECK(all_cancelled.load());
 }
-
 
 namespace {
 
@@ -969,7 +974,7 @@ struct handoff_pair {
   /// carries the fd to reactor `to` (submit_to, as a rendezvous endpoint
   /// would) and adopts it into `*into` (an fd with nowhere to go is closed).
   std::future<released> release(unsigned core, conn_ptr c, unsigned to, conn_ptr into,
-                                 std::function<void(conn_t&)> after = {}, std::function<void()> first = {}) {
+                                std::function<void(conn_t&)> after = {}, std::function<void()> first = {}) {
     auto done = std::make_shared<std::promise<released>>();
     auto f = done->get_future();
     if (into) owned.push_back({to, into});
@@ -1000,8 +1005,8 @@ struct handoff_pair {
   }
 
   harness<T>& h;
-  conn_ptr server = std::make_shared<conn_t>();  // reactor 0
-  conn_ptr client = std::make_shared<conn_t>();  // reactor 1
+  conn_ptr server = std::make_shared<conn_t>();      // reactor 0
+  conn_ptr client = std::make_shared<conn_t>();      // reactor 1
   std::vector<std::pair<unsigned, conn_ptr>> owned;  // (reactor, connection): dropped there
 };
 
@@ -1013,7 +1018,7 @@ struct handoff_pair {
 }
 
 [[maybe_unused]] void check_read(std::future<std::pair<std::error_code, std::vector<std::byte>>>& f,
-                const std::vector<std::byte>& expected) {
+                                 const std::vector<std::byte>& expected) {
   const auto [ec, got] = get(f);
   CHECK_FALSE(ec);
   REQUIRE(got.size() == expected.size());
@@ -1043,9 +1048,11 @@ void exchange_moved(handoff_pair<T>& p, typename handoff_pair<T>::conn_ptr moved
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_DEFINE("a connection released on one reactor and adopted on another goes on where it stopped, "
-                          "byte for byte" * doctest::timeout(300),
-                          T, handoff_moves_on) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a connection released on one reactor and adopted on another goes on where it stopped, "
+    "byte for byte" *
+        doctest::timeout(300),
+    T, handoff_moves_on) {
   harness<T> h;
   handoff_pair<T> p(h);
   // Before the move, on reactor 0: writes each way (one scatter-gather), reads of both kinds.
@@ -1110,9 +1117,10 @@ TEST_CASE_TEMPLATE_DEFINE("a connection released on one reactor and adopted on a
   check_read(rd2, d2);
 }
 
-TEST_CASE_TEMPLATE_DEFINE("a release with bytes read ahead but not consumed closes the socket and fails with "
-                          "errc::invalid_argument",
-                          T, handoff_read_ahead) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a release with bytes read ahead but not consumed closes the socket and fails with "
+    "errc::invalid_argument",
+    T, handoff_read_ahead) {
   harness<T> h;
   handoff_pair<T> p(h);
   const auto hundred = pattern(100, 12);
@@ -1135,9 +1143,10 @@ TEST_CASE_TEMPLATE_DEFINE("a release with bytes read ahead but not consumed clos
   CHECK((ec == fw::errc::connection_closed || ec == fw::errc::connection_reset));
 }
 
-TEST_CASE_TEMPLATE_DEFINE("a release completes pending reads with errc::cancelled first, then hands out a socket "
-                          "that reads on",
-                          T, handoff_pending_reads) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a release completes pending reads with errc::cancelled first, then hands out a socket "
+    "that reads on",
+    T, handoff_pending_reads) {
   // A small pending read (asio_tcp: into the chunk; uring_tcp: the multishot
   // recv) and a large one (a receive straight into the destination).
   for (std::size_t pending : {std::size_t{10}, std::size_t{1} << 20}) {
@@ -1180,9 +1189,10 @@ TEST_CASE_TEMPLATE_DEFINE("a release completes pending reads with errc::cancelle
   }
 }
 
-TEST_CASE_TEMPLATE_DEFINE("a second release, or one on a closed connection, fails with errc::connection_closed; close() "
-                          "during a release cancels it and closes the socket",
-                          T, handoff_second_release) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "a second release, or one on a closed connection, fails with errc::connection_closed; close() "
+    "during a release cancels it and closes the socket",
+    T, handoff_second_release) {
   using conn_t = typename T::connection_type;
   using released = typename handoff_pair<T>::released;
   harness<T> h;
@@ -1287,9 +1297,10 @@ TEST_CASE_TEMPLATE_DEFINE("a release that cuts a write in half closes the socket
   CHECK(r.fd == -1);
 }
 
-TEST_CASE_TEMPLATE_DEFINE("adopt takes only a connected TCP socket, closes anything else, and runs only on its "
-                          "reactor's thread",
-                          T, handoff_adopt) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "adopt takes only a connected TCP socket, closes anything else, and runs only on its "
+    "reactor's thread",
+    T, handoff_adopt) {
   harness<T> h;
   struct attempt {
     std::error_code ec;

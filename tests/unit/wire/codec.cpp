@@ -115,10 +115,8 @@ TEST_CASE("decode_frame checks the meta before waiting for the payload") {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(frame.data(), wire::header_size));
   wire::decoded_frame f;
   CHECK(wire::decode_frame(frame, {}, f) == errc::malformed_frame);
-  CHECK(wire::decode_frame(std::span(frame).first(wire::header_size + h.meta_len), {}, f) ==
-        errc::malformed_frame);
-  CHECK(wire::decode_frame(std::span(frame).first(wire::header_size + h.meta_len - 1), {}, f) ==
-        errc::truncated_frame);
+  CHECK(wire::decode_frame(std::span(frame).first(wire::header_size + h.meta_len), {}, f) == errc::malformed_frame);
+  CHECK(wire::decode_frame(std::span(frame).first(wire::header_size + h.meta_len - 1), {}, f) == errc::truncated_frame);
 }
 
 TEST_CASE("a 1 TB payload claim is frame_too_large even though no payload follows") {
@@ -139,8 +137,8 @@ TEST_CASE("a ping frame has exactly these bytes") {
   wire::frame_header h;
   h.request_id = 0x0807060504030201ull;
   REQUIRE(wire::encode_prefix(wire::ping_meta{.timestamp = 0x1122}, h, out, ec) == 40);
-  CHECK(out == hex({'F', 'W', 'I', 'R', 1, 0x22, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 0, 0, 0, 0, 0, 0,
-                    0, 0, 0, 0, 0, 0, 0, 0, 0x22, 0x11, 0, 0, 0, 0, 0, 0}));
+  CHECK(out == hex({'F', 'W', 'I', 'R', 1, 0x22, 0, 0, 1, 2, 3, 4, 5,    6,    7, 8, 8, 0, 0, 0,
+                    0,   0,   0,   0,   0, 0,    0, 0, 0, 0, 0, 0, 0x22, 0x11, 0, 0, 0, 0, 0, 0}));
 }
 
 TEST_CASE("encode_prefix takes type and meta_len from the meta and refuses bad headers") {

@@ -64,14 +64,14 @@ TEST_CASE("every dtype and every rank up to 8 round-trips") {
 TEST_CASE("read_descriptor rejects what the core would not accept, and leaves the output alone") {
   const tensor_descriptor sentinel = tensor_descriptor::make(dtype::int8, {5});
   tensor_descriptor out = sentinel;
-  CHECK(read(hex({0, 0}), out) == errc::malformed_frame);                       // dtype::invalid
-  CHECK(read(hex({12, 0}), out) == errc::malformed_frame);                      // no such dtype
+  CHECK(read(hex({0, 0}), out) == errc::malformed_frame);   // dtype::invalid
+  CHECK(read(hex({12, 0}), out) == errc::malformed_frame);  // no such dtype
   CHECK(read(hex({1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), out) == errc::malformed_frame);  // -1
   CHECK(read(hex({1, 2, 0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x40}), out) ==
-        errc::malformed_frame);                                                   // 2^62 * 2^62 elements
-  CHECK(read(hex({1, 1, 0, 0, 0}), out) == errc::malformed_frame);              // ends inside a dimension
-  CHECK(read(hex({1}), out) == errc::malformed_frame);                          // ends before the rank
-  CHECK(read(hex({1, 9}), out) == errc::frame_too_large);                       // rank above 8
+        errc::malformed_frame);                                     // 2^62 * 2^62 elements
+  CHECK(read(hex({1, 1, 0, 0, 0}), out) == errc::malformed_frame);  // ends inside a dimension
+  CHECK(read(hex({1}), out) == errc::malformed_frame);              // ends before the rank
+  CHECK(read(hex({1, 9}), out) == errc::frame_too_large);           // rank above 8
   wire::limits lim;
   lim.max_rank = 1;
   CHECK(read(write(tensor_descriptor::make(dtype::int8, {1, 1})), out, lim) == errc::frame_too_large);

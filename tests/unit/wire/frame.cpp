@@ -52,14 +52,14 @@ wire::limits roomy() {
 TEST_CASE("the header has one fixed little-endian layout") {
   static_assert(wire::header_size == 32);
   const header_bytes encoded = wire::encode_header(sample_header());
-  CHECK(encoded == hex({'F', 'W', 'I', 'R',                                   // magic
-                        0x01,                                                 // version
-                        0x10,                                                 // type: tensor
-                        0x01, 0x01,                                           // flags
-                        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,       // request id
-                        0x0d, 0x0c, 0x0b, 0x0a,                               // meta_len
-                        0x00, 0x00, 0x00, 0x00,                               // reserved
-                        0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11}));    // payload_len
+  CHECK(encoded == hex({'F',  'W',  'I',  'R',                              // magic
+                        0x01,                                               // version
+                        0x10,                                               // type: tensor
+                        0x01, 0x01,                                         // flags
+                        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,     // request id
+                        0x0d, 0x0c, 0x0b, 0x0a,                             // meta_len
+                        0x00, 0x00, 0x00, 0x00,                             // reserved
+                        0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11}));  // payload_len
 }
 
 TEST_CASE("a header decodes to what was encoded") {
@@ -243,7 +243,8 @@ TEST_CASE("limits::validate names the bad field and what is allowed") {
   CHECK(message(lim) == "wire::limits::max_rank = 9 is not allowed; at most 8: invalid argument");
   lim = {};
   lim.max_payload_bytes = ~0ull;
-  CHECK(message(lim) == "wire::limits::max_payload_bytes = 18446744073709551615 is not allowed; at most 2^62: invalid argument");
+  CHECK(message(lim) ==
+        "wire::limits::max_payload_bytes = 18446744073709551615 is not allowed; at most 2^62: invalid argument");
   lim = {};
   lim.max_entries = 0;
   CHECK(message(lim) == "wire::limits::max_entries = 0 is not allowed; at least 1: invalid argument");

@@ -42,11 +42,11 @@ bytes copy(const wire::fused_meta& m) { return {m.bytes().begin(), m.bytes().end
 
 // A fused meta with entries "a" float32[2] (8 bytes) and "bc" int8[3] (3 bytes).
 bytes two_entries() {
-  return hex({2, 0, 0, 0,                             // count
-              1, 0, 'a', 1, 1, 2, 0, 0, 0, 0, 0, 0, 0,  // key, float32, rank 1, dim 2
-              8, 0, 0, 0, 0, 0, 0, 0,                 // size 8
+  return hex({2, 0, 0,   0,                                  // count
+              1, 0, 'a', 1,   1, 2, 0, 0, 0, 0, 0, 0, 0,     // key, float32, rank 1, dim 2
+              8, 0, 0,   0,   0, 0, 0, 0,                    // size 8
               2, 0, 'b', 'c', 6, 1, 3, 0, 0, 0, 0, 0, 0, 0,  // key, int8, rank 1, dim 3
-              3, 0, 0, 0, 0, 0, 0, 0});               // size 3
+              3, 0, 0,   0,   0, 0, 0, 0});                  // size 3
 }
 
 }  // namespace
@@ -57,7 +57,8 @@ TEST_CASE("fused_builder writes the documented layout and keeps the count curren
   CHECK(builder.empty());
   REQUIRE(builder.append("a", tensor_descriptor::make(dtype::float32, {2})) == std::error_code{});
   CHECK(builder.size() == 1);
-  CHECK(copy(builder.meta()).size() == 4 + wire::fused_builder::entry_size("a", tensor_descriptor::make(dtype::float32, {2})));
+  CHECK(copy(builder.meta()).size() ==
+        4 + wire::fused_builder::entry_size("a", tensor_descriptor::make(dtype::float32, {2})));
   REQUIRE(builder.append("bc", tensor_descriptor::make(dtype::int8, {3})) == std::error_code{});
   CHECK(copy(builder.meta()) == two_entries());
   CHECK(builder.payload_size() == 11);
@@ -173,7 +174,7 @@ TEST_CASE("a fused entry with a bad descriptor is malformed_frame, rank 1 and hi
     CHECK(decode(one(1, dims, 13), 13, m) == errc::malformed_frame);     // size is not 4 x 3
     CHECK(decode(one(1, dims, 0), 0, m) == errc::malformed_frame);
   }
-  CHECK(decode(one(1, {-3}, 0), 0, m) == errc::malformed_frame);                     // negative
+  CHECK(decode(one(1, {-3}, 0), 0, m) == errc::malformed_frame);  // negative
   {
     // A negative dimension whose byte size, read as unsigned, is the claimed
     // size (decode_meta's payload limit would refuse that size later anyway):
@@ -233,7 +234,8 @@ TEST_CASE("fused_builder says frame_too_large when the frame is full and invalid
   CHECK(builder.size() == 1);
 
   CHECK(builder.append("big", tensor_descriptor::make(dtype::float32, {8})) == errc::frame_too_large);  // 16 + 32 > 40
-  CHECK(builder.append("huge", tensor_descriptor::make(dtype::float32, {11})) == errc::invalid_argument);  // 44 > 40 alone
+  CHECK(builder.append("huge", tensor_descriptor::make(dtype::float32, {11})) ==
+        errc::invalid_argument);  // 44 > 40 alone
   CHECK(builder.append("a-very-long-key", f4) == errc::invalid_argument);
   tensor_descriptor bad;
   CHECK(builder.append("bad", bad) == errc::invalid_argument);

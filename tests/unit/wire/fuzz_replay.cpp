@@ -57,10 +57,18 @@ TEST_CASE("the fuzz target holds on seeded random mutations") {
     for (int e = 0; e < edits && !input.empty(); ++e) {
       const std::size_t at = rng() % input.size();
       switch (rng() % 4) {
-        case 0: input[at] = static_cast<std::byte>(rng()); break;
-        case 1: input.erase(input.begin() + static_cast<std::ptrdiff_t>(at)); break;
-        case 2: input.insert(input.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(rng())); break;
-        default: input[at] = std::byte{0xff}; break;
+        case 0:
+          input[at] = static_cast<std::byte>(rng());
+          break;
+        case 1:
+          input.erase(input.begin() + static_cast<std::ptrdiff_t>(at));
+          break;
+        case 2:
+          input.insert(input.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(rng()));
+          break;
+        default:
+          input[at] = std::byte{0xff};
+          break;
       }
     }
     run(input);

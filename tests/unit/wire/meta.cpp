@@ -78,8 +78,8 @@ TEST_CASE("hello round-trips and has a fixed layout") {
   m.incarnation = 0x1112131415161718ull;
   m.features = 0x21;
   check_round_trip(m);
-  CHECK(enc(m) == hex({1, 1, 3, 0, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
-                       0x21, 0, 0, 0, 0, 0, 0, 0, 2, 0, 'p', 's'}));
+  CHECK(enc(m) == hex({1,    1,    3,    0, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13,
+                       0x12, 0x11, 0x21, 0, 0, 0, 0, 0, 0,    0,    2,    0,    'p',  's'}));
 }
 
 TEST_CASE("hello: job names above the limit, versions the wrong way round, wrong headers") {
@@ -170,8 +170,8 @@ TEST_CASE("tensor meta: key, descriptor and segment sizes round-trip") {
   CHECK(enc(m) == [] {
     bytes b = hex({8, 0});
     for (char c : std::string("w/part_0")) b.push_back(static_cast<std::byte>(c));
-    for (int x : {2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0}) {
+    for (int x : {2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0,  0, 0, 3, 0, 0, 0, 16,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0}) {
       b.push_back(static_cast<std::byte>(x));
     }
     return b;
@@ -182,8 +182,7 @@ TEST_CASE("tensor meta: key, descriptor and segment sizes round-trip") {
   REQUIRE(dec(meta, out, 48) == std::error_code{});
   CHECK(out.segments.size() == 3);
   CHECK(out.segments[2] == 32);
-  CHECK(std::vector<std::uint64_t>(out.segments.begin(), out.segments.end()) ==
-        std::vector<std::uint64_t>{16, 0, 32});
+  CHECK(std::vector<std::uint64_t>(out.segments.begin(), out.segments.end()) == std::vector<std::uint64_t>{16, 0, 32});
 }
 
 TEST_CASE("tensor meta from scatter-gather buffers encodes their sizes") {
@@ -295,10 +294,16 @@ TEST_CASE("chunk meta round-trips and is checked against the header and limits")
     return dec(enc(c), out, 1000);
   };
   CHECK(with([](wire::chunk_meta& c) { c.index = 4; }) == errc::malformed_frame);
-  CHECK(with([](wire::chunk_meta& c) { c.count = 0; c.index = 0; }) == errc::malformed_frame);
+  CHECK(with([](wire::chunk_meta& c) {
+          c.count = 0;
+          c.index = 0;
+        }) == errc::malformed_frame);
   CHECK(with([](wire::chunk_meta& c) { c.offset = 4001; }) == errc::malformed_frame);
   CHECK(with([](wire::chunk_meta& c) { c.offset = ~0ull; }) == errc::malformed_frame);
-  CHECK(with([](wire::chunk_meta& c) { c.total_len = 4004; c.offset = 0; }) == errc::malformed_frame);
+  CHECK(with([](wire::chunk_meta& c) {
+          c.total_len = 4004;
+          c.offset = 0;
+        }) == errc::malformed_frame);
   CHECK(with([](wire::chunk_meta& c) { c.count = (1u << 20) + 1; }) == errc::frame_too_large);
   CHECK(with([](wire::chunk_meta& c) {
           c.total_len = 1ull << 40;

@@ -88,8 +88,8 @@ inline void executor::do_send(std::size_t n, std::size_t tag, instance& in) {
   for (const auto& v : in.data) {
     if (!v.dead && v.value.shape.size() > max_rank) {
       fail(errc::invalid_argument, "node " + graph_.describe(n) + " cannot send a tensor of rank " +
-                                       std::to_string(v.value.shape.size()) + " (at most " +
-                                       std::to_string(max_rank) + ")");
+                                       std::to_string(v.value.shape.size()) + " (at most " + std::to_string(max_rank) +
+                                       ")");
       return;
     }
     p.push_back(v.dead ? message_entry::token(true) : message_entry::of(v.value));
@@ -104,21 +104,46 @@ inline void executor::compute(std::size_t n, instance& in, edge_values& outs) {
   const auto& c = nodes_[n];
   auto& d = in.data;
   switch (c.kind) {
-    case op_kind::constant: outs[0].value = c.value; break;
-    case op_kind::placeholder: outs[0].value = feeds_->find(graph_.node(n).name)->second; break;
-    case op_kind::identity: case op_kind::loop_cond: case op_kind::enter: case op_kind::exit:
-    case op_kind::next_iteration: outs[0] = std::move(d[0]); break;
-    case op_kind::add: outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a + b; }); break;
-    case op_kind::sub: outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a - b; }); break;
-    case op_kind::mul: outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a * b; }); break;
+    case op_kind::constant:
+      outs[0].value = c.value;
+      break;
+    case op_kind::placeholder:
+      outs[0].value = feeds_->find(graph_.node(n).name)->second;
+      break;
+    case op_kind::identity:
+    case op_kind::loop_cond:
+    case op_kind::enter:
+    case op_kind::exit:
+    case op_kind::next_iteration:
+      outs[0] = std::move(d[0]);
+      break;
+    case op_kind::add:
+      outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a + b; });
+      break;
+    case op_kind::sub:
+      outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a - b; });
+      break;
+    case op_kind::mul:
+      outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a * b; });
+      break;
     case op_kind::less:
       outs[0].value = detail::elementwise(d[0].value, d[1].value, [](float a, float b) { return a < b ? 1.0f : 0.0f; });
       break;
-    case op_kind::matmul: outs[0].value = detail::matmul(d[0].value, d[1].value); break;
-    case op_kind::gather: outs[0].value = detail::gather(d[0].value, d[1].value); break;
-    case op_kind::concat: outs[0].value = detail::concat(d, c.axis); break;
-    case op_kind::variable: outs[0].value = variables_.at(n); break;
-    case op_kind::assign: case op_kind::assign_add: case op_kind::assign_sub: {
+    case op_kind::matmul:
+      outs[0].value = detail::matmul(d[0].value, d[1].value);
+      break;
+    case op_kind::gather:
+      outs[0].value = detail::gather(d[0].value, d[1].value);
+      break;
+    case op_kind::concat:
+      outs[0].value = detail::concat(d, c.axis);
+      break;
+    case op_kind::variable:
+      outs[0].value = variables_.at(n);
+      break;
+    case op_kind::assign:
+    case op_kind::assign_add:
+    case op_kind::assign_sub: {
       auto& var = variables_.at(c.variable);
       const auto& v = d[1].value;
       detail::need(v.shape == var.shape, "cannot assign a value of shape " + tensor::shape_string(v.shape) +
@@ -129,7 +154,8 @@ inline void executor::compute(std::size_t n, instance& in, edge_values& outs) {
       outs[0].value = var;
       break;
     }
-    case op_kind::no_op: break;
+    case op_kind::no_op:
+      break;
     case op_kind::switch_: {
       detail::need(d[1].value.values.size() == 1,
                    "predicate must hold one value, got shape " + tensor::shape_string(d[1].value.shape));
@@ -138,7 +164,8 @@ inline void executor::compute(std::size_t n, instance& in, edge_values& outs) {
       outs[taken ? 0 : 1].dead = true;
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -149,8 +176,8 @@ inline std::optional<std::string> executor::spec_mismatch(std::size_t n, std::si
   bool ok = s.type == dtype::float32 && s.shape.size() == t.shape.size();
   for (std::size_t k = 0; ok && k < t.shape.size(); ++k) ok = s.shape[k] < 0 || s.shape[k] == t.shape[k];
   if (ok) return std::nullopt;
-  return " output " + std::to_string(port) + " is float32" + tensor::shape_string(t.shape) +
-         " but its spec says " + s.to_string();
+  return " output " + std::to_string(port) + " is float32" + tensor::shape_string(t.shape) + " but its spec says " +
+         s.to_string();
 }
 
 }  // namespace graph

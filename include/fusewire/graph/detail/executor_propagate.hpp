@@ -52,7 +52,9 @@ inline void executor::finish(std::size_t n, std::size_t tag, edge_values outs, b
           deliver(l, next, std::move(v));
         }
         break;
-      default: deliver(l, tag, std::move(v)); break;
+      default:
+        deliver(l, tag, std::move(v));
+        break;
     }
     if (failed()) return;
   }
@@ -62,8 +64,8 @@ inline std::size_t executor::advance(std::size_t tag) {
   const auto t = tags_[tag];
   const auto iter = t.iter + 1;
   if (iter > opts_.max_iterations) {
-    fail(errc::invalid_argument, graph_.describe_frame(t.frame) + " ran more than " +
-                                     std::to_string(opts_.max_iterations) + " iterations");
+    fail(errc::invalid_argument,
+         graph_.describe_frame(t.frame) + " ran more than " + std::to_string(opts_.max_iterations) + " iterations");
     return tag;
   }
   auto& fs = frames_[{t.parent, t.frame}];
@@ -93,7 +95,7 @@ inline void executor::deliver(const out_link& l, std::size_t tag, edge_value v) 
       return;
     }
     ++in.dead_inputs;
-    const std::size_t expected = c.back_inputs == 0 ? c.forward_inputs
+    const std::size_t expected = c.back_inputs == 0     ? c.forward_inputs
                                  : tags_[tag].iter == 0 ? c.forward_inputs
                                                         : c.back_inputs;
     if (in.dead_inputs >= expected) {
@@ -104,9 +106,8 @@ inline void executor::deliver(const out_link& l, std::size_t tag, edge_value v) 
   }
   const bool twice = l.port < 0 ? in.control[l.slot] >= 0 : in.have[l.slot] != 0;
   if (twice) {
-    fail(errc::invalid_graph, "node " + graph_.describe(l.dst) + " got its " +
-                                  (l.port < 0 ? "control" : "data") + " input " + std::to_string(l.slot) +
-                                  " twice in " + tag_text(tag));
+    fail(errc::invalid_graph, "node " + graph_.describe(l.dst) + " got its " + (l.port < 0 ? "control" : "data") +
+                                  " input " + std::to_string(l.slot) + " twice in " + tag_text(tag));
     return;
   }
   in.dead = in.dead || v.dead;

@@ -39,15 +39,14 @@ inline std::uint64_t fnv1a64(std::string_view s) noexcept {
 
 inline void executor::start(send_fn send, recv_fn recv, std::uint64_t step, const feed_map& feeds,
                             const std::vector<std::string>& fetches) {
-  if (running_ && !done_)
-    throw_error(errc::invalid_argument, "step " + std::to_string(step_) + " is still running");
+  if (running_ && !done_) throw_error(errc::invalid_argument, "step " + std::to_string(step_) + " is still running");
   for (const auto& [name, value] : feeds) {
     auto i = graph_.find(name);
     if (!i || nodes_[*i].kind != op_kind::placeholder)
       throw_error(errc::invalid_argument, "feed " + util::quoted(name) + " names no Placeholder in this graph");
     if (auto bad = spec_mismatch(*i, 0, value))
-      throw_error(errc::invalid_argument, "feed " + util::quoted(name) + " does not fit: Placeholder " +
-                                              graph_.describe(*i) + *bad);
+      throw_error(errc::invalid_argument,
+                  "feed " + util::quoted(name) + " does not fit: Placeholder " + graph_.describe(*i) + *bad);
   }
   for (std::size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].kind == op_kind::placeholder && !feeds.count(graph_.node(i).name))
@@ -70,7 +69,8 @@ inline void executor::start(send_fn send, recv_fn recv, std::uint64_t step, cons
   step_ = step;
   feeds_ = &feeds;
   fetches_.clear();
-  for (std::size_t k = 0; k < fetches.size(); ++k) fetches_.push_back({fetch_ports[k].first, fetch_ports[k].second, fetches[k]});
+  for (std::size_t k = 0; k < fetches.size(); ++k)
+    fetches_.push_back({fetch_ports[k].first, fetch_ports[k].second, fetches[k]});
   results_.clear();
   instances_.clear();
   frames_.clear();
@@ -134,8 +134,8 @@ inline std::size_t executor::drain_inbox() {
     if (failed()) continue;
     const auto& c = nodes_[a.node];
     if (a.ec) {
-      fail(a.ec, "receive of " + full_key(c, a.tag) + " by node " + graph_.describe(a.node) +
-                     " failed: " + a.ec.message());
+      fail(a.ec,
+           "receive of " + full_key(c, a.tag) + " by node " + graph_.describe(a.node) + " failed: " + a.ec.message());
       continue;
     }
     if (a.values.size() != c.entries) {

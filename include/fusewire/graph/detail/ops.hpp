@@ -20,14 +20,11 @@ inline bool is_recv(std::string_view op) { return op == "_Recv"; }
 inline bool is_variable(std::string_view op) { return op == "Variable" || op == "VariableV2"; }
 
 /// Ops whose input 0 is a variable they update in place (must be colocated).
-inline bool writes_variable(std::string_view op) {
-  return op == "Assign" || op == "AssignAdd" || op == "AssignSub";
-}
+inline bool writes_variable(std::string_view op) { return op == "Assign" || op == "AssignAdd" || op == "AssignSub"; }
 
 /// Enter, Exit, Merge, Switch, NextIteration, LoopCond: the nodes that make a loop.
 inline bool is_frame_control(std::string_view op) {
-  return is_enter(op) || is_exit(op) || is_merge(op) || is_switch(op) ||
-         is_next_iteration(op) || is_loop_cond(op);
+  return is_enter(op) || is_exit(op) || is_merge(op) || is_switch(op) || is_next_iteration(op) || is_loop_cond(op);
 }
 
 /// Ops the partitioner generates; user graphs may not contain them.
@@ -38,10 +35,9 @@ inline int fixed_output_count(std::string_view op) {
   if (is_switch(op) || is_merge(op)) return 2;
   if (op == "NoOp" || is_send(op)) return 0;
   if (is_recv(op)) return -2;  // from the node's "entries" attribute
-  if (op == "Const" || op == "Placeholder" || op == "Identity" || is_variable(op) ||
-      writes_variable(op) || is_enter(op) || is_exit(op) || is_next_iteration(op) ||
-      is_loop_cond(op) || op == "Add" || op == "Sub" || op == "Mul" || op == "MatMul" ||
-      op == "Less" || op == "Gather" || op == "Concat")
+  if (op == "Const" || op == "Placeholder" || op == "Identity" || is_variable(op) || writes_variable(op) ||
+      is_enter(op) || is_exit(op) || is_next_iteration(op) || is_loop_cond(op) || op == "Add" || op == "Sub" ||
+      op == "Mul" || op == "MatMul" || op == "Less" || op == "Gather" || op == "Concat")
     return 1;
   return -1;
 }

@@ -50,10 +50,10 @@ class partition_input : public partition_state {
       if (writes_variable(nd.op) && g.data_input_count(i) > 0) {
         const auto& e = g.edges()[g.in_edges(i)[0]];
         if (g.task_of(e.src) != g.task_of(i))
-          return failure{errc::invalid_graph,
-                         "node " + g.describe(i) + " is on " + g.tasks()[g.task_of(i)].to_string() +
-                             " but the variable it writes, " + g.describe(e.src) + ", is on " +
-                             g.tasks()[g.task_of(e.src)].to_string() + "; they must share a task"};
+          return failure{errc::invalid_graph, "node " + g.describe(i) + " is on " +
+                                                  g.tasks()[g.task_of(i)].to_string() +
+                                                  " but the variable it writes, " + g.describe(e.src) + ", is on " +
+                                                  g.tasks()[g.task_of(e.src)].to_string() + "; they must share a task"};
       }
     }
     if (opts_.mode == partition_mode::star_server_lite && g.has_loops()) {

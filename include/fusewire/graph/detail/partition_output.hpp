@@ -98,8 +98,7 @@ class partition_output : public partition_cycles {
       pm.frame = wm.frame == 0 ? std::string() : g.frames()[wm.frame].name;
       pm.round = wm.round;
       pm.fallback = wm.fallback;
-      pm.key = task_name(pm.src) + "/device:CPU:0;0000000000000001;" + task_name(pm.dst) + "/device:CPU:0;" +
-               pm.name;
+      pm.key = task_name(pm.src) + "/device:CPU:0;0000000000000001;" + task_name(pm.dst) + "/device:CPU:0;" + pm.name;
       for (auto t : wm.transfers) {
         const auto& tr = transfers_[t];
         plan_entry e;

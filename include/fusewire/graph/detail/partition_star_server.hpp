@@ -116,8 +116,7 @@ class star_server_planner : public send_recv_planner {
         auto call = call_for(tr.src_task, tr.dst_task, tr.frame, single ? 0 : r);
         attach(t, calls_[call].request);
       } else if (src_server && !dst_server) {
-        auto call =
-            call_for(tr.dst_task, tr.src_task, tr.frame, single ? 0 : rounds[tr.src][server_slot[tr.src_task]]);
+        auto call = call_for(tr.dst_task, tr.src_task, tr.frame, single ? 0 : rounds[tr.src][server_slot[tr.src_task]]);
         attach(t, calls_[call].response);
       } else {
         plain.push_back(t);
@@ -125,9 +124,7 @@ class star_server_planner : public send_recv_planner {
     }
     group_sends(plain, true);
     if (single) return;
-    finish_calls([&](std::size_t i) -> std::optional<std::size_t> {
-      return rounds[i][server_slot[g.task_of(i)]];
-    });
+    finish_calls([&](std::size_t i) -> std::optional<std::size_t> { return rounds[i][server_slot[g.task_of(i)]]; });
   }
 };
 

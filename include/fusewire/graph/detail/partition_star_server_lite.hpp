@@ -80,8 +80,7 @@ class star_server_lite_planner : public star_server_planner {
           for (auto m : it->second)
             for (auto ei : g.in_edges(m)) {
               auto src = g.edges()[ei].src;
-              ok = ok && (find(src) == root ||
-                          (ready[src] && (wave_of[src] != wave || g.task_of(src) == task)));
+              ok = ok && (find(src) == root || (ready[src] && (wave_of[src] != wave || g.task_of(src) == task)));
             }
           if (!ok) {
             ++it;
@@ -140,11 +139,9 @@ class star_server_lite_planner : public star_server_planner {
     for (std::size_t k = 0; k < members.size() && k < 3; ++k) names.push_back(util::quoted(g.node(members[k]).name));
     if (members.size() > 3) names.push_back("...");
     std::string text = "star_server_lite cannot merge the ps graphs: the part of " +
-                       g.tasks()[g.task_of(members.front())].to_string() + " holding " + join(names, ", ") +
-                       " needs " + util::quoted(g.node(blocker).name) + " from " +
-                       g.tasks()[g.task_of(blocker)].to_string();
-    text += seen[blocker] ? ", which is computed from that part's own outputs"
-                          : ", which never becomes ready";
+                       g.tasks()[g.task_of(members.front())].to_string() + " holding " + join(names, ", ") + " needs " +
+                       util::quoted(g.node(blocker).name) + " from " + g.tasks()[g.task_of(blocker)].to_string();
+    text += seen[blocker] ? ", which is computed from that part's own outputs" : ", which never becomes ready";
     text += "; use star_server, which splits such chains into rounds";
     return failure{errc::graph_cycle, text};
   }

@@ -86,8 +86,8 @@ class partition_state {
     return v;
   }
 
-  std::size_t new_message(message_kind kind, std::size_t src, std::size_t dst, std::size_t frame,
-                          std::size_t round, bool fallback) {
+  std::size_t new_message(message_kind kind, std::size_t src, std::size_t dst, std::size_t frame, std::size_t round,
+                          bool fallback) {
     work_message m;
     m.kind = kind;
     m.src_task = src;

@@ -37,9 +37,9 @@ inline std::optional<std::string> placed_graph::infer_frames(bool strict) {
         in_frame = f;
         via = e.src;
       } else if (*in_frame != f) {
-        return "node " + util::quoted(nd.name) + " mixes inputs from " + describe_frame(*in_frame) +
-               " (via " + util::quoted(def_.nodes[via].name) + ") and " + describe_frame(f) +
-               " (via " + util::quoted(def_.nodes[e.src].name) + ")";
+        return "node " + util::quoted(nd.name) + " mixes inputs from " + describe_frame(*in_frame) + " (via " +
+               util::quoted(def_.nodes[via].name) + ") and " + describe_frame(f) + " (via " +
+               util::quoted(def_.nodes[e.src].name) + ")";
       }
     }
     if (detail::is_merge(nd.op) && !in_frame)
@@ -50,8 +50,7 @@ inline std::optional<std::string> placed_graph::infer_frames(bool strict) {
     out_frame_[i] = f;
     if (detail::is_enter(nd.op)) {
       const auto* name = nd.attr<std::string>("frame_name");
-      if (!name || name->empty())
-        return "node " + util::quoted(nd.name) + " (Enter) has no \"frame_name\" attribute";
+      if (!name || name->empty()) return "node " + util::quoted(nd.name) + " (Enter) has no \"frame_name\" attribute";
       auto [it, fresh] = frame_index.emplace(*name, frames_.size());
       if (fresh) {
         frame_info fi;
@@ -61,10 +60,9 @@ inline std::optional<std::string> placed_graph::infer_frames(bool strict) {
         frames_.push_back(std::move(fi));
         frame_entered_by.push_back(i);
       } else if (frames_[it->second].parent != f) {
-        return "frame " + util::quoted(*name) + " is entered from " +
-               describe_frame(frames_[it->second].parent) + " by " +
-               util::quoted(def_.nodes[frame_entered_by[it->second]].name) + " and from " +
-               describe_frame(f) + " by " + util::quoted(nd.name);
+        return "frame " + util::quoted(*name) + " is entered from " + describe_frame(frames_[it->second].parent) +
+               " by " + util::quoted(def_.nodes[frame_entered_by[it->second]].name) + " and from " + describe_frame(f) +
+               " by " + util::quoted(nd.name);
       }
       frame_[i] = it->second;
       out_frame_[i] = it->second;
@@ -76,9 +74,9 @@ inline std::optional<std::string> placed_graph::infer_frames(bool strict) {
   for (const auto& e : edges_) {
     if (!is_back_edge(e)) continue;
     if (out_frame_[e.src] != frame_[e.dst])
-      return "node " + util::quoted(def_.nodes[e.dst].name) + " (Merge) is in " +
-             describe_frame(frame_[e.dst]) + " but its NextIteration " +
-             util::quoted(def_.nodes[e.src].name) + " is in " + describe_frame(out_frame_[e.src]);
+      return "node " + util::quoted(def_.nodes[e.dst].name) + " (Merge) is in " + describe_frame(frame_[e.dst]) +
+             " but its NextIteration " + util::quoted(def_.nodes[e.src].name) + " is in " +
+             describe_frame(out_frame_[e.src]);
   }
   for (std::size_t i = 0; i < n; ++i) {
     auto& fr = frames_[frame_[i]];

@@ -47,8 +47,8 @@ inline std::optional<std::string> placed_graph::index_nodes() {
              ": a name is a letter, digit, '.' or '_' followed by letters, digits and \"_.-/>\"";
     auto [it, fresh] = index_.emplace(nd.name, i);
     if (!fresh)
-      return "duplicate node name " + util::quoted(nd.name) + " (nodes " +
-             std::to_string(it->second) + " and " + std::to_string(i) + ")";
+      return "duplicate node name " + util::quoted(nd.name) + " (nodes " + std::to_string(it->second) + " and " +
+             std::to_string(i) + ")";
     if (nd.op.empty()) return "node " + util::quoted(nd.name) + " has no op";
     task_id t;
     if (nd.device.empty()) return "node " + util::quoted(nd.name) + " is not placed on a task";
@@ -56,8 +56,8 @@ inline std::optional<std::string> placed_graph::index_nodes() {
       return "node " + util::quoted(nd.name) + ": bad device " + util::quoted(nd.device) + ": " + *why;
     auto pos = std::find(def_.tasks.begin(), def_.tasks.end(), t);
     if (pos == def_.tasks.end())
-      return "node " + util::quoted(nd.name) + ": task " + util::quoted(t.to_string()) +
-             " is not in the cluster (" + cluster_list() + ")";
+      return "node " + util::quoted(nd.name) + ": task " + util::quoted(t.to_string()) + " is not in the cluster (" +
+             cluster_list() + ")";
     task_of_[i] = static_cast<std::size_t>(pos - def_.tasks.begin());
   }
   return std::nullopt;
@@ -90,8 +90,7 @@ inline std::optional<std::string> placed_graph::resolve_inputs() {
       seen_control = seen_control || in->control;
       auto src = index_.find(std::string(in->node));
       if (src == index_.end())
-        return "node " + util::quoted(nd.name) + ": input " + util::quoted(text) +
-               " names no node in the graph";
+        return "node " + util::quoted(nd.name) + ": input " + util::quoted(text) + " names no node in the graph";
       if (src->second == i)
         return "node " + util::quoted(nd.name) + ": input " + util::quoted(text) + " is the node itself";
       max_port[src->second] = std::max(max_port[src->second], in->port);
@@ -104,14 +103,12 @@ inline std::optional<std::string> placed_graph::resolve_inputs() {
     std::size_t count;
     if (fixed == -2) {
       auto entries = nd.attr<std::int64_t>("entries");
-      if (!entries || *entries < 0)
-        return "node " + util::quoted(nd.name) + " (_Recv) needs an \"entries\" attribute";
+      if (!entries || *entries < 0) return "node " + util::quoted(nd.name) + " (_Recv) needs an \"entries\" attribute";
       count = static_cast<std::size_t>(*entries);
     } else if (fixed >= 0) {
       count = static_cast<std::size_t>(fixed);
     } else {
-      count = std::max<std::size_t>({1, nd.output_specs.size(),
-                                     static_cast<std::size_t>(max_port[i] + 1)});
+      count = std::max<std::size_t>({1, nd.output_specs.size(), static_cast<std::size_t>(max_port[i] + 1)});
     }
     outputs_[i] = count;
   }
@@ -119,9 +116,9 @@ inline std::optional<std::string> placed_graph::resolve_inputs() {
     int slot = 0;
     for (const auto& p : parsed_inputs[i]) {
       if (!p.in.control && static_cast<std::size_t>(p.in.port) >= outputs_[p.node])
-        return "node " + util::quoted(def_.nodes[i].name) + ": input " + util::quoted(p.text) +
-               " names output " + std::to_string(p.in.port) + " but " + describe(p.node) + " has " +
-               std::to_string(outputs_[p.node]) + " output" + (outputs_[p.node] == 1 ? "" : "s");
+        return "node " + util::quoted(def_.nodes[i].name) + ": input " + util::quoted(p.text) + " names output " +
+               std::to_string(p.in.port) + " but " + describe(p.node) + " has " + std::to_string(outputs_[p.node]) +
+               " output" + (outputs_[p.node] == 1 ? "" : "s");
       edge e;
       e.src = p.node;
       e.dst = i;

@@ -42,9 +42,8 @@ inline std::optional<std::string> placed_graph::sort_topologically() {
     for (const auto& e : edges_) {
       if (!is_back_edge(e)) continue;
       if (e.control() || !detail::is_merge(def_.nodes[e.dst].op))
-        return "node " + util::quoted(def_.nodes[e.src].name) + " (NextIteration) feeds " +
-               describe(e.dst) + (e.control() ? " through a control edge" : "") +
-               "; a NextIteration may only feed a Merge's data input";
+        return "node " + util::quoted(def_.nodes[e.src].name) + " (NextIteration) feeds " + describe(e.dst) +
+               (e.control() ? " through a control edge" : "") + "; a NextIteration may only feed a Merge's data input";
     }
     return std::nullopt;
   }

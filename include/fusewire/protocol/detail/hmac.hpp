@@ -48,10 +48,9 @@ inline std::error_code hmac_sha256(std::string_view token, std::span<const std::
                                    std::array<std::byte, 32>& out) noexcept {
 #if FUSEWIRE_HAS_CRYPTO
   unsigned int len = 0;
-  const unsigned char* r =
-      HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-           reinterpret_cast<unsigned char*>(out.data()), &len);
+  const unsigned char* r = HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+                                reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+                                reinterpret_cast<unsigned char*>(out.data()), &len);
   if (r == nullptr || len != out.size()) return make_error_code(errc::auth_failed);
   return {};
 #else

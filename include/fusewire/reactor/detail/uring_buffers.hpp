@@ -89,7 +89,7 @@ class provided_buffer_ring {
       return nullptr;
     }
     mem->ring_mem = ring_mem;
-    mem->buffers = static_cast<std::byte*>(::operator new(count * size, std::align_val_t{4096}));
+    mem->buffers = static_cast<std::byte*>(::operator new(count* size, std::align_val_t{4096}));
     mem->owners = std::make_unique<provided_buffer_owner[]>(count);
 
     io_uring_buf_reg reg;

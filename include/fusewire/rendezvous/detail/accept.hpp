@@ -44,8 +44,8 @@ inline void endpoint<Transport>::shard::accept() {
 // receive for it started before that completion ran must wait, not fail as
 // if the peer were still down.
 template <transport Transport>
-inline void endpoint<Transport>::shard::admit(
-    const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer, protocol::pending_ack ack) {
+inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type>& ch, protocol::peer_identity peer,
+                                              protocol::pending_ack ack) {
   inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
   in.peer = peer.task.to_string();
   in.incarnation = peer.incarnation;
@@ -65,35 +65,35 @@ inline void endpoint<Transport>::shard::admit(
 // moves there (the peer sends nothing until it has our hello_ack, which the
 // owner sends), so every frame of that peer is read where its receives wait.
 template <transport Transport>
-inline void endpoint<Transport>::shard::hand_off(
-    const std::shared_ptr<channel_type>& ch, unsigned owner, protocol::peer_identity peer, protocol::pending_ack ack)
+inline void endpoint<Transport>::shard::hand_off(const std::shared_ptr<channel_type>& ch, unsigned owner,
+                                                 protocol::peer_identity peer, protocol::pending_ack ack)
   requires handoff_transport<Transport>
 {
   in_.erase(ch.get());
-  ch->connection().async_release([this, ch, owner, peer = std::move(peer), ack = std::move(ack)](
-                                     std::error_code e, int fd) mutable {
-    detail::owned_fd socket(fd);
-    if (closing_ || e == make_error_code(errc::cancelled)) return;
-    if (e == make_error_code(errc::invalid_argument)) {
-      return log("refused connection from " + peer.task.to_string() + " (" + remote(*ch) +
-                 "): it sent before the handshake ended");
-    }
-    if (e) {
-      return log("lost the connection from " + peer.task.to_string() + " (" + remote(*ch) +
-                 ") while moving it to reactor " + std::to_string(owner) + ": " + e.message());
-    }
-    shard* target = ep_.shard_list_[owner].get();
-    // Refused (the endpoint is stopping): the task dies unrun and closes the socket.
-    (void)ep_.group_->submit_to(owner, [target, socket = std::move(socket), peer = std::move(peer),
-                                        ack = std::move(ack)]() mutable {
-      target->take_accepted(std::move(socket), std::move(peer), std::move(ack));
-    });
-  });
+  ch->connection().async_release(
+      [this, ch, owner, peer = std::move(peer), ack = std::move(ack)](std::error_code e, int fd) mutable {
+        detail::owned_fd socket(fd);
+        if (closing_ || e == make_error_code(errc::cancelled)) return;
+        if (e == make_error_code(errc::invalid_argument)) {
+          return log("refused connection from " + peer.task.to_string() + " (" + remote(*ch) +
+                     "): it sent before the handshake ended");
+        }
+        if (e) {
+          return log("lost the connection from " + peer.task.to_string() + " (" + remote(*ch) +
+                     ") while moving it to reactor " + std::to_string(owner) + ": " + e.message());
+        }
+        shard* target = ep_.shard_list_[owner].get();
+        // Refused (the endpoint is stopping): the task dies unrun and closes the socket.
+        (void)ep_.group_->submit_to(
+            owner, [target, socket = std::move(socket), peer = std::move(peer), ack = std::move(ack)]() mutable {
+              target->take_accepted(std::move(socket), std::move(peer), std::move(ack));
+            });
+      });
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::take_accepted(
-    detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
+inline void endpoint<Transport>::shard::take_accepted(detail::owned_fd socket, protocol::peer_identity peer,
+                                                      protocol::pending_ack ack)
   requires handoff_transport<Transport>
 {
   if (closing_) return;

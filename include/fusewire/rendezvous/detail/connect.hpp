@@ -20,28 +20,29 @@ inline void endpoint<Transport>::shard::connect(out_peer& p) {
     if (closing_) return c.close();
     if (ec) return retry(*pp, ec);
     auto ch = std::make_shared<channel_type>(std::move(c), limits_);
-    protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch](std::error_code e, protocol::peer_identity who) {
-      if (closing_) return ch->close();
-      if (e) {
-        ch->close();
-        if (e == make_error_code(errc::auth_failed) || e == make_error_code(errc::handshake_failed)) {
-          log("handshake with " + pp->task.to_string() + " failed: " + e.message());
+    protocol::handshake_connect(
+        ch, identity_, pp->task, [this, pp, ch](std::error_code e, protocol::peer_identity who) {
+          if (closing_) return ch->close();
+          if (e) {
+            ch->close();
+            if (e == make_error_code(errc::auth_failed) || e == make_error_code(errc::handshake_failed)) {
+              log("handshake with " + pp->task.to_string() + " failed: " + e.message());
+              pp->connecting = false;
+              return fail_waiting(*pp, e);
+            }
+            return retry(*pp, e);
+          }
+          pp->ch = ch;
+          pp->ready = true;
           pp->connecting = false;
-          return fail_waiting(*pp, e);
-        }
-        return retry(*pp, e);
-      }
-      pp->ch = ch;
-      pp->ready = true;
-      pp->connecting = false;
-      pp->last_write = util::coarse_now();
-      ep_.made_.fetch_add(1, std::memory_order_relaxed);
-      watch_lane(*pp, ch, who.incarnation);
-      auto waiting = std::move(pp->waiting);
-      for (auto& op : waiting) {
-        if (!op->done) enqueue(*pp, op);
-      }
-    });
+          pp->last_write = util::coarse_now();
+          ep_.made_.fetch_add(1, std::memory_order_relaxed);
+          watch_lane(*pp, ch, who.incarnation);
+          auto waiting = std::move(pp->waiting);
+          for (auto& op : waiting) {
+            if (!op->done) enqueue(*pp, op);
+          }
+        });
   });
 }
 
@@ -71,8 +72,8 @@ inline void endpoint<Transport>::shard::fail_waiting(out_peer& p, std::error_cod
 // connection is read like one it made (on_frame). An error, or any other
 // frame without that offer, means it is gone.
 template <transport Transport>
-inline void endpoint<Transport>::shard::watch_lane(
-    out_peer& p, std::shared_ptr<channel_type> ch, std::uint64_t incarnation) {
+inline void endpoint<Transport>::shard::watch_lane(out_peer& p, std::shared_ptr<channel_type> ch,
+                                                   std::uint64_t incarnation) {
   ch->read_head([this, pp = &p, ch, incarnation](std::error_code ec, protocol::frame_head head) {
     if (closing_) return;
     if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: a receiver's advert
@@ -155,17 +156,18 @@ inline void endpoint<Transport>::shard::connect_lanes(out_peer& p) {
   }
   const std::uint64_t gen = p.generation;
   for (unsigned i = 1; i < ep_.tuning_.stripes; ++i) {
-    ep_.transport_.connect(*reactor_, where.host, where.port,
-                           [this, pp = &p, gen](std::error_code ec, connection_type c) {
-                             if (closing_ || ec || pp->generation != gen || !pp->ready) return c.close();
-                             auto ch = std::make_shared<channel_type>(std::move(c), limits_);
-                             protocol::handshake_connect(ch, identity_, pp->task, [this, pp, ch, gen](std::error_code e, protocol::peer_identity who) {
-                               if (closing_ || e || pp->generation != gen || !pp->ready) return ch->close();
-                               pp->extra.push_back(ch);
-                               ep_.made_.fetch_add(1, std::memory_order_relaxed);
-                               watch_lane(*pp, ch, who.incarnation);
-                             });
-                           });
+    ep_.transport_.connect(
+        *reactor_, where.host, where.port, [this, pp = &p, gen](std::error_code ec, connection_type c) {
+          if (closing_ || ec || pp->generation != gen || !pp->ready) return c.close();
+          auto ch = std::make_shared<channel_type>(std::move(c), limits_);
+          protocol::handshake_connect(ch, identity_, pp->task,
+                                      [this, pp, ch, gen](std::error_code e, protocol::peer_identity who) {
+                                        if (closing_ || e || pp->generation != gen || !pp->ready) return ch->close();
+                                        pp->extra.push_back(ch);
+                                        ep_.made_.fetch_add(1, std::memory_order_relaxed);
+                                        watch_lane(*pp, ch, who.incarnation);
+                                      });
+        });
   }
 }
 

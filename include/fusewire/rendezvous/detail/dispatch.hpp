@@ -68,8 +68,8 @@ inline std::uint64_t endpoint<Transport>::next_serial() noexcept {
 }
 
 template <transport Transport>
-inline std::error_code endpoint<Transport>::check_send(
-    const peer_info& peer, const std::string& key, const send_op& op) const {
+inline std::error_code endpoint<Transport>::check_send(const peer_info& peer, const std::string& key,
+                                                       const send_op& op) const {
   if (!peer.known || key.size() > wire::limits{}.max_key_bytes) return make_error_code(errc::invalid_argument);
   if (op.sg.size() > wire::limits{}.max_segments) return make_error_code(errc::invalid_argument);
   const std::uint64_t n = total_size(op.sg.view());
@@ -81,9 +81,8 @@ inline std::error_code endpoint<Transport>::check_send(
 }
 
 template <transport Transport>
-inline auto endpoint<Transport>::prepare_send(
-    const peer_info& peer, std::string key, std::shared_ptr<send_op> op, send_handler h,
-    clock::duration timeout) -> pending_op {
+inline auto endpoint<Transport>::prepare_send(const peer_info& peer, std::string key, std::shared_ptr<send_op> op,
+                                              send_handler h, clock::duration timeout) -> pending_op {
   op->peer = peer.name;
   op->h = std::move(h);
   pending_op p;
@@ -96,9 +95,9 @@ inline auto endpoint<Transport>::prepare_send(
 }
 
 template <transport Transport>
-inline auto endpoint<Transport>::prepare_recv(
-    std::shared_ptr<recv_op> op, const peer_info& peer, std::string key, tensor_buffer dst, bool has_dst,
-    recv_handler h, clock::duration timeout) -> pending_op {
+inline auto endpoint<Transport>::prepare_recv(std::shared_ptr<recv_op> op, const peer_info& peer, std::string key,
+                                              tensor_buffer dst, bool has_dst, recv_handler h, clock::duration timeout)
+    -> pending_op {
   if constexpr (rdma_transport<Transport>) op->self = op;  // RDMA direct placement
   op->peer = peer.name;
   op->key = std::move(key);
@@ -183,14 +182,17 @@ inline void endpoint<Transport>::start_on(unsigned shard, std::vector<pending_op
 }
 
 template <transport Transport>
-inline recv_result endpoint<Transport>::recv_sync_impl(
-    const task_id& peer, std::string key, tensor_buffer dst, bool has_dst, clock::duration timeout) {
+inline recv_result endpoint<Transport>::recv_sync_impl(const task_id& peer, std::string key, tensor_buffer dst,
+                                                       bool has_dst, clock::duration timeout) {
   if (on_reactor()) return {make_error_code(errc::invalid_argument), {}};
   std::promise<recv_result> done;
   auto fut = done.get_future();
-  start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(dst), has_dst,
-                     [&done](std::error_code ec, tensor_buffer b) { done.set_value(recv_result{ec, std::move(b)}); },
-                     timeout));
+  start(prepare_recv(
+      std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(dst), has_dst,
+      [&done](std::error_code ec, tensor_buffer b) {
+        done.set_value(recv_result{ec, std::move(b)});
+      },
+      timeout));
   return fut.get();
 }
 

@@ -88,10 +88,8 @@ class op_blocks {
   std::shared_ptr<Op> make() {
     if (!block_ || used_ == BlockSize) {
       // If the shared_ptr cannot be made, it hands the block to the deleter (back to the cache).
-      block_ = std::shared_ptr<typename cache_type::block>(cache_->take().release(),
-                                                           [cache = cache_](typename cache_type::block* p) {
-                                                             cache->give(p);
-                                                           });
+      block_ = std::shared_ptr<typename cache_type::block>(
+          cache_->take().release(), [cache = cache_](typename cache_type::block* p) { cache->give(p); });
       used_ = 0;
     }
     return std::shared_ptr<Op>(block_, &(*block_)[used_++]);

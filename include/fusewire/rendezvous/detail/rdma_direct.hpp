@@ -120,9 +120,9 @@ class rdma_direct {
  public:
   /// Counters; any thread.
   direct_stats stats() const noexcept {
-    return {adverts_sent_.load(std::memory_order_relaxed), adverts_received_.load(std::memory_order_relaxed),
+    return {adverts_sent_.load(std::memory_order_relaxed),  adverts_received_.load(std::memory_order_relaxed),
             direct_writes_.load(std::memory_order_relaxed), staged_writes_.load(std::memory_order_relaxed),
-            declined_.load(std::memory_order_relaxed), placed_.load(std::memory_order_relaxed)};
+            declined_.load(std::memory_order_relaxed),      placed_.load(std::memory_order_relaxed)};
   }
 
   /// A buffer of `n` bytes registered with the reactor's device (its own
@@ -164,7 +164,8 @@ class rdma_direct {
     m.rdma_address = region.addr;
     m.rdma_rkey = region.rkey;
     adverts_sent_.fetch_add(1, std::memory_order_relaxed);
-    rx.ordered->write(m, std::span<const const_buffer>{}, [](std::error_code) {}, k.seq);
+    rx.ordered->write(
+        m, std::span<const const_buffer>{}, [](std::error_code) {}, k.seq);
   }
 
   /// A recv's deadline passed while it waits: true if its advert is out (the
@@ -179,7 +180,8 @@ class rdma_direct {
     op->timed_out = true;
     wire::recv_request_meta m;
     m.key = op->key;
-    pit->second.ordered->write(m, std::span<const const_buffer>{}, [](std::error_code) {}, kit->second.seq);
+    pit->second.ordered->write(
+        m, std::span<const const_buffer>{}, [](std::error_code) {}, kit->second.seq);
     return true;
   }
 
@@ -317,11 +319,11 @@ class rdma_direct {
 
  private:
   struct rx_key {
-    std::uint64_t seen = 0;        ///< tensors on this key that arrived on the ordered connection
-    std::uint32_t unsettled = 0;   ///< of those, being read with no recv waiting (not yet delivered)
-    std::uint64_t seq = 0;         ///< the advert's seq, while `op` is set
-    std::shared_ptr<RecvOp> op;    ///< the advertised recv, until the advert is answered or lost
-    bool timed_out = false;        ///< `op`'s deadline passed: it is out of the FIFO, held for the answer
+    std::uint64_t seen = 0;       ///< tensors on this key that arrived on the ordered connection
+    std::uint32_t unsettled = 0;  ///< of those, being read with no recv waiting (not yet delivered)
+    std::uint64_t seq = 0;        ///< the advert's seq, while `op` is set
+    std::shared_ptr<RecvOp> op;   ///< the advertised recv, until the advert is answered or lost
+    bool timed_out = false;       ///< `op`'s deadline passed: it is out of the FIFO, held for the answer
   };
   struct rx_peer {
     std::shared_ptr<protocol::channel<typename Transport::connection_type>> ordered;
@@ -479,7 +481,8 @@ class rdma_direct {
     declined_.fetch_add(1, std::memory_order_relaxed);
     wire::placed_meta m;
     m.key = key;
-    p.ch->write(m, std::span<const const_buffer>{}, [](std::error_code) {}, seq);
+    p.ch->write(
+        m, std::span<const const_buffer>{}, [](std::error_code) {}, seq);
   }
 
   // One copy of an unregistered source into a registered staging block.
@@ -512,8 +515,8 @@ class rdma_direct {
   std::unordered_map<const void*, tx_peer> tx_;
   std::unique_ptr<buffer_pool> staging_;
   bool staging_failed_ = false;
-  std::atomic<std::uint64_t> adverts_sent_{0}, adverts_received_{0}, direct_writes_{0}, staged_writes_{0},
-      declined_{0}, placed_{0};
+  std::atomic<std::uint64_t> adverts_sent_{0}, adverts_received_{0}, direct_writes_{0}, staged_writes_{0}, declined_{0},
+      placed_{0};
 };
 
 }  // namespace detail

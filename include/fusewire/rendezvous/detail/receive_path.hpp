@@ -15,8 +15,8 @@ inline void endpoint<Transport>::shard::read_next(const std::shared_ptr<channel_
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_frame(
-    const std::shared_ptr<channel_type>& ch, std::error_code ec, protocol::frame_head head) {
+inline void endpoint<Transport>::shard::on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec,
+                                                 protocol::frame_head head) {
   if (closing_) return;
   if (ec) return inbound_failed(ch, ec);
   auto it = in_.find(ch.get());
@@ -39,18 +39,18 @@ inline void endpoint<Transport>::shard::on_frame(
     case wire::frame_type::pong:  // an answer to our ping on a lane we send on too (reverse lanes)
       unanswered_.erase(ch.get());
       return read_next(ch);
-    case wire::frame_type::goodbye: return inbound_failed(ch, make_error_code(errc::connection_closed));
+    case wire::frame_type::goodbye:
+      return inbound_failed(ch, make_error_code(errc::connection_closed));
     default:
-      return inbound_failed(ch, make_error_code(errc::not_supported),
-                            std::string("unexpected ") + std::string(wire::frame_type_name(head.header.type)) +
-                                " frame");
+      return inbound_failed(
+          ch, make_error_code(errc::not_supported),
+          std::string("unexpected ") + std::string(wire::frame_type_name(head.header.type)) + " frame");
   }
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_tensor(
-    const std::shared_ptr<channel_type>& ch, const std::string& peer, const wire::tensor_meta& t,
-    const wire::frame_header& h) {
+inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_type>& ch, const std::string& peer,
+                                                  const wire::tensor_meta& t, const wire::frame_header& h) {
   const std::size_t n = static_cast<std::size_t>(h.payload_len);
   if (slot* s = find_slot(peer, t.key)) {
     auto& waiting = s->waiting;
@@ -71,9 +71,10 @@ inline void endpoint<Transport>::shard::on_tensor(
       op->bound = ch;
       ch->read_payload(dst, [this, ch = ch, op](std::error_code e) {
         if (e || op->timed_out) {
-          complete(*op, make_error_code(op->timed_out ? errc::timed_out
-                                        : closing_    ? errc::cancelled
-                                                      : errc::connection_reset),
+          complete(*op,
+                   make_error_code(op->timed_out ? errc::timed_out
+                                   : closing_    ? errc::cancelled
+                                                 : errc::connection_reset),
                    tensor_buffer());
           if (!closing_) inbound_failed(ch, e ? e : make_error_code(errc::timed_out));
           return;
@@ -96,19 +97,20 @@ inline void endpoint<Transport>::shard::on_tensor(
     if (!closing_) read_next(ch);
     return;
   }
-  ch->read_payload(dst, [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
-    if (closing_) return;
-    if (e) return inbound_failed(ch, e);
-    deliver(peer, key, std::move(buf));
-    read_next(ch);
-  });
+  ch->read_payload(
+      dst, [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
+        if (closing_) return;
+        if (e) return inbound_failed(ch, e);
+        deliver(peer, key, std::move(buf));
+        read_next(ch);
+      });
 }
 
 // A fused frame: its payload is read into one buffer, and each entry is
 // handed over as an alias of its bytes (no copy).
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_fused(
-    const std::shared_ptr<channel_type>& ch, const std::string& peer, protocol::frame_head head) {
+inline void endpoint<Transport>::shard::on_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer,
+                                                 protocol::frame_head head) {
   const std::size_t n = static_cast<std::size_t>(head.header.payload_len);
   tensor_buffer buf;
   try {
@@ -118,17 +120,17 @@ inline void endpoint<Transport>::shard::on_fused(
   }
   const mutable_buffer dst = buf.bytes();
   if (ch->try_read_payload(dst)) return deliver_fused(ch, peer, head, buf);
-  ch->read_payload(dst, [this, ch = ch, peer = peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
-    if (closing_) return;
-    if (e) return inbound_failed(ch, e);
-    deliver_fused(ch, peer, head, buf);
-  });
+  ch->read_payload(
+      dst, [this, ch = ch, peer = peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
+        if (closing_) return;
+        if (e) return inbound_failed(ch, e);
+        deliver_fused(ch, peer, head, buf);
+      });
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::deliver_fused(
-    const std::shared_ptr<channel_type>& ch, const std::string& peer, const protocol::frame_head& head,
-    const tensor_buffer& buf) {
+inline void endpoint<Transport>::shard::deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer,
+                                                      const protocol::frame_head& head, const tensor_buffer& buf) {
   const std::uint64_t peer_hash = detail::peer_hash_of(peer);
   for (const wire::fused_entry& entry : std::get<wire::fused_meta>(head.body)) {
     deliver(peer, entry.key, buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)),
@@ -142,9 +144,8 @@ inline void endpoint<Transport>::shard::deliver_fused(
 // right size waiting, else one buffer for the whole tensor). A chunk whose
 // head comes before chunk 0's parks its lane until chunk 0 has been matched.
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_chunk(
-    const std::shared_ptr<channel_type>& ch, const inbound& in, const wire::chunk_meta& c,
-    const wire::frame_header& h) {
+inline void endpoint<Transport>::shard::on_chunk(const std::shared_ptr<channel_type>& ch, const inbound& in,
+                                                 const wire::chunk_meta& c, const wire::frame_header& h) {
   transfer_key k{in.peer, in.incarnation, c.transfer_id};
   auto it = transfers_.find(k);
   std::shared_ptr<incoming> x;
@@ -182,9 +183,9 @@ inline void endpoint<Transport>::shard::on_chunk(
 // Reads one chunk's payload into the transfer's buffer (the recv's
 // destination when it has one of the right size), then the lane's next frame.
 template <transport Transport>
-inline void endpoint<Transport>::shard::read_chunk(
-    const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::uint64_t offset,
-    std::uint64_t len) {
+inline void endpoint<Transport>::shard::read_chunk(const std::shared_ptr<channel_type>& ch,
+                                                   const std::shared_ptr<incoming>& x, std::uint64_t offset,
+                                                   std::uint64_t len) {
   if (x->failed || !ch->is_open()) return;
   if (x->buf.empty() && x->total != 0) {
     try {
@@ -271,8 +272,8 @@ inline void endpoint<Transport>::shard::drop_arrival(const std::shared_ptr<incom
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::fail_transfers(
-    const std::string& peer, std::uint64_t incarnation, std::error_code ec) {
+inline void endpoint<Transport>::shard::fail_transfers(const std::string& peer, std::uint64_t incarnation,
+                                                       std::error_code ec) {
   std::vector<std::shared_ptr<incoming>> xs;
   for (auto& [k, x] : transfers_) {
     if (std::get<0>(k) == peer && std::get<1>(k) == incarnation) xs.push_back(x);
@@ -293,8 +294,8 @@ inline void endpoint<Transport>::shard::deliver(std::string_view peer, std::stri
 
 /// deliver() with `h` = detail::slot_hash_of(peer, key).
 template <transport Transport>
-inline void endpoint<Transport>::shard::deliver(
-    std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h) {
+inline void endpoint<Transport>::shard::deliver(std::string_view peer, std::string_view key, tensor_buffer b,
+                                                std::uint64_t h) {
   if constexpr (rdma_transport<Transport>) direct_.on_delivered(peer, key);  // RDMA direct placement
   slot& s = slot_for(peer, key, h);
   while (!s.waiting.empty()) {
@@ -352,8 +353,8 @@ inline void endpoint<Transport>::shard::on_recv_deadline(const std::shared_ptr<r
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::inbound_failed(
-    const std::shared_ptr<channel_type>& ch, std::error_code ec, std::string why) {
+inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<channel_type>& ch, std::error_code ec,
+                                                       std::string why) {
   auto it = in_.find(ch.get());
   if (it == in_.end()) return;
   const std::string peer = it->second.peer;

@@ -97,19 +97,18 @@ inline void endpoint<Transport>::shard::flush(out_peer& p) {
   ep_.tensors_fused_.fetch_add(batch.size(), std::memory_order_relaxed);
   p.last_write = util::coarse_now();
   auto ch = p.ch;
-  ch->write(builder.meta(), *sg,
-            [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
-              if (ec) drop_outbound(*pp, ch);
-              for (auto& op : batch) {
-                if (op->timed_out) {
-                  complete(*op, make_error_code(errc::timed_out));
-                } else if (ec) {
-                  complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
-                } else {
-                  complete(*op, {});
-                }
-              }
-            });
+  ch->write(builder.meta(), *sg, [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
+    if (ec) drop_outbound(*pp, ch);
+    for (auto& op : batch) {
+      if (op->timed_out) {
+        complete(*op, make_error_code(errc::timed_out));
+      } else if (ec) {
+        complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
+      } else {
+        complete(*op, {});
+      }
+    }
+  });
 }
 
 template <transport Transport>

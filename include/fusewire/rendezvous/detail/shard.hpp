@@ -307,7 +307,7 @@ class endpoint<Transport>::shard {
   /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
   detail::slot_table<slot> slots_;
   recv_op* recv_ops_ = nullptr;  ///< started receives not completed yet (intrusive list; no allocation)
-  std::set<std::string> down_;  ///< peers whose connections all broke
+  std::set<std::string> down_;   ///< peers whose connections all broke
   std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
   std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
   timer_id keepalive_timer_;

@@ -50,8 +50,7 @@ struct asio_write_op {
 
 /// One TCP connection's state, shared by its handle and its in-flight Asio
 /// operations (which hold a ref_ptr until their handler ran).
-class asio_connection_state final : public stream_connection<asio_connection_state, asio_reactor>,
-                                    public spin_reader {
+class asio_connection_state final : public stream_connection<asio_connection_state, asio_reactor>, public spin_reader {
  public:
   using socket_type = boost::asio::ip::tcp::socket;
   static constexpr const char* handle_name = "asio_tcp_connection";
@@ -228,12 +227,12 @@ class asio_connection_state final : public stream_connection<asio_connection_sta
   member_task<asio_connection_state> written_task_{*this, &asio_connection_state::run_written};  ///< post_written
   boost::system::error_code written_ec_;  ///< what post_written passes on
   bool written_failed_ = false;           ///< post_written ran: the front write failed with written_ec_
-  int released_fd_ = -1;  // taken back from Asio, until the release's handler has it
-  int detached_fd_ = -1;  // out of Asio's epoll set (detach()), until attach() or close
+  int released_fd_ = -1;                  // taken back from Asio, until the release's handler has it
+  int detached_fd_ = -1;                  // out of Asio's epoll set (detach()), until attach() or close
   boost::asio::ip::tcp protocol_ = boost::asio::ip::tcp::v4();  ///< for attach()
   util::small_fifo<write_op> writes_;
   util::small_fifo<write_op> sent_;  ///< sent in full, before writes_; completed (in order) by written_task_
-  std::vector<iovec> iov_;  ///< send_some's iovec array, kept between calls
+  std::vector<iovec> iov_;           ///< send_some's iovec array, kept between calls
   tensor_buffer chunk_;
   std::size_t chunk_used_ = 0;
   asio_tcp_stats stats_;

@@ -71,9 +71,7 @@ inline bool asio_connection_state::start_read() {
     }
   }
   auto on_done = [self = ref_ptr<asio_connection_state>(this), direct](const boost::system::error_code& ec,
-                                                                        std::size_t n) {
-    self->on_read(direct, ec, n);
-  };
+                                                                       std::size_t n) { self->on_read(direct, ec, n); };
   if (direct) {
     reading_ = true;
     ++stats_.direct_reads;
@@ -187,10 +185,9 @@ inline void asio_connection_state::spin_stopped() noexcept {
   try {
     waiting_ = true;
     ++stats_.waits;
-    socket_->async_wait(boost::asio::socket_base::wait_read,
-                        [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) {
-                          self->on_readable(ec);
-                        });
+    socket_->async_wait(
+        boost::asio::socket_base::wait_read,
+        [self = ref_ptr<asio_connection_state>(this)](const boost::system::error_code& ec) { self->on_readable(ec); });
   } catch (const std::bad_alloc&) {
     waiting_ = false;
     read_error_ = make_error_code(errc::out_of_memory);

@@ -43,8 +43,8 @@ class asio_tcp : public detail::stream_transport<asio_tcp, asio_reactor, asio_tc
     /// SO_SNDBUF of a connection whose peer is on this host; 0: the kernel's
     /// autotuning (see uring_tcp::config::local_send_buffer). 0, or 4 KiB to 1 GiB.
     std::size_t local_send_buffer = 256 * 1024;
-    bool keepalive = true;               ///< SO_KEEPALIVE on every connection
-    bool reuse_port = false;             ///< SO_REUSEPORT on listeners (one listener per reactor)
+    bool keepalive = true;    ///< SO_KEEPALIVE on every connection
+    bool reuse_port = false;  ///< SO_REUSEPORT on listeners (one listener per reactor)
     int backlog = 1024;
   };
 
@@ -53,8 +53,8 @@ class asio_tcp : public detail::stream_transport<asio_tcp, asio_reactor, asio_tc
   explicit asio_tcp(config cfg) : config_(cfg) {
     check_stream_config(config_);
     if (config_.read_chunk < 4096) {
-      throw_error(errc::invalid_argument, "asio_tcp::config.read_chunk = " + std::to_string(config_.read_chunk) +
-                                              ": must be at least 4096");
+      throw_error(errc::invalid_argument,
+                  "asio_tcp::config.read_chunk = " + std::to_string(config_.read_chunk) + ": must be at least 4096");
     }
   }
 

@@ -46,8 +46,7 @@ concept fd_connection_state = requires(S& s) {
 /// A connection state that can give up its socket (the TCP transports: see
 /// handoff_transport in concepts.hpp).
 template <class S>
-concept releasable_connection_state =
-    requires(S& s, release_handler_archetype h) { s.async_release(std::move(h)); };
+concept releasable_connection_state = requires(S& s, release_handler_archetype h) { s.async_release(std::move(h)); };
 
 /// A listener state as the handles use it.
 template <class S>

@@ -91,13 +91,18 @@ inline socket_address resolve(std::string_view host, std::uint16_t port, std::er
 /// The transports' view of an errno value.
 inline std::error_code from_errno(int err) noexcept {
   switch (err) {
-    case 0: return {};
+    case 0:
+      return {};
     case ECONNRESET:
     case EPIPE:
-    case ECONNABORTED: return make_error_code(errc::connection_reset);
-    case ECONNREFUSED: return make_error_code(errc::connection_refused);
-    case ECANCELED: return make_error_code(errc::cancelled);
-    default: return {err, std::system_category()};
+    case ECONNABORTED:
+      return make_error_code(errc::connection_reset);
+    case ECONNREFUSED:
+      return make_error_code(errc::connection_refused);
+    case ECANCELED:
+      return make_error_code(errc::cancelled);
+    default:
+      return {err, std::system_category()};
   }
 }
 
@@ -239,8 +244,8 @@ inline int adopt_stream_socket(int fd, std::error_code& ec) noexcept {
   peer.size = sizeof peer.storage;
   if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
       ::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &protocol_len) != 0 || protocol != IPPROTO_TCP ||
-      ::getsockname(fd, local.get(), &local.size) != 0 ||
-      (local.family() != AF_INET && local.family() != AF_INET6) || ::getpeername(fd, peer.get(), &peer.size) != 0) {
+      ::getsockname(fd, local.get(), &local.size) != 0 || (local.family() != AF_INET && local.family() != AF_INET6) ||
+      ::getpeername(fd, peer.get(), &peer.size) != 0) {
     ec = make_error_code(errc::invalid_argument);
   } else {
     ec = set_nonblocking_cloexec(fd);

@@ -138,9 +138,7 @@ class stream_connection : public ref_counted, public closable {
   using read_op = stream_read_op;
 
   explicit stream_connection(Reactor& reactor)
-      : reactor_(&reactor),
-        read_task_(derived(), &Derived::pump_reads),
-        write_task_(derived(), &Derived::pump_writes) {
+      : reactor_(&reactor), read_task_(derived(), &Derived::pump_reads), write_task_(derived(), &Derived::pump_writes) {
     reactor_->add_closable(*this);
   }
 

@@ -69,8 +69,8 @@ class stream_transport {
     std::error_code ec;
     Listener l = listen(reactor, host, port, ec);
     if (ec) {
-      throw std::system_error(ec, std::string(Derived::name()) + "::listen(" + std::string(host) + ":" +
-                                      std::to_string(port) + ")");
+      throw std::system_error(
+          ec, std::string(Derived::name()) + "::listen(" + std::string(host) + ":" + std::to_string(port) + ")");
     }
     return l;
   }

@@ -68,9 +68,8 @@ class uring_connection_state final : public stream_connection<uring_connection_s
   std::error_code prepare(const socket_address* peer = nullptr) {
     peer_ = peer != nullptr ? to_string(*peer) : peer_name(fd_);
     const bool local = peer_is_local(fd_);
-    zc_allowed_ = opts_.zc_threshold != 0 &&
-                  (opts_.zero_copy == zero_copy_policy::always ||
-                   (opts_.zero_copy == zero_copy_policy::automatic && !local));
+    zc_allowed_ = opts_.zc_threshold != 0 && (opts_.zero_copy == zero_copy_policy::always ||
+                                              (opts_.zero_copy == zero_copy_policy::automatic && !local));
     return set_stream_options(fd_, opts_.keepalive, local ? opts_.local_send_buffer : 0);
   }
 
@@ -267,7 +266,7 @@ class uring_connection_state final : public stream_connection<uring_connection_s
   // handler may be the one closing (a plain write completes once its bytes are
   // queued, and a reset would drop them).
   std::size_t notifications_owed_ = 0;
-  std::size_t requests_ = 0;    // SQEs whose last CQE has not arrived
+  std::size_t requests_ = 0;  // SQEs whose last CQE has not arrived
   multishot_state multishot_ = multishot_state::idle;
   direct_kind direct_ = direct_kind::none;
   op_slot multishot_op_;
@@ -277,7 +276,7 @@ class uring_connection_state final : public stream_connection<uring_connection_s
   connect_handler connect_handler_;
   std::deque<std::unique_ptr<write_req>> writes_;
   std::unique_ptr<write_req> spare_write_;  ///< a finished write's record, for the next write
-  std::size_t ahead_bytes_ = 0;  ///< in ahead_
+  std::size_t ahead_bytes_ = 0;             ///< in ahead_
   tensor_buffer fallback_;
   static constexpr std::size_t spin_read_bytes = 4096;  ///< a spinning reactor's plain recv takes at most this
   fusewire::reusable_buffer spin_buffer_{spin_read_bytes};

@@ -34,17 +34,18 @@ enum class zero_copy_policy {
 struct uring_tcp_stats {
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
-  std::uint64_t sends = 0;                ///< sendmsg SQEs (plain)
-  std::uint64_t speculative_sends = 0;    ///< direct non-blocking sendmsg calls (small writes, nothing unsent before them)
-  std::uint64_t zc_sends = 0;             ///< SENDMSG_ZC SQEs
-  std::uint64_t zc_notifications = 0;     ///< IORING_CQE_F_NOTIF CQEs received
-  std::uint64_t zc_copied = 0;            ///< notifications saying the kernel copied anyway (e.g. loopback)
-  std::uint64_t multishot_arms = 0;       ///< multishot recvs armed
-  std::uint64_t multishot_disarms = 0;    ///< armed multishot recvs cancelled because spin reads serve the connection
-  std::uint64_t ring_buffers = 0;         ///< provided buffers received
-  std::uint64_t direct_recvs = 0;         ///< plain recvs straight into a destination
-  std::uint64_t fallback_recvs = 0;       ///< plain recvs into a heap buffer (no ring, or ring empty)
-  std::uint64_t spin_reads = 0;           ///< plain non-blocking recvs of a spinning reactor that got bytes
+  std::uint64_t sends = 0;  ///< sendmsg SQEs (plain)
+  std::uint64_t speculative_sends =
+      0;                               ///< direct non-blocking sendmsg calls (small writes, nothing unsent before them)
+  std::uint64_t zc_sends = 0;          ///< SENDMSG_ZC SQEs
+  std::uint64_t zc_notifications = 0;  ///< IORING_CQE_F_NOTIF CQEs received
+  std::uint64_t zc_copied = 0;         ///< notifications saying the kernel copied anyway (e.g. loopback)
+  std::uint64_t multishot_arms = 0;    ///< multishot recvs armed
+  std::uint64_t multishot_disarms = 0;  ///< armed multishot recvs cancelled because spin reads serve the connection
+  std::uint64_t ring_buffers = 0;       ///< provided buffers received
+  std::uint64_t direct_recvs = 0;       ///< plain recvs straight into a destination
+  std::uint64_t fallback_recvs = 0;     ///< plain recvs into a heap buffer (no ring, or ring empty)
+  std::uint64_t spin_reads = 0;         ///< plain non-blocking recvs of a spinning reactor that got bytes
   std::uint64_t bytes_copied_to_destination = 0;  ///< read-ahead bytes copied into async_read destinations
 };
 

@@ -227,8 +227,8 @@ inline void uring_connection_state::on_multishot(int res, unsigned flags) {
   if (final) {
     multishot_ = multishot_state::idle;
     if (res == 0) {
-      if (!read_error_) read_error_ = !open_ ? make_error_code(errc::cancelled)
-                                             : make_error_code(errc::connection_closed);
+      if (!read_error_)
+        read_error_ = !open_ ? make_error_code(errc::cancelled) : make_error_code(errc::connection_closed);
     } else if (res == -ENOBUFS) {
       ring_starved_ = true;  // the next read_some uses a plain recv
     } else if (res == -EINVAL && engine().runtime_features().recv_multishot == uring_features::tri::unknown) {

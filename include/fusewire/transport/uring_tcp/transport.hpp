@@ -40,7 +40,7 @@ class uring_tcp : public detail::stream_transport<uring_tcp, uring_reactor, urin
     /// receive (one copy, no recv SQE per read); larger ones get a recv straight
     /// into the destination. 8 KiB, DeepRec's zero-copy cut-off; 0: always direct.
     std::size_t copy_threshold = 8 * 1024;
-    std::size_t read_ahead = 256 * 1024;   ///< unread bytes a connection may hold before its multishot recv pauses
+    std::size_t read_ahead = 256 * 1024;  ///< unread bytes a connection may hold before its multishot recv pauses
     /// SO_SNDBUF of a connection whose peer is on this host (loopback or one of
     /// this host's addresses); 0: the kernel's autotuning, which connections to
     /// other hosts always keep (it covers their bandwidth-delay product). Over
@@ -49,10 +49,10 @@ class uring_tcp : public detail::stream_transport<uring_tcp, uring_reactor, urin
     /// the window and large-tensor bandwidth; a few hundred KiB in flight avoid
     /// that. 0, or 4 KiB to 1 GiB.
     std::size_t local_send_buffer = 256 * 1024;
-    std::size_t fallback_read = 16 * 1024; ///< heap buffer per read_some when no ring buffer can be used
-    bool multishot = true;                 ///< use multishot recv with provided buffers when the kernel has them
-    bool keepalive = true;                 ///< SO_KEEPALIVE on every connection
-    bool reuse_port = false;               ///< SO_REUSEPORT on listeners (one listener per reactor)
+    std::size_t fallback_read = 16 * 1024;  ///< heap buffer per read_some when no ring buffer can be used
+    bool multishot = true;                  ///< use multishot recv with provided buffers when the kernel has them
+    bool keepalive = true;                  ///< SO_KEEPALIVE on every connection
+    bool reuse_port = false;                ///< SO_REUSEPORT on listeners (one listener per reactor)
     int backlog = 1024;
   };
 
@@ -60,8 +60,8 @@ class uring_tcp : public detail::stream_transport<uring_tcp, uring_reactor, urin
   /// Throws std::system_error(errc::invalid_argument) naming a bad field.
   explicit uring_tcp(config cfg) : config_(cfg) {
     if (config_.fallback_read < 512) {
-      throw_error(errc::invalid_argument, "uring_tcp::config.fallback_read = " +
-                                              std::to_string(config_.fallback_read) + ": must be at least 512");
+      throw_error(errc::invalid_argument, "uring_tcp::config.fallback_read = " + std::to_string(config_.fallback_read) +
+                                              ": must be at least 512");
     }
     check_stream_config(config_);
     if (config_.read_ahead == 0) {
@@ -95,8 +95,9 @@ class uring_tcp : public detail::stream_transport<uring_tcp, uring_reactor, urin
   }
 
   detail::uring_options options() const noexcept {
-    return {config_.zero_copy, config_.zc_threshold, config_.speculative_send, config_.copy_threshold, config_.read_ahead,
-            config_.fallback_read, config_.local_send_buffer, config_.keepalive, config_.multishot};
+    return {config_.zero_copy,         config_.zc_threshold, config_.speculative_send,
+            config_.copy_threshold,    config_.read_ahead,   config_.fallback_read,
+            config_.local_send_buffer, config_.keepalive,    config_.multishot};
   }
 
   config config_;

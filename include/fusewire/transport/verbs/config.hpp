@@ -15,19 +15,19 @@ inline namespace v0 {
 /// How the verbs transport uses a device; fixed per reactor by the first
 /// transport that listens or connects on it.
 struct verbs_config {
-  std::string device = "mlx5_0";              ///< TF_RDMA_DEV_NAME; absent: first active device (warning)
-  std::size_t message_size = 64 * 1024;       ///< bytes per SEND slot (header + data); a power of two >= 4096
-  unsigned credits = 16;                      ///< receive credits granted to each connection (>= 4)
-  unsigned max_connections = 64;              ///< QPs per reactor; fixes the SRQ, CQ and slot budget
-  unsigned sq_depth = 64;                     ///< send work requests per QP
-  unsigned send_slots = 256;                  ///< registered send slots per reactor, shared by its QPs
-  std::size_t rx_buffer_limit = 4u << 20;     ///< unread bytes per connection before credits are withheld
-  std::size_t rdma_write_threshold = 8192;    ///< writes larger than this go by RDMA write (TF_RDMA_ACC_SIZE); 0 = never
-  std::size_t chunk_size = 4u << 20;          ///< RDMA write chunk (TF_RDMA_CHUNK_SIZE, rounded up to a power of two)
-  unsigned staging_blocks = 16;               ///< chunk buffers per reactor (peers' windows, outgoing copies)
-  unsigned max_grants = 2;                    ///< chunk grants each bulk-writing peer holds ahead (the window)
-  int backlog = 256;                          ///< rdma_listen backlog
-  int resolve_timeout_ms = 5000;              ///< rdma_resolve_addr / rdma_resolve_route timeout
+  std::string device = "mlx5_0";            ///< TF_RDMA_DEV_NAME; absent: first active device (warning)
+  std::size_t message_size = 64 * 1024;     ///< bytes per SEND slot (header + data); a power of two >= 4096
+  unsigned credits = 16;                    ///< receive credits granted to each connection (>= 4)
+  unsigned max_connections = 64;            ///< QPs per reactor; fixes the SRQ, CQ and slot budget
+  unsigned sq_depth = 64;                   ///< send work requests per QP
+  unsigned send_slots = 256;                ///< registered send slots per reactor, shared by its QPs
+  std::size_t rx_buffer_limit = 4u << 20;   ///< unread bytes per connection before credits are withheld
+  std::size_t rdma_write_threshold = 8192;  ///< writes larger than this go by RDMA write (TF_RDMA_ACC_SIZE); 0 = never
+  std::size_t chunk_size = 4u << 20;        ///< RDMA write chunk (TF_RDMA_CHUNK_SIZE, rounded up to a power of two)
+  unsigned staging_blocks = 16;             ///< chunk buffers per reactor (peers' windows, outgoing copies)
+  unsigned max_grants = 2;                  ///< chunk grants each bulk-writing peer holds ahead (the window)
+  int backlog = 256;                        ///< rdma_listen backlog
+  int resolve_timeout_ms = 5000;            ///< rdma_resolve_addr / rdma_resolve_route timeout
 
   /// Device and sizes from fusewire's options (TF_RDMA_DEV_NAME; TF_RDMA_ACC_SIZE
   /// bounds nothing here: every message is eager up to message_size).
@@ -65,18 +65,18 @@ struct verbs_config {
 
 /// Counters of one verbs connection (reactor thread).
 struct verbs_stats {
-  std::uint64_t messages_sent = 0;     ///< SEND work requests posted
+  std::uint64_t messages_sent = 0;  ///< SEND work requests posted
   std::uint64_t messages_received = 0;
-  std::uint64_t credit_updates = 0;    ///< header-only messages that only returned credits
+  std::uint64_t credit_updates = 0;  ///< header-only messages that only returned credits
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
-  std::uint64_t credit_stalls = 0;     ///< times sending waited for credits
-  std::uint64_t slot_stalls = 0;       ///< times sending waited for a free send slot
-  std::uint64_t rdma_writes = 0;       ///< RDMA writes posted (WITH_IMM pieces of the stream, and one-sided)
+  std::uint64_t credit_stalls = 0;  ///< times sending waited for credits
+  std::uint64_t slot_stalls = 0;    ///< times sending waited for a free send slot
+  std::uint64_t rdma_writes = 0;    ///< RDMA writes posted (WITH_IMM pieces of the stream, and one-sided)
   std::uint64_t bytes_rdma_written = 0;
-  std::uint64_t grants_sent = 0;       ///< chunk buffers offered to the peer
-  std::uint64_t announces = 0;         ///< bulk announcements (RTS) sent: round trips paid for a window
-  std::uint64_t revokes_sent = 0;      ///< windows taken back from the peer because staging ran short
+  std::uint64_t grants_sent = 0;   ///< chunk buffers offered to the peer
+  std::uint64_t announces = 0;     ///< bulk announcements (RTS) sent: round trips paid for a window
+  std::uint64_t revokes_sent = 0;  ///< windows taken back from the peer because staging ran short
 };
 
 }  // namespace v0

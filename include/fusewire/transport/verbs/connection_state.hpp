@@ -63,7 +63,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
 
   enum class phase : std::uint8_t { resolving_addr, resolving_route, connecting, open, gone };
 
-  verbs_conn_state(verbs_context& ctx, rdma_cm_id* id, phase p) : ctx_(&ctx), reactor_(&ctx.reactor()), id_(id), phase_(p) {
+  verbs_conn_state(verbs_context& ctx, rdma_cm_id* id, phase p)
+      : ctx_(&ctx), reactor_(&ctx.reactor()), id_(id), phase_(p) {
     reactor_->add_closable(*this);
     if (id_ != nullptr) id_->context = static_cast<verbs_cm_target*>(this);
   }
@@ -229,10 +230,10 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
   // ---- called by the context ---------------------------------------------------
 
   void on_message(const std::byte* p, std::size_t len);  // verbs/read_path.hpp
-  void revoke_window();  // verbs/bulk_window.hpp
-  bool revocable() const noexcept;  // verbs/bulk_window.hpp
-  void on_chunk_landed(std::uint32_t imm);  // verbs/bulk_window.hpp
-  void on_send_complete(const ibv_wc& wc);  // verbs/write_path.hpp
+  void revoke_window();                                  // verbs/bulk_window.hpp
+  bool revocable() const noexcept;                       // verbs/bulk_window.hpp
+  void on_chunk_landed(std::uint32_t imm);               // verbs/bulk_window.hpp
+  void on_send_complete(const ibv_wc& wc);               // verbs/write_path.hpp
 
   /// A receive completed with an error on this QP.
   void on_recv_error(const ibv_wc& wc) {
@@ -370,28 +371,28 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
 
   enum class step : std::uint8_t { posted, idle, broken };
 
-  bool withholding() const noexcept;  // verbs/credits.hpp
-  bool is_bulk(const write_op& w) const noexcept;  // verbs/bulk_window.hpp
-  const write_op* next_write() const noexcept;  // verbs/write_path.hpp
-  std::size_t bulk_run(std::size_t limit) const noexcept;  // verbs/bulk_window.hpp
-  bool wants_grant() const noexcept;  // verbs/bulk_window.hpp
-  void pump_tx();  // verbs/write_path.hpp
+  bool withholding() const noexcept;                                              // verbs/credits.hpp
+  bool is_bulk(const write_op& w) const noexcept;                                 // verbs/bulk_window.hpp
+  const write_op* next_write() const noexcept;                                    // verbs/write_path.hpp
+  std::size_t bulk_run(std::size_t limit) const noexcept;                         // verbs/bulk_window.hpp
+  bool wants_grant() const noexcept;                                              // verbs/bulk_window.hpp
+  void pump_tx();                                                                 // verbs/write_path.hpp
   bool post(ibv_send_wr& wr, ibv_sge& sge, tensor_buffer& buf, std::size_t len);  // verbs/credits.hpp
 
   bool post(ibv_send_wr& wr, ibv_sge& sge, const std::byte* data, std::size_t len, std::uint32_t lkey,
-            bool uses_credit);  // verbs/credits.hpp
-  step post_chunk();  // verbs/bulk_window.hpp
-  step post_remote();  // verbs/write_path.hpp
-  step post_message();  // verbs/credits.hpp
-  void copy_stream(std::byte* out, std::size_t len);  // verbs/bulk_window.hpp
+            bool uses_credit);                                                  // verbs/credits.hpp
+  step post_chunk();                                                            // verbs/bulk_window.hpp
+  step post_remote();                                                           // verbs/write_path.hpp
+  step post_message();                                                          // verbs/credits.hpp
+  void copy_stream(std::byte* out, std::size_t len);                            // verbs/bulk_window.hpp
   std::size_t gather(std::byte* out, std::size_t room, const write_op*& bulk);  // verbs/write_path.hpp
-  void complete_acked_writes();  // verbs/write_path.hpp
-  void pump_writes();  // verbs/write_path.hpp
+  void complete_acked_writes();                                                 // verbs/write_path.hpp
+  void pump_writes();                                                           // verbs/write_path.hpp
 
   // ---- receiving -----------------------------------------------------------------
 
   void deliver(const std::byte* p, std::size_t n);  // verbs/read_path.hpp
-  void pump_reads();  // verbs/read_path.hpp
+  void pump_reads();                                // verbs/read_path.hpp
 
   verbs_context* ctx_;
   verbs_reactor* reactor_;
@@ -406,8 +407,8 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
   established_fn established_;
   std::string peer_;
   std::size_t peer_message_size_ = 0;
-  int credits_ = 0;   // messages we may still send
-  int owed_ = 0;      // credits we owe the peer (messages received, slots reposted)
+  int credits_ = 0;  // messages we may still send
+  int owed_ = 0;     // credits we owe the peer (messages received, slots reposted)
   unsigned sq_free_ = 0;
   std::error_code read_error_, write_error_;
   std::deque<write_op> writes_;
@@ -418,16 +419,16 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     std::uint32_t rkey;
     std::uint32_t len;
   };
-  std::deque<grant> grants_;          // sender: the peer's chunk buffers we may write, oldest first
-  std::uint32_t grant_used_ = 0;      // sender: bytes already written into grants_.front()
-  bool announced_ = false;            // sender: the peer knows we write in bulk (keeps our window full)
-  bool release_pending_ = false;      // sender: a revoke arrived; hand back release_owed_ grants
+  std::deque<grant> grants_;      // sender: the peer's chunk buffers we may write, oldest first
+  std::uint32_t grant_used_ = 0;  // sender: bytes already written into grants_.front()
+  bool announced_ = false;        // sender: the peer knows we write in bulk (keeps our window full)
+  bool release_pending_ = false;  // sender: a revoke arrived; hand back release_owed_ grants
   std::uint32_t release_owed_ = 0;
-  std::deque<tensor_buffer> landing_; // receiver: chunk buffers granted to the peer, oldest first
-  std::size_t landing_offset_ = 0;    // receiver: where the next write lands in landing_.front()
-  bool window_active_ = false;        // receiver: the peer announced bulk writes; keep its window full
-  bool revoking_ = false;             // receiver: revoke sent (or due), release not yet here
-  bool revoke_pending_ = false;       // receiver: revoke not yet sent
+  std::deque<tensor_buffer> landing_;  // receiver: chunk buffers granted to the peer, oldest first
+  std::size_t landing_offset_ = 0;     // receiver: where the next write lands in landing_.front()
+  bool window_active_ = false;         // receiver: the peer announced bulk writes; keep its window full
+  bool revoking_ = false;              // receiver: revoke sent (or due), release not yet here
+  bool revoke_pending_ = false;        // receiver: revoke not yet sent
   std::deque<tensor_buffer> rx_buffered_;
   std::size_t rx_buffered_bytes_ = 0;
   std::size_t tx_queued_ = 0, tx_posted_ = 0, tx_acked_ = 0;

@@ -114,7 +114,9 @@ class verbs_context {
         sc.block_size = config_.chunk_size;
         sc.total_bytes = std::size_t{config_.staging_blocks} * config_.chunk_size;
         const std::size_t all = locked + sc.total_bytes;
-        sc.register_slab = [pd = pd_, all](void* base, std::size_t len) { return register_memory(*pd, base, len, all); };
+        sc.register_slab = [pd = pd_, all](void* base, std::size_t len) {
+          return register_memory(*pd, base, len, all);
+        };
         sc.unregister_slab = [pd = pd_](const registration& r, void*, std::size_t) { deregister_memory(r); };
         staging_.emplace(std::move(sc));
       }
@@ -145,14 +147,10 @@ class verbs_context {
   std::string device_name() const { return ibv_get_device_name(device_->device); }
 
   /// A free registered send slot, or false (the caller waits in `blocked`).
-  bool take_send_slot(tensor_buffer& out) noexcept {
-    return !slots_->allocate(config_.message_size, 0, out);
-  }
+  bool take_send_slot(tensor_buffer& out) noexcept { return !slots_->allocate(config_.message_size, 0, out); }
 
   /// A free registered chunk buffer for RDMA writes, or false.
-  bool take_staging(tensor_buffer& out) noexcept {
-    return staging_ && !staging_->allocate(config_.chunk_size, 0, out);
-  }
+  bool take_staging(tensor_buffer& out) noexcept { return staging_ && !staging_->allocate(config_.chunk_size, 0, out); }
   void buffer_released() noexcept { slot_freed_ = true; }
   /// The staging pool ran dry: asks one connection (not `exclude`) whose
   /// window of grants may sit idle to take it back.

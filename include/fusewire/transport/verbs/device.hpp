@@ -65,9 +65,9 @@ inline registration register_memory(verbs_pd& pd, void* base, std::size_t len, s
     const int err = errno;
     throw_error(errc::out_of_memory,
                 "verbs: ibv_reg_mr of " + std::to_string(len) + " bytes on " +
-                    ibv_get_device_name(pd.context()->device) + " failed (" +
-                    std::generic_category().message(err) + "); RLIMIT_MEMLOCK is " + memlock_limit_text() +
-                    " and this process needs at least " + std::to_string(locked_total) +
+                    ibv_get_device_name(pd.context()->device) + " failed (" + std::generic_category().message(err) +
+                    "); RLIMIT_MEMLOCK is " + memlock_limit_text() + " and this process needs at least " +
+                    std::to_string(locked_total) +
                     " bytes locked: raise it (ulimit -l unlimited, memlock in /etc/security/limits.conf, "
                     "LimitMEMLOCK=infinity for systemd, --ulimit memlock=-1 for docker) or lower "
                     "TF_RDMA_BUF_SIZE");
@@ -144,16 +144,20 @@ inline ibv_context* choose_device(const std::string& wanted, std::string& warnin
 /// rdmacm's errno (or a cm event status) in the transports' terms.
 inline std::error_code cm_error(int err) noexcept {
   switch (err) {
-    case 0: return {};
+    case 0:
+      return {};
     case ECONNREFUSED:
     case ETIMEDOUT:
     case ENETUNREACH:
     case EHOSTUNREACH:
     case EADDRNOTAVAIL:
-    case ENODEV: return make_error_code(errc::connection_refused);
+    case ENODEV:
+      return make_error_code(errc::connection_refused);
     case ECONNRESET:
-    case ECONNABORTED: return make_error_code(errc::connection_reset);
-    default: return {err, std::system_category()};
+    case ECONNABORTED:
+      return make_error_code(errc::connection_reset);
+    default:
+      return {err, std::system_category()};
   }
 }
 

@@ -23,7 +23,7 @@ inline namespace v0 {
 namespace detail {
 class verbs_context;
 class verbs_listener_state_access;
-}
+}  // namespace detail
 
 /// The reactor engine of the verbs transport: polls its reactor's CQ and
 /// rdmacm channel every tick, sleeps in epoll on the completion channel, the

@@ -179,8 +179,8 @@ class verbs_listener_state final : public ref_counted, public closable, public v
 }  // namespace detail
 
 /// A listening rdmacm id on a verbs_reactor; a model of fusewire::listener.
-class verbs_listener
-    : public detail::basic_listener_handle<detail::verbs_listener_state, verbs_connection, detail::verbs_listener_name> {
+class verbs_listener : public detail::basic_listener_handle<detail::verbs_listener_state, verbs_connection,
+                                                            detail::verbs_listener_name> {
  public:
   verbs_listener() noexcept = default;
 

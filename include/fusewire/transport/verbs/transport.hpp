@@ -81,8 +81,9 @@ class verbs {
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr || n == 0) {
       if (list != nullptr) ibv_free_device_list(list);
-      why = "no RDMA device found (ibv_devices lists none; load a NIC driver, or rdma_rxe for soft-RoCE: "
-            "rdma link add rxe0 type rxe netdev <if>)";
+      why =
+          "no RDMA device found (ibv_devices lists none; load a NIC driver, or rdma_rxe for soft-RoCE: "
+          "rdma link add rxe0 type rxe netdev <if>)";
       return false;
     }
     bool active = false;
@@ -150,8 +151,7 @@ class verbs {
   }
 
   /// As above, reporting failure through `ec` (and returning an empty listener).
-  verbs_listener listen(verbs_reactor& reactor, std::string_view host, std::uint16_t port,
-                        std::error_code& ec) const {
+  verbs_listener listen(verbs_reactor& reactor, std::string_view host, std::uint16_t port, std::error_code& ec) const {
     return listen(reactor, host, port, ec, nullptr);
   }
 
@@ -234,8 +234,8 @@ class verbs {
     if (id->verbs != nullptr && id->verbs != ctx->device()) {
       ec = make_error_code(errc::invalid_argument);
       if (why != nullptr) {
-        *why = "the address belongs to device " + std::string(ibv_get_device_name(id->verbs->device)) +
-               ", not " + ctx->device_name() + " (TF_RDMA_DEV_NAME)";
+        *why = "the address belongs to device " + std::string(ibv_get_device_name(id->verbs->device)) + ", not " +
+               ctx->device_name() + " (TF_RDMA_DEV_NAME)";
       }
       rdma_destroy_id(id);
       return {};
@@ -268,8 +268,8 @@ decltype(auto) with_rdma_or(const options& o, F&& fn, const std::function<void(s
   if (o.rdma_enabled) {
     std::string why;
     if (verbs::available(why)) return fn(verbs(verbs_config::from(o)));
-    if (on_fallback) on_fallback("TF_RDMA_ENABLED is true but RDMA is unusable (" + why + "); using " +
-                                 std::string(Fallback::name()));
+    if (on_fallback)
+      on_fallback("TF_RDMA_ENABLED is true but RDMA is unusable (" + why + "); using " + std::string(Fallback::name()));
   }
   return fn(Fallback{});
 }

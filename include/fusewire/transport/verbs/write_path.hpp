@@ -142,8 +142,7 @@ inline std::size_t verbs_conn_state::gather(std::byte* out, std::size_t room, co
 }
 
 inline void verbs_conn_state::complete_acked_writes() {
-  while (!writes_.empty() && !writes_.front().preset && writes_.front().end <= tx_acked_ && open_ &&
-         !write_error_) {
+  while (!writes_.empty() && !writes_.front().preset && writes_.front().end <= tx_acked_ && open_ && !write_error_) {
     write_op op = std::move(writes_.front());
     writes_.pop_front();
     complete(op.handler, std::error_code(), op.total);
