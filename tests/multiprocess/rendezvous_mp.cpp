@@ -300,12 +300,16 @@ int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const 
   EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(8, 1), 60s));
   rv::recv_result welcome = ep.recv_sync(ps0, "welcome", 60s);
   EXPECT(!welcome.ec && rvtest::matches(welcome.buffer, 8, 2));
+  // Made before the PS stops: keepalive drops it within a few hundred ms, and
+  // filling 64 MiB can take that long in a sanitizer build, which would let
+  // the send start after the drop, on a fresh connection keepalive never sees.
+  fw::tensor_buffer big = rvtest::pattern(64 << 20, 3);
   ready.notify();
   EXPECT(stopped.wait(60000));
   // No deadlines: only keepalive can end these. The send is larger than the
   // socket buffers, so it stays in flight against a peer that reads nothing.
   std::promise<std::error_code> sent, received;
-  ep.send(ps0, "big", rvtest::pattern(64 << 20, 3), [&sent](std::error_code ec) { sent.set_value(ec); });
+  ep.send(ps0, "big", std::move(big), [&sent](std::error_code ec) { sent.set_value(ec); });
   ep.recv(ps0, "never", [&received](std::error_code ec, fw::tensor_buffer) { received.set_value(ec); });
   auto sent_f = sent.get_future();
   auto received_f = received.get_future();
