@@ -8,7 +8,7 @@
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
-#if __has_include(<liburing.h>)
+#if defined(FUSEWIRE_HAS_URING) && __has_include(<liburing.h>)
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
 // verbs needs -libverbs -lrdmacm at link time: only with fusewire-rdma
