@@ -95,7 +95,7 @@ class pool_block final : public buffer_owner {
   using buffer_owner::reset_refs;
 
  private:
-  void destroy() noexcept override;
+  inline void destroy() noexcept override;
 };
 
 /// One shard. The free list is touched only by the shard's owning thread;

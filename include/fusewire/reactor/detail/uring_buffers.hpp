@@ -38,7 +38,7 @@ class provided_buffer_owner final : public buffer_owner {
   }
 
  private:
-  void destroy() noexcept override;  // after provided_buffer_ring, whose give_back it calls
+  inline void destroy() noexcept override;  // after provided_buffer_ring, whose give_back it calls
 
   std::shared_ptr<provided_buffer_memory> keep_;
   std::uint16_t bid_ = 0;

@@ -202,8 +202,8 @@ class asio_connection_state final : public stream_connection<asio_connection_sta
   std::size_t chunk_room(const read_op& op);
   void chunk_filled(std::size_t n);
   bool recv_chunk(std::size_t room);
-  result spin_read() override;
-  void spin_stopped() noexcept override;
+  inline result spin_read() override;
+  inline void spin_stopped() noexcept override;
   void on_readable(const boost::system::error_code& ec);
   void on_read(bool direct, const boost::system::error_code& ec, std::size_t n);
 

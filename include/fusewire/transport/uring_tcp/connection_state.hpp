@@ -228,8 +228,8 @@ class uring_connection_state final : public stream_connection<uring_connection_s
   void start_direct_recv(read_op& r);
   void start_fallback_recv();
   bool small_exact(const read_op& r) const noexcept;
-  result spin_read() override;
-  void spin_stopped() noexcept override;
+  inline result spin_read() override;
+  inline void spin_stopped() noexcept override;
   static void on_multishot_cqe(uring_op* op, int res, unsigned flags);
   void on_multishot(int res, unsigned flags);
   static void on_direct_cqe(uring_op* op, int res, unsigned flags);

@@ -138,7 +138,7 @@ class verbs_conn_state final : public ref_counted, public closable, public verbs
     return true;
   }
 
-  void on_cm_event(const event& e) override;
+  inline void on_cm_event(const event& e) override;
 
   // ---- user operations ------------------------------------------------------
 
