@@ -51,6 +51,7 @@ fw::options mp_options() {
   o.mode = fw::reactor_mode::block;
   o.pool_size = 8u << 20;
   o.connect_timeout = 30000ms;
+  o.insecure = true;  // the RDMA address is the test guest's private network
   return o;
 }
 

@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -64,7 +67,7 @@ struct knob {
 /// Every environment variable options::from_env() reads. Booleans accept
 /// true/false, 1/0, yes/no, on/off (any case); sizes are decimal byte counts;
 /// a variable set to the empty string counts as unset.
-inline constexpr std::array<knob, 23> env_knobs{{
+inline constexpr std::array<knob, 33> env_knobs{{
     {"WORKER_ENABLE_POLLING", "",
      "worker reactors: true = busy-poll, false = sleep when idle; unset = adaptive (see "
      "FUSEWIRE_IDLE_POLL_US)"},
@@ -105,11 +108,37 @@ inline constexpr std::array<knob, 23> env_knobs{{
     {"FUSEWIRE_KEEPALIVE_MS", "10000",
      "milliseconds between keepalive probes on an idle connection (0 to 86400000); 0 = off"},
     {"FUSEWIRE_CLUSTER_TOKEN", "",
-     "shared secret: when set, peers must prove they hold it when they connect; unset = no "
-     "authentication"},
+     "shared secret: when set, peers must prove they hold it when they connect; required unless every "
+     "address of the cluster is loopback or FUSEWIRE_INSECURE is true"},
+    {"FUSEWIRE_CLUSTER_TOKEN_FILE", "",
+     "path of a file holding the cluster token (one trailing newline is dropped); instead of "
+     "FUSEWIRE_CLUSTER_TOKEN, which must then be unset"},
+    {"FUSEWIRE_INSECURE", "false",
+     "true runs a cluster with non-loopback addresses without a cluster token (a warning is logged at start)"},
+    {"FUSEWIRE_HANDSHAKE_TIMEOUT_MS", "10000",
+     "milliseconds an accepted connection has to finish its handshake, and a connecting one to get its "
+     "answer, before it is closed (100 to 86400000)"},
+    {"FUSEWIRE_MAX_PENDING_HANDSHAKES", "256",
+     "accepted connections that have not finished their handshake, at most (1 to 1000000); more are "
+     "closed at once"},
+    {"FUSEWIRE_MAX_PENDING_PER_SOURCE", "32", "of those, at most this many from one source address (1 to 1000000)"},
     {"FUSEWIRE_MAX_FRAME_BYTES", "268435456",
      "largest frame payload accepted from a peer (at least 4096); longer length fields are "
      "rejected before anything is allocated"},
+    {"FUSEWIRE_MAX_TRANSFER_BYTES", "4294967296",
+     "largest tensor a peer may announce for a chunked transfer or a receive request (at least "
+     "FUSEWIRE_MAX_FRAME_BYTES); larger announcements are refused before anything is allocated"},
+    {"FUSEWIRE_RECV_BUDGET_BYTES", "2147483648",
+     "bytes this process holds for tensors that arrived before their receive was posted, and for "
+     "partial chunked transfers (at least 65536); when full, peers are not read until it drains"},
+    {"FUSEWIRE_RECV_PEER_BUDGET_BYTES", "536870912",
+     "the same, for one peer (at least 65536, at most FUSEWIRE_RECV_BUDGET_BYTES)"},
+    {"FUSEWIRE_TRANSFER_IDLE_MS", "60000",
+     "milliseconds a partial chunked transfer may go without a new chunk before it is dropped (0 to "
+     "86400000); 0 = never"},
+    {"FUSEWIRE_UNMATCHED_MAX_AGE_MS", "600000",
+     "milliseconds a tensor that arrived for no posted receive is kept before it is dropped and "
+     "counted (0 to 86400000); 0 = kept until its receive or the peer's restart"},
 }};
 
 /// Reactor count used when none is configured (and the seeds' cap).
@@ -155,6 +184,24 @@ struct options {
   std::string cluster_token;
   /// Largest frame payload accepted from a peer (FUSEWIRE_MAX_FRAME_BYTES).
   std::size_t max_frame_bytes = std::size_t{256} << 20;
+  /// Run a cluster with non-loopback addresses without a token (FUSEWIRE_INSECURE).
+  bool insecure = false;
+  /// Deadline of a connection's handshake, both sides (FUSEWIRE_HANDSHAKE_TIMEOUT_MS).
+  std::chrono::milliseconds handshake_timeout{10000};
+  /// Accepted connections still in their handshake, at most (FUSEWIRE_MAX_PENDING_HANDSHAKES).
+  std::size_t max_pending_handshakes = 256;
+  /// Of those, at most this many from one source address (FUSEWIRE_MAX_PENDING_PER_SOURCE).
+  std::size_t max_pending_per_source = 32;
+  /// Largest tensor a peer may announce for one transfer (FUSEWIRE_MAX_TRANSFER_BYTES).
+  std::size_t max_transfer_bytes = std::size_t{4} << 30;
+  /// Bytes held for early arrivals and partial transfers, whole process (FUSEWIRE_RECV_BUDGET_BYTES).
+  std::size_t recv_budget = std::size_t{2} << 30;
+  /// The same, per peer (FUSEWIRE_RECV_PEER_BUDGET_BYTES).
+  std::size_t recv_peer_budget = std::size_t{512} << 20;
+  /// A partial transfer without progress for this long is dropped; 0 = never (FUSEWIRE_TRANSFER_IDLE_MS).
+  std::chrono::milliseconds transfer_idle{60000};
+  /// An unmatched arrival older than this is dropped; 0 = never (FUSEWIRE_UNMATCHED_MAX_AGE_MS).
+  std::chrono::milliseconds unmatched_max_age{600000};
 
   /// Throws system_error(errc::invalid_config) naming the first bad field, its
   /// value, its environment variable and what is allowed.
@@ -182,6 +229,7 @@ namespace detail {
 
 inline constexpr std::uint64_t gib = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t uint_max = std::numeric_limits<std::uint64_t>::max();
+inline constexpr std::size_t max_token_file_bytes = 4096;
 
 /// Which unsigned values a knob accepts, and how to say so.
 struct uint_rule {
@@ -211,6 +259,13 @@ inline constexpr uint_rule buf_rule{
     gib, uint_max, gib, false, "expected a positive multiple of 1 GiB in bytes (such as 1073741824 or 10737418240)"};
 inline constexpr uint_rule frame_rule{4096, uint_max, 1, false,
                                       "expected a size in bytes (an integer of at least 4096, such as 268435456)"};
+inline constexpr uint_rule handshake_rule{100, 86400000, 1, false,
+                                          "expected milliseconds (an integer from 100 to 86400000)"};
+inline constexpr uint_rule count_rule{1, 1000000, 1, false, "expected a count (an integer from 1 to 1000000)"};
+inline constexpr uint_rule transfer_rule{4096, uint_max, 1, false,
+                                         "expected a size in bytes (an integer of at least 4096, such as 4294967296)"};
+inline constexpr uint_rule budget_rule{65536, uint_max, 1, false,
+                                       "expected a size in bytes (an integer of at least 65536, such as 536870912)"};
 
 [[noreturn]] inline void bad_env(std::string_view name, std::string_view value, std::string_view what) {
   throw_error(errc::invalid_config, std::string(name) + "=" + util::quoted(value) + ": " + std::string(what));
@@ -229,6 +284,29 @@ inline std::uint64_t env_uint(std::string_view name, std::string_view value, con
   }
   if (!rule.accepts(v)) bad_env(name, value, rule.expected);
   return v;
+}
+
+/// The cluster token held in file `path`: its bytes, less one trailing newline.
+/// The error names the variable and the path, never the file's content.
+inline std::string read_token_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    bad_env("FUSEWIRE_CLUSTER_TOKEN_FILE", path, std::string("cannot open it: ") + std::strerror(errno));
+  }
+  std::string token;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && token.size() <= max_token_file_bytes) token.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) bad_env("FUSEWIRE_CLUSTER_TOKEN_FILE", path, "cannot read it");
+  if (token.size() > max_token_file_bytes) {
+    bad_env("FUSEWIRE_CLUSTER_TOKEN_FILE", path, "the file is larger than 4096 bytes: not a token");
+  }
+  if (!token.empty() && token.back() == '\n') token.pop_back();
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) bad_env("FUSEWIRE_CLUSTER_TOKEN_FILE", path, "the file is empty");
+  return token;
 }
 
 inline bool env_bool(std::string_view name, std::string_view value) {
@@ -281,6 +359,29 @@ inline void options::validate() const {
   check_millis("connect_timeout", connect_timeout, "FUSEWIRE_CONNECT_TIMEOUT_MS");
   check_millis("keepalive", keepalive, "FUSEWIRE_KEEPALIVE_MS");
   check_field("max_frame_bytes", max_frame_bytes, "FUSEWIRE_MAX_FRAME_BYTES", frame_rule);
+  if (handshake_timeout.count() < 0) {
+    bad_field("handshake_timeout", std::to_string(handshake_timeout.count()), "FUSEWIRE_HANDSHAKE_TIMEOUT_MS",
+              handshake_rule.expected);
+  }
+  check_field("handshake_timeout", static_cast<std::uint64_t>(handshake_timeout.count()),
+              "FUSEWIRE_HANDSHAKE_TIMEOUT_MS", handshake_rule);
+  check_field("max_pending_handshakes", max_pending_handshakes, "FUSEWIRE_MAX_PENDING_HANDSHAKES", count_rule);
+  check_field("max_pending_per_source", max_pending_per_source, "FUSEWIRE_MAX_PENDING_PER_SOURCE", count_rule);
+  check_field("max_transfer_bytes", max_transfer_bytes, "FUSEWIRE_MAX_TRANSFER_BYTES", transfer_rule);
+  check_field("recv_budget", recv_budget, "FUSEWIRE_RECV_BUDGET_BYTES", budget_rule);
+  check_field("recv_peer_budget", recv_peer_budget, "FUSEWIRE_RECV_PEER_BUDGET_BYTES", budget_rule);
+  check_millis("transfer_idle", transfer_idle, "FUSEWIRE_TRANSFER_IDLE_MS");
+  check_millis("unmatched_max_age", unmatched_max_age, "FUSEWIRE_UNMATCHED_MAX_AGE_MS");
+  if (max_transfer_bytes < max_frame_bytes) {
+    throw_error(errc::invalid_config, "options.max_transfer_bytes = " + std::to_string(max_transfer_bytes) +
+                                          " (FUSEWIRE_MAX_TRANSFER_BYTES) is below options.max_frame_bytes = " +
+                                          std::to_string(max_frame_bytes) + " (FUSEWIRE_MAX_FRAME_BYTES)");
+  }
+  if (recv_peer_budget > recv_budget) {
+    throw_error(errc::invalid_config, "options.recv_peer_budget = " + std::to_string(recv_peer_budget) +
+                                          " (FUSEWIRE_RECV_PEER_BUDGET_BYTES) exceeds options.recv_budget = " +
+                                          std::to_string(recv_budget) + " (FUSEWIRE_RECV_BUDGET_BYTES)");
+  }
 
   if (pool_size % pool_block_size != 0) {
     throw_error(errc::invalid_config, "options.pool_size = " + std::to_string(pool_size) +
@@ -352,7 +453,25 @@ inline options options::from_env(role r, const env_lookup& lookup) {
     o.keepalive = std::chrono::milliseconds(env_uint("FUSEWIRE_KEEPALIVE_MS", *v, millis_rule));
   }
   if (auto v = get("FUSEWIRE_CLUSTER_TOKEN")) o.cluster_token = *v;
+  if (auto v = get("FUSEWIRE_CLUSTER_TOKEN_FILE")) {
+    if (!o.cluster_token.empty()) {
+      bad_env("FUSEWIRE_CLUSTER_TOKEN_FILE", *v, "FUSEWIRE_CLUSTER_TOKEN is set too: set only one of them");
+    }
+    o.cluster_token = read_token_file(*v);
+  }
+  read_bool("FUSEWIRE_INSECURE", o.insecure);
+  auto read_millis = [&](std::string_view name, std::chrono::milliseconds& field, const uint_rule& rule) {
+    if (auto v = get(name)) field = std::chrono::milliseconds(env_uint(name, *v, rule));
+  };
+  read_millis("FUSEWIRE_HANDSHAKE_TIMEOUT_MS", o.handshake_timeout, handshake_rule);
+  read_size("FUSEWIRE_MAX_PENDING_HANDSHAKES", o.max_pending_handshakes, count_rule);
+  read_size("FUSEWIRE_MAX_PENDING_PER_SOURCE", o.max_pending_per_source, count_rule);
   read_size("FUSEWIRE_MAX_FRAME_BYTES", o.max_frame_bytes, frame_rule);
+  read_size("FUSEWIRE_MAX_TRANSFER_BYTES", o.max_transfer_bytes, transfer_rule);
+  read_size("FUSEWIRE_RECV_BUDGET_BYTES", o.recv_budget, budget_rule);
+  read_size("FUSEWIRE_RECV_PEER_BUDGET_BYTES", o.recv_peer_budget, budget_rule);
+  read_millis("FUSEWIRE_TRANSFER_IDLE_MS", o.transfer_idle, millis_rule);
+  read_millis("FUSEWIRE_UNMATCHED_MAX_AGE_MS", o.unmatched_max_age, millis_rule);
   o.validate();
   return o;
 }
@@ -380,6 +499,15 @@ inline std::string to_string(const options& o) {
   s += " keepalive_ms=" + std::to_string(o.keepalive.count());
   s += " cluster_token=" + std::string(o.cluster_token.empty() ? "unset" : "set");
   s += " max_frame_bytes=" + std::to_string(o.max_frame_bytes);
+  s += " insecure=" + b(o.insecure);
+  s += " handshake_timeout_ms=" + std::to_string(o.handshake_timeout.count());
+  s += " max_pending_handshakes=" + std::to_string(o.max_pending_handshakes);
+  s += " max_pending_per_source=" + std::to_string(o.max_pending_per_source);
+  s += " max_transfer_bytes=" + std::to_string(o.max_transfer_bytes);
+  s += " recv_budget=" + std::to_string(o.recv_budget);
+  s += " recv_peer_budget=" + std::to_string(o.recv_peer_budget);
+  s += " transfer_idle_ms=" + std::to_string(o.transfer_idle.count());
+  s += " unmatched_max_age_ms=" + std::to_string(o.unmatched_max_age.count());
   return s;
 }
 

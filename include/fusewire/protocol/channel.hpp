@@ -43,10 +43,29 @@ struct frame_head {
   wire::frame_body body;
 };
 
-/// The wire limits a process applies to its peers: `max_frame_bytes` bounds one frame's payload.
-inline wire::limits limits_for(std::size_t max_frame_bytes) noexcept {
+/// The wire limits a process applies to its peers: `max_frame_bytes` bounds one
+/// frame's payload, `max_transfer_bytes` (0 = the format's default) the tensor a
+/// chunked transfer or a receive request announces.
+inline wire::limits limits_for(std::size_t max_frame_bytes, std::size_t max_transfer_bytes = 0) noexcept {
   wire::limits lim;
   lim.max_payload_bytes = max_frame_bytes;
+  if (max_transfer_bytes != 0) lim.max_transfer_bytes = max_transfer_bytes;
+  return lim;
+}
+
+/// The limits applied to a peer that has not authenticated yet: one small
+/// frame at a time (a hello, an auth_response), no payload, short strings, so
+/// that an unauthenticated connection costs a few KiB at most.
+inline wire::limits handshake_limits() noexcept {
+  wire::limits lim;
+  lim.max_meta_bytes = 2048;
+  lim.max_payload_bytes = 0;
+  lim.max_transfer_bytes = 0;
+  lim.max_entries = 1;
+  lim.max_segments = 1;
+  lim.max_chunks = 1;
+  lim.max_key_bytes = 256;
+  lim.max_message_bytes = 1024;
   return lim;
 }
 
@@ -74,6 +93,8 @@ class channel : public std::enable_shared_from_this<channel<Connection>> {
   channel& operator=(const channel&) = delete;
 
   const wire::limits& limits() const noexcept { return limits_; }
+  /// Applies `lim` to the frames read from now on (e.g. once the peer authenticated).
+  void set_limits(const wire::limits& lim) noexcept { limits_ = lim; }
   Connection& connection() noexcept { return conn_; }
   bool is_open() const noexcept { return conn_.is_open(); }
   std::string remote_endpoint() const { return conn_.remote_endpoint(); }

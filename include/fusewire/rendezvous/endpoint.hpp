@@ -135,9 +135,11 @@
 
 #include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/util/log_limiter.hpp>
 #include <fusewire/util/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
+#include <fusewire/core/security.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>
 #include <fusewire/protocol/channel.hpp>
@@ -206,6 +208,14 @@ class endpoint {
         tuning_(config.tuning),
         transport_(std::move(config.transport)) {
     opts_.validate();
+    if (const std::optional<std::string> warning = check_cluster_security(opts_, spec_)) {
+      const std::string text = "fusewire rendezvous " + self_.to_string() + ": " + *warning;
+      if (config.log) {
+        config.log(text);
+      } else {
+        std::fprintf(stderr, "%s\n", text.c_str());
+      }
+    }
     if (tuning_.stripes < 1 || tuning_.stripes > 16) {
       throw_error(errc::invalid_config, "endpoint_tuning.stripes = " + std::to_string(tuning_.stripes) +
                                             ": must be 1 to 16 connections per peer");

@@ -78,6 +78,32 @@ inline std::string quoted(std::string_view s) {
   return out;
 }
 
+/// `s` made safe for one log line: printable ASCII is kept, a backslash and
+/// every other byte (newline, escape sequences, UTF-8) become \\ and \xNN, and
+/// text past `max_bytes` input bytes is cut with "...". For strings a peer
+/// supplied (job names, keys, error texts), so that no peer can forge a log
+/// line or flood one.
+inline std::string printable(std::string_view s, std::size_t max_bytes = 128) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t n = s.size() < max_bytes ? s.size() : max_bytes;
+  out.reserve(n + 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (n < s.size()) out += "...";
+  return out;
+}
+
 }  // namespace util
 }  // namespace v0
 }  // namespace fusewire

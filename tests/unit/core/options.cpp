@@ -195,6 +195,15 @@ TEST_CASE("every knob reaches its field") {
       {"FUSEWIRE_KEEPALIVE_MS", "250"},
       {"FUSEWIRE_CLUSTER_TOKEN", "s3cret token"},
       {"FUSEWIRE_MAX_FRAME_BYTES", "4096"},
+      {"FUSEWIRE_INSECURE", "yes"},
+      {"FUSEWIRE_HANDSHAKE_TIMEOUT_MS", "1500"},
+      {"FUSEWIRE_MAX_PENDING_HANDSHAKES", "64"},
+      {"FUSEWIRE_MAX_PENDING_PER_SOURCE", "4"},
+      {"FUSEWIRE_MAX_TRANSFER_BYTES", "1048576"},
+      {"FUSEWIRE_RECV_BUDGET_BYTES", "8388608"},
+      {"FUSEWIRE_RECV_PEER_BUDGET_BYTES", "4194304"},
+      {"FUSEWIRE_TRANSFER_IDLE_MS", "2000"},
+      {"FUSEWIRE_UNMATCHED_MAX_AGE_MS", "0"},
   });
   CHECK(o.tensor_fuse);
   CHECK_FALSE(o.rdma_enabled);
@@ -212,11 +221,22 @@ TEST_CASE("every knob reaches its field") {
   CHECK(o.keepalive == 250ms);
   CHECK(o.cluster_token == "s3cret token");
   CHECK(o.max_frame_bytes == 4096);
+  CHECK(o.insecure);
+  CHECK(o.handshake_timeout == 1500ms);
+  CHECK(o.max_pending_handshakes == 64);
+  CHECK(o.max_pending_per_source == 4);
+  CHECK(o.max_transfer_bytes == 1048576);
+  CHECK(o.recv_budget == 8388608);
+  CHECK(o.recv_peer_budget == 4194304);
+  CHECK(o.transfer_idle == 2000ms);
+  CHECK(o.unmatched_max_age == 0ms);
   CHECK(fusewire::to_string(o) ==
         "mode=adaptive idle_poll_us=2000 cores=auto pin_cores=false tensor_fuse=true coalesce=false acc_size=16384 "
         "fuse_delay_us=50 chunking=false chunk_size=2097152 rdma=false rdma_device=mlx4_0 "
         "rdma_buf_size=10737418240 pool_size=1048576 pool_block_size=4096 connect_timeout_ms=0 keepalive_ms=250 "
-        "cluster_token=set max_frame_bytes=4096");
+        "cluster_token=set max_frame_bytes=4096 insecure=true handshake_timeout_ms=1500 max_pending_handshakes=64 "
+        "max_pending_per_source=4 max_transfer_bytes=1048576 recv_budget=8388608 recv_peer_budget=4194304 "
+        "transfer_idle_ms=2000 unmatched_max_age_ms=0");
 }
 
 TEST_CASE("bad environment values: exact messages naming the variable, the value and what is allowed") {

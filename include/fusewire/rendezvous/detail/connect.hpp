@@ -20,13 +20,34 @@ inline void endpoint<Transport>::shard::connect(out_peer& p) {
     if (closing_) return c.close();
     if (ec) return retry(*pp, ec);
     auto ch = std::make_shared<channel_type>(std::move(c), limits_);
+    // A peer that accepts but never answers (stopped, overloaded, not fusewire)
+    // does not hold the connection: past the deadline it is closed and retried.
+    const timer_id deadline = reactor_->run_after(
+        ep_.opts_.handshake_timeout, [this, pp, weak = std::weak_ptr<channel_type>(ch)](std::error_code te) {
+          if (te || closing_) return;
+          if (auto c = weak.lock()) {
+            log_limited("connect-timeout", "no handshake answer from " + pp->task.to_string() + " within " +
+                                               std::to_string(ep_.opts_.handshake_timeout.count()) +
+                                               " ms (FUSEWIRE_HANDSHAKE_TIMEOUT_MS); connecting again");
+            c->close();
+          }
+        });
     protocol::handshake_connect(
-        ch, identity_, pp->task, [this, pp, ch](std::error_code e, protocol::peer_identity who) {
+        ch, identity_, pp->task, [this, pp, ch, deadline](std::error_code e, protocol::peer_identity who) {
           if (closing_) return ch->close();
+          reactor_->cancel(deadline);
           if (e) {
             ch->close();
-            if (e == make_error_code(errc::auth_failed) || e == make_error_code(errc::handshake_failed)) {
-              log("handshake with " + pp->task.to_string() + " failed: " + e.message());
+            if (e == make_error_code(errc::auth_failed)) {
+              // Permanent: the same token will be refused again, so no retry storm.
+              log("handshake with " + pp->task.to_string() + " failed: " + e.message() +
+                  "; every send to it fails from now on (check FUSEWIRE_CLUSTER_TOKEN on both tasks)");
+              pp->connecting = false;
+              pp->refused = e;
+              return fail_waiting(*pp, e);
+            }
+            if (e == make_error_code(errc::handshake_failed)) {
+              log_limited("handshake", "handshake with " + pp->task.to_string() + " failed: " + e.message());
               pp->connecting = false;
               return fail_waiting(*pp, e);
             }

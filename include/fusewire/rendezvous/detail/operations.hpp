@@ -86,6 +86,9 @@ struct endpoint<Transport>::out_peer {
   std::size_t next_extra = 0;
   std::uint64_t generation = 0;  ///< bumped whenever the lanes are dropped
   clock::time_point last_write{};
+  /// The peer refused our cluster token: every send to it fails with this at
+  /// once, without a new connection (an authentication failure is not retried).
+  std::error_code refused;
 };
 
 /// A chunked tensor being received: its chunks may arrive on any lane of the peer.

@@ -20,7 +20,7 @@ class endpoint<Transport>::shard {
       : ep_(ep),
         index_(index),
         log_(std::move(log)),
-        limits_(protocol::limits_for(ep.opts_.max_frame_bytes)),
+        limits_(protocol::limits_for(ep.opts_.max_frame_bytes, ep.opts_.max_transfer_bytes)),
         pool_(pool_config(ep.opts_, ep.shards_)) {
     identity_.self = ep.self_;
     identity_.token = ep.opts_.cluster_token;
@@ -67,6 +67,7 @@ class endpoint<Transport>::shard {
       for (auto& op : batch) complete(*op, make_error_code(errc::cancelled));
     }
     for (auto& [raw, in] : in_) in.ch->close();
+    for (auto& [raw, h] : handshaking_) reactor_->cancel(h.deadline);
     // Chunked transfers complete once no chunk read still writes into their buffer.
     std::vector<std::shared_ptr<incoming>> xs;
     for (auto& [k, x] : transfers_) xs.push_back(x);
@@ -95,6 +96,7 @@ class endpoint<Transport>::shard {
         if (!ec) on_send_deadline(op);
       });
     }
+    if (p.refused) return complete(*op, p.refused);
     if (p.ready || (!p.connecting && adopt(p, op->peer))) return enqueue(p, std::move(op));
     p.waiting.push_back(std::move(op));
     if (!p.connecting) {
@@ -217,6 +219,13 @@ class endpoint<Transport>::shard {
   /// slot_for() with `h` = detail::slot_hash_of(peer, key), computed by the caller.
   slot& slot_for(std::string_view peer, std::string_view key, std::uint64_t h) { return slots_.get(peer, key, h); }
 
+  /// log(), at most a few lines of kind `kind` per interval (see util::log_limiter):
+  /// for what a peer can make happen as often as it likes.
+  void log_limited(std::string_view kind, const std::string& line) {
+    std::string suffix;
+    if (log_limit_.allow(kind, suffix)) log(line + suffix);
+  }
+
   void log(const std::string& line) {
     const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
     if (log_) {
@@ -255,7 +264,11 @@ class endpoint<Transport>::shard {
     requires handoff_transport<Transport>;
   void take_accepted(detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
     requires handoff_transport<Transport>;
+  void accept_failed(std::error_code ec);
+  bool admit_handshake(const std::shared_ptr<channel_type>& ch);
+  void end_handshake(channel_type* ch);
   static std::string remote(channel_type& ch);
+  static std::string source_of(const std::string& remote);
 
   // receive path (rendezvous/detail/receive_path.hpp)
   void read_next(const std::shared_ptr<channel_type>& ch);
@@ -312,6 +325,15 @@ class endpoint<Transport>::shard {
   std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
   timer_id keepalive_timer_;
   clock::time_point keepalive_due_{};  ///< when the armed keepalive tick should run
+  /// An accepted connection still in its handshake: its source address and deadline.
+  struct handshaking {
+    std::string source;
+    timer_id deadline;
+  };
+  std::map<channel_type*, handshaking> handshaking_;
+  std::map<std::string, std::size_t, std::less<>> handshaking_by_source_;
+  clock::duration accept_backoff_{};  ///< after an accept error (EMFILE...): wait before the next accept
+  util::log_limiter log_limit_;
 
  public:
   /// RDMA direct placement (nothing for other transports).
