@@ -19,7 +19,12 @@
 
 namespace {
 
-fw::options test_options() { return block_options(); }
+// Reverse lanes are for peers that proved they hold the cluster token.
+fw::options test_options() {
+  fw::options o = block_options();
+  o.cluster_token = "reverse-lanes";
+  return o;
+}
 
 rv::endpoint_tuning tuning(bool reverse) {
   rv::endpoint_tuning t;
@@ -101,6 +106,19 @@ TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction ha
     CHECK(ps.stats().connections_made == 1);
     CHECK(worker.stats().connections_accepted == 1);
   }
+}
+
+TEST_CASE_TEMPLATE("without a cluster token nobody sends on a connection its peer made", T, TRANSPORTS) {
+  // Anyone may claim a task's name when nothing is authenticated: what is
+  // meant for that task goes to the address the cluster spec gives it.
+  auto spec = rvtest::loopback_cluster(1, 1);
+  rv::endpoint<T> ps(ps0, spec, {.options = block_options()});
+  rv::endpoint<T> worker(w0, spec, {.options = block_options()});
+  exchange(worker, w0, ps, ps0, "req", 64, 1);
+  exchange(ps, ps0, worker, w0, "rep", 64, 2);
+  CHECK(ps.stats().connections_reused == 0);
+  CHECK(ps.stats().connections_made == 1);
+  CHECK(worker.stats().connections_made == 1);
 }
 
 TEST_CASE_TEMPLATE("the peer sent first: the other side answers on its connection, whichever it is", T, TRANSPORTS) {

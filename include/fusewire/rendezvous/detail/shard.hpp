@@ -238,7 +238,12 @@ class endpoint<Transport>::shard {
     }
   }
 
-  bool reverse_allowed() const noexcept { return ep_.tuning_.reverse_lanes && !rdma_transport<Transport>; }
+  // Only a peer that proved it holds the cluster token may carry our frames
+  // back on its own connection: without a token, anyone who claims a task's
+  // name could otherwise receive what is meant for that task.
+  bool reverse_allowed() const noexcept {
+    return ep_.tuning_.reverse_lanes && !rdma_transport<Transport> && !ep_.opts_.cluster_token.empty();
+  }
 
   // connecting, retrying, reverse and striping lanes (rendezvous/detail/connect.hpp)
   void connect(out_peer& p);
@@ -265,6 +270,7 @@ class endpoint<Transport>::shard {
   void take_accepted(detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
     requires handoff_transport<Transport>;
   void accept_failed(std::error_code ec);
+  void replace_incarnation(channel_type* self, const std::string& peer, std::uint64_t incarnation);
   bool admit_handshake(const std::shared_ptr<channel_type>& ch);
   void end_handshake(channel_type* ch);
   static std::string remote(channel_type& ch);
