@@ -21,11 +21,16 @@
 ///
 /// Threads: one thread at a time calls a client's members (they block); the
 /// endpoint's reactor thread only queues completions for it.
+///
+/// The members are defined by idea in detail/: client_plan (routing a batch
+/// to the PS tasks), client_step (a step's requests and replies),
+/// client_exchange (sending, resending, matching replies) and client_control
+/// (barrier, save, shutdown).
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -47,7 +52,6 @@
 #include <fusewire/ps/config.hpp>
 #include <fusewire/ps/message.hpp>
 #include <fusewire/ps/model.hpp>
-#include <fusewire/ps/server.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/concepts.hpp>
 
@@ -242,402 +246,31 @@ class client {
     tensor_buffer reply;
   };
 
-  void control(std::uint32_t flags) {
-    batch b;
-    std::error_code ec;
-    run_impl(b, flags, true, ec);
-    if (ec) throw std::system_error(ec, b.error_message());
-  }
-
-  /// One barrier request to PS 0, carrying the generation; its reply comes once every worker arrived.
-  void barrier_impl(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why) {
-    ec.clear();
-    why.clear();
-    const std::string name = "barrier " + std::to_string(barrier_generation_);
-    if (timeout.count() <= 0) {
-      ec = make_error_code(errc::invalid_argument);
-      why = name + ": timeout must be > 0 ms, got " + std::to_string(timeout.count());
-      return;
-    }
-    request_builder rb;
-    const std::uint32_t flags =
-        request_flags::barrier | (copts_.mode == training_mode::sync ? request_flags::sync : 0u);
-    rb.set_header(incarnation_, ++seq_[0], fingerprint_, barrier_generation_, 0, flags);
-    std::vector<attempt> attempts(1);
-    attempt& a = attempts[0];
-    a.seq = seq_[0];
-    a.request = rb.finish();
-    stats_.bytes_sent += a.request.size();
-    ++stats_.requests;
-    if (!exchange(attempts, timeout, ec, why)) {
-      if (ec == make_error_code(errc::timed_out)) {
-        why = name + ": not every worker arrived within " + std::to_string(timeout.count()) + " ms (" + why + ")";
-      } else {
-        why = name + ": " + why;
-      }
-      return;
-    }
-    reply_view r;
-    std::string dwhy;
-    decode_reply(a.reply.bytes(), r, ec, dwhy);
-    if (ec) {
-      why = name + ": " + ps_tasks_[0].to_string() + ": bad reply: " + dwhy;
-      return;
-    }
-    stats_.bytes_received += a.reply.size();
-    ps_step_[0] = copts_.mode == training_mode::sync ? r.step : std::max(ps_step_[0], r.step);
-    if (r.status != 0) {
-      ec = make_error_code(static_cast<errc>(r.status));
-      why = name + ": " + r.message;
-      return;
-    }
-    ++barrier_generation_;
-  }
-
-  static bool fail(batch& b, std::error_code& ec, errc e, std::string why) {
-    ec = make_error_code(e);
-    b.error_ = std::move(why);
-    return false;
-  }
-
+  // ---- routing (detail/client_plan.hpp) ----
+  static bool fail(batch& b, std::error_code& ec, errc e, std::string why);
   /// Validates `b` against the model and splits it into one request per PS.
   bool plan(batch& b, std::size_t first_item, std::size_t last_item, std::vector<ps_plan>& plans,
             std::deque<std::vector<std::int64_t>>& id_store, std::deque<std::vector<float>>& grad_store,
-            std::deque<std::vector<std::size_t>>& pos_store, std::error_code& ec) {
-    const std::size_t num_ps = ps_tasks_.size();
-    std::vector<std::vector<std::int64_t>*> ids_of(num_ps);
-    std::vector<std::vector<float>*> grads_of(num_ps);
-    std::vector<std::vector<std::size_t>*> pos_of(num_ps);
-    for (std::size_t item_index = first_item; item_index < last_item; ++item_index) {
-      const batch::item& it = b.items_[item_index];
-      auto found = names_.find(it.var);
-      if (found == names_.end()) {
-        std::string known;
-        for (const auto& v : model_.variables) known += (known.empty() ? "" : ", ") + v.name;
-        return fail(b, ec, errc::invalid_argument,
-                    std::string(to_string(it.kind)) + ": unknown variable '" + it.var + "' (model has: " + known + ")");
-      }
-      const std::uint32_t var = found->second;
-      const variable_spec& v = model_.variables[var];
-      const std::string what = std::string(to_string(it.kind)) + " of '" + v.name + "'";
-      if (is_rows(it.kind) != (v.kind == variable_kind::embedding)) {
-        return fail(b, ec, errc::invalid_argument,
-                    what + ": the variable is " +
-                        (v.kind == variable_kind::embedding ? "an embedding (use pull_rows/push_rows)"
-                                                            : "dense (use pull/push)"));
-      }
-      if (!is_rows(it.kind)) {
-        const auto n = static_cast<std::size_t>(v.num_elements());
-        if (it.kind == op::push_dense && it.values.size() != n) {
-          return fail(b, ec, errc::size_mismatch,
-                      what + ": gradient has " + std::to_string(it.values.size()) + " values, the variable has " +
-                          std::to_string(n));
-        }
-        if (it.kind == op::pull_dense) b.results_[it.result].resize(n);  // every element is overwritten
-        const auto slices = place_.slices(var);
-        for (std::uint32_t s = 0; s < slices.size(); ++s) {
-          const slice_info& si = slices[s];
-          ps_plan& pl = plans[si.ps];
-          const auto first = static_cast<std::size_t>(si.element_begin),
-                     count = static_cast<std::size_t>(si.element_count);
-          if (it.kind == op::pull_dense) {
-            pl.rb.pull_dense(var, s);
-            pl.sinks.push_back({op::pull_dense, var, s, it.result, first, count, nullptr, 0});
-          } else {
-            pl.rb.push_dense(var, s, it.values.subspan(first, count));
-          }
-        }
-        continue;
-      }
-      const auto dim = static_cast<std::size_t>(v.row_size());
-      const std::int64_t num_ids = v.shape[0];
-      for (std::int64_t id : it.ids) {
-        if (num_ids > 0 && (id < 0 || id >= num_ids)) {
-          return fail(b, ec, errc::invalid_argument,
-                      what + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) + ")");
-        }
-      }
-      if (it.kind == op::push_rows && it.values.size() != it.ids.size() * dim) {
-        return fail(b, ec, errc::size_mismatch,
-                    what + ": " + std::to_string(it.values.size()) + " gradient values for " +
-                        std::to_string(it.ids.size()) + " ids of dim " + std::to_string(dim) + " (expected " +
-                        std::to_string(it.ids.size() * dim) + ")");
-      }
-      if (it.kind == op::pull_rows) b.results_[it.result].resize(it.ids.size() * dim);
-      if (num_ps == 1) {
-        if (it.kind == op::pull_rows) {
-          auto& pos = pos_store.emplace_back(it.ids.size());
-          for (std::size_t k = 0; k < pos.size(); ++k) pos[k] = k;
-          plans[0].rb.pull_rows(var, it.ids);
-          plans[0].sinks.push_back({op::pull_rows, var, 0, it.result, 0, it.ids.size() * dim, &pos, dim});
-        } else {
-          plans[0].rb.push_rows(var, it.ids, it.values);
-        }
-        continue;
-      }
-      std::fill(ids_of.begin(), ids_of.end(), nullptr);
-      for (std::size_t k = 0; k < it.ids.size(); ++k) {
-        const std::uint32_t p = place_.ps_of_id(it.ids[k]);
-        if (ids_of[p] == nullptr) {
-          ids_of[p] = &id_store.emplace_back();
-          if (it.kind == op::pull_rows)
-            pos_of[p] = &pos_store.emplace_back();
-          else
-            grads_of[p] = &grad_store.emplace_back();
-        }
-        ids_of[p]->push_back(it.ids[k]);
-        if (it.kind == op::pull_rows) {
-          pos_of[p]->push_back(k);
-        } else {
-          grads_of[p]->insert(grads_of[p]->end(), it.values.begin() + static_cast<std::ptrdiff_t>(k * dim),
-                              it.values.begin() + static_cast<std::ptrdiff_t>((k + 1) * dim));
-        }
-      }
-      for (std::uint32_t p = 0; p < num_ps; ++p) {
-        if (ids_of[p] == nullptr) continue;
-        if (it.kind == op::pull_rows) {
-          plans[p].rb.pull_rows(var, *ids_of[p]);
-          plans[p].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids_of[p]->size() * dim, pos_of[p], dim});
-        } else {
-          plans[p].rb.push_rows(var, *ids_of[p], *grads_of[p]);
-        }
-      }
-    }
-    return true;
-  }
+            std::deque<std::vector<std::size_t>>& pos_store, std::error_code& ec);
 
-  void run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec) {
-    ec.clear();
-    b.error_.clear();
-    ++stats_.runs;
-    const std::size_t num_ps = ps_tasks_.size();
-    // Fused: one group (one request per PS). Unfused: a group per pull/push.
-    std::deque<std::vector<ps_plan>> groups;
-    std::deque<std::vector<std::int64_t>> id_store;
-    std::deque<std::vector<float>> grad_store;
-    std::deque<std::vector<std::size_t>> pos_store;
-    const bool fused = copts_.fuse || control_flags != 0 || b.items_.size() <= 1;
-    if (fused) {
-      if (!plan(b, 0, b.items_.size(), groups.emplace_back(num_ps), id_store, grad_store, pos_store, ec)) return;
-    } else {
-      for (std::size_t i = 0; i < b.items_.size(); ++i) {
-        if (!plan(b, i, i + 1, groups.emplace_back(num_ps), id_store, grad_store, pos_store, ec)) return;
-      }
-    }
-    const bool sync = copts_.mode == training_mode::sync;
-    const bool pushes =
-        std::any_of(b.items_.begin(), b.items_.end(), [](const batch::item& it) { return is_push(it.kind); });
-    std::vector<attempt> attempts;
-    for (auto& plans : groups) {
-      for (std::uint32_t p = 0; p < num_ps; ++p) {
-        std::uint32_t flags = control_flags | (sync ? request_flags::sync : 0u);
-        std::uint64_t push_step = 0;
-        if (sync && pushes && control_flags == 0) {
-          flags |= request_flags::contributes;
-          push_step = ps_step_[p];
-          want_[p] = ps_step_[p] + 1;
-        }
-        if (plans[p].rb.empty() && (flags & ~request_flags::sync) == 0 && !all_ps) continue;
-        const std::uint64_t min_step = sync && control_flags == 0 ? want_[p] : 0;
-        plans[p].rb.set_header(incarnation_, ++seq_[p], fingerprint_, push_step, min_step, flags);
-        attempt& a = attempts.emplace_back();
-        a.ps = p;
-        a.plan = &plans[p];
-        a.seq = seq_[p];
-        a.request = plans[p].rb.finish();
-        stats_.bytes_sent += a.request.size();
-        ++stats_.requests;
-      }
-    }
-    std::string why;
-    if (!exchange(attempts, copts_.step_timeout, ec, why)) {
-      b.error_ = std::move(why);
-      return;
-    }
-    // Decode every reply; scatter pulled values.
-    std::error_code first_ec;
-    std::string first_why;
-    for (attempt& a : attempts) {
-      const std::uint32_t p = a.ps;
-      reply_view r;
-      std::error_code dec;
-      std::string dwhy;
-      decode_reply(a.reply.bytes(), r, dec, dwhy);
-      const std::string who = ps_tasks_[p].to_string();
-      if (dec) {
-        if (!first_ec) first_ec = dec, first_why = who + ": bad reply: " + dwhy;
-        continue;
-      }
-      ps_step_[p] = sync ? r.step : std::max(ps_step_[p], r.step);
-      if ((r.flags & reply_flags::stale) != 0) ++stats_.stale;
-      stats_.bytes_received += a.reply.size();
-      if (r.status != 0) {
-        if (!first_ec) first_ec = make_error_code(static_cast<errc>(r.status)), first_why = r.message;
-        continue;
-      }
-      const auto& sinks = a.plan->sinks;
-      if (r.entries.size() != sinks.size()) {
-        if (!first_ec) {
-          first_ec = make_error_code(errc::malformed_frame);
-          first_why = who + ": reply has " + std::to_string(r.entries.size()) + " entries, expected " +
-                      std::to_string(sinks.size());
-        }
-        continue;
-      }
-      for (std::size_t i = 0; i < sinks.size(); ++i) {
-        const sink& s = sinks[i];
-        const reply_entry_view& e = r.entries[i];
-        if (e.kind != s.kind || e.var != s.var || e.slice != s.slice || e.value_count != s.count) {
-          if (!first_ec) {
-            first_ec = make_error_code(errc::malformed_frame);
-            first_why = who + ": reply entry " + std::to_string(i) + " does not match the request";
-          }
-          break;
-        }
-        std::vector<float>& out = b.results_[s.result];
-        if (s.kind == op::pull_dense) {
-          e.copy_values(out.data() + s.offset, 0, s.count);
-        } else {
-          const auto& pos = *s.positions;
-          for (std::size_t k = 0; k < pos.size(); ++k) e.copy_values(out.data() + pos[k] * s.dim, k * s.dim, s.dim);
-        }
-      }
-    }
-    if (first_ec) {
-      ec = first_ec;
-      b.error_ = std::move(first_why);
-    }
-  }
+  // ---- one step (detail/client_step.hpp) ----
+  /// Plans `b` (fused: one request per PS; else one per pull/push), exchanges
+  /// the requests and scatters the replies into `b`. `control_flags` go on every
+  /// request; with them or `all_ps`, every PS gets one even if `b` has nothing for it.
+  void run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec);
 
+  // ---- sending and resending (detail/client_exchange.hpp) ----
   /// Sends every attempt and waits for its reply; see the file comment. Replies
   /// are matched to attempts by (PS, sequence number); one receive per PS is
   /// posted at a time.
   bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
-                std::string& why) {
-    using namespace std::chrono_literals;
-    const auto start = clock::now();
-    const auto deadline = start + timeout;
-    const std::size_t num_ps = ps_tasks_.size();
-    std::vector<clock::time_point> next_recv(num_ps, start);
-    std::vector<std::size_t> pending(num_ps, 0);
-    for (auto& a : attempts) {
-      a.next_send = start;
-      ++pending[a.ps];
-    }
-    std::size_t left = attempts.size();
-    std::deque<event> got;
-    for (;;) {
-      if (left == 0) return true;
-      auto now = clock::now();
-      if (now >= deadline) {
-        for (const attempt& a : attempts) {
-          if (a.done) continue;
-          ec = make_error_code(errc::timed_out);
-          why = ps_tasks_[a.ps].to_string() + " did not answer within " + std::to_string(timeout.count()) + " ms" +
-                (a.last_error ? " (last error: " + a.last_error.message() + ")" : std::string());
-          return false;
-        }
-      }
-      auto wake = deadline;
-      for (std::size_t i = 0; i < attempts.size(); ++i) {
-        attempt& a = attempts[i];
-        if (a.done || !a.need_send) continue;
-        if (now >= a.next_send) {
-          a.need_send = false;
-          a.last_send = now;
-          if (!a.first_send) ++stats_.resends;
-          a.first_send = false;
-          auto q = events_;
-          ep_->send(
-              ps_tasks_[a.ps], std::string(request_key), a.request.share(),
-              [q, i, seq = a.seq](std::error_code e) {
-                q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
-              },
-              deadline - now);
-        } else {
-          wake = std::min(wake, a.next_send);
-        }
-      }
-      for (std::uint32_t p = 0; p < num_ps; ++p) {
-        if (pending[p] == 0 || recv_outstanding_[p]) continue;
-        if (now < next_recv[p]) {
-          wake = std::min(wake, next_recv[p]);
-          continue;
-        }
-        recv_outstanding_[p] = true;
-        auto q = events_;
-        const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
-        ep_->recv(
-            ps_tasks_[p], std::string(reply_key),
-            [q, p](std::error_code e, tensor_buffer buf) {
-              q->push({false, p, 0, e, std::move(buf)});
-            },
-            limit);
-      }
-      {
-        std::unique_lock lock(events_->mutex);
-        events_->cv.wait_until(lock, wake, [this] { return !events_->events.empty(); });
-        got.swap(events_->events);
-      }
-      now = clock::now();
-      for (event& e : got) {
-        if (e.is_send) {
-          // Events of an earlier run() carry indexes of its attempts: the sequence number tells them apart.
-          if (e.ps >= attempts.size()) continue;
-          attempt& a = attempts[e.ps];
-          if (a.done || e.seq != a.seq || !e.ec) continue;
-          a.last_error = e.ec;
-          if (e.ec == make_error_code(errc::cancelled)) {
-            ec = e.ec;
-            why = "ps client closed while sending to " + ps_tasks_[a.ps].to_string();
-            return false;
-          }
-          a.need_send = true;
-          a.next_send = now + 50ms;
-          continue;
-        }
-        const std::uint32_t p = e.ps;
-        recv_outstanding_[p] = false;
-        if (pending[p] == 0) continue;
-        if (e.ec) {
-          if (e.ec == make_error_code(errc::cancelled)) {
-            ec = e.ec;
-            why = "ps client closed while waiting for " + ps_tasks_[p].to_string();
-            return false;
-          }
-          const bool reset = e.ec != make_error_code(errc::timed_out);
-          // After a reset, poll again soon (the PS reconnects to us when it replies).
-          next_recv[p] = reset ? now + 20ms : now;
-          for (attempt& a : attempts) {
-            if (a.done || a.ps != p) continue;
-            if (reset) a.last_error = e.ec;
-            if ((reset && !a.reset_resent) || now - a.last_send >= copts_.retry_interval) {
-              if (reset) a.reset_resent = true;
-              if (!a.need_send) {
-                a.need_send = true;
-                a.next_send = reset ? now + 20ms : now;
-              }
-            }
-          }
-          continue;
-        }
-        next_recv[p] = now;
-        const auto bytes = e.buffer.bytes();
-        if (bytes.size() < reply_header_bytes || detail::get<std::uint32_t>(bytes.data()) != message_magic) continue;
-        const auto seq = detail::get<std::uint64_t>(bytes.data() + 8);
-        for (attempt& a : attempts) {
-          if (!a.done && a.ps == p && a.seq == seq) {
-            a.done = true;
-            a.reply = std::move(e.buffer);
-            --pending[p];
-            --left;
-            break;
-          }
-        }
-      }
-      got.clear();
-    }
-  }
+                std::string& why);
+
+  // ---- control requests (detail/client_control.hpp) ----
+  /// save_checkpoint() and shutdown_servers(): a request with `flags` to every PS.
+  void control(std::uint32_t flags);
+  /// One barrier request to PS 0, carrying the generation; its reply comes once every worker arrived.
+  void barrier_impl(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why);
 
   model_spec model_;
   client_config<Transport> copts_;  ///< options, transport and log are moved into the endpoint
@@ -657,3 +290,10 @@ class client {
 }  // namespace ps
 }  // namespace v0
 }  // namespace fusewire
+
+// The client's member definitions, by idea. Each includes this header, so
+// each compiles on its own.
+#include <fusewire/ps/detail/client_control.hpp>
+#include <fusewire/ps/detail/client_exchange.hpp>
+#include <fusewire/ps/detail/client_plan.hpp>
+#include <fusewire/ps/detail/client_step.hpp>

@@ -14,7 +14,7 @@
 
 #include <fusewire/core/options.hpp>
 #include <fusewire/ps/model.hpp>
-#include <fusewire/ps/shard.hpp>
+#include <fusewire/ps/server_options.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/concepts.hpp>
 

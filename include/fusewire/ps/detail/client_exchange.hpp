@@ -1,0 +1,158 @@
+#pragma once
+/// ps::client's exchange: send each request to its PS, resend it when no
+/// reply came within retry_interval or the PS connection broke, and match
+/// replies to requests by (PS, sequence number), dropping late ones.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/client.hpp>
+#include <fusewire/ps/message.hpp>
+#include <fusewire/ps/server.hpp>
+#include <fusewire/transport/concepts.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+template <transport Transport>
+bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
+                                 std::string& why) {
+  using namespace std::chrono_literals;
+  const auto start = clock::now();
+  const auto deadline = start + timeout;
+  const std::size_t num_ps = ps_tasks_.size();
+  std::vector<clock::time_point> next_recv(num_ps, start);
+  std::vector<std::size_t> pending(num_ps, 0);
+  for (auto& a : attempts) {
+    a.next_send = start;
+    ++pending[a.ps];
+  }
+  std::size_t left = attempts.size();
+  std::deque<event> got;
+  for (;;) {
+    if (left == 0) return true;
+    auto now = clock::now();
+    if (now >= deadline) {
+      for (const attempt& a : attempts) {
+        if (a.done) continue;
+        ec = make_error_code(errc::timed_out);
+        why = ps_tasks_[a.ps].to_string() + " did not answer within " + std::to_string(timeout.count()) + " ms" +
+              (a.last_error ? " (last error: " + a.last_error.message() + ")" : std::string());
+        return false;
+      }
+    }
+    auto wake = deadline;
+    for (std::size_t i = 0; i < attempts.size(); ++i) {
+      attempt& a = attempts[i];
+      if (a.done || !a.need_send) continue;
+      if (now >= a.next_send) {
+        a.need_send = false;
+        a.last_send = now;
+        if (!a.first_send) ++stats_.resends;
+        a.first_send = false;
+        auto q = events_;
+        ep_->send(
+            ps_tasks_[a.ps], std::string(request_key), a.request.share(),
+            [q, i, seq = a.seq](std::error_code e) {
+              q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
+            },
+            deadline - now);
+      } else {
+        wake = std::min(wake, a.next_send);
+      }
+    }
+    for (std::uint32_t p = 0; p < num_ps; ++p) {
+      if (pending[p] == 0 || recv_outstanding_[p]) continue;
+      if (now < next_recv[p]) {
+        wake = std::min(wake, next_recv[p]);
+        continue;
+      }
+      recv_outstanding_[p] = true;
+      auto q = events_;
+      const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
+      ep_->recv(
+          ps_tasks_[p], std::string(reply_key),
+          [q, p](std::error_code e, tensor_buffer buf) {
+            q->push({false, p, 0, e, std::move(buf)});
+          },
+          limit);
+    }
+    {
+      std::unique_lock lock(events_->mutex);
+      events_->cv.wait_until(lock, wake, [this] { return !events_->events.empty(); });
+      got.swap(events_->events);
+    }
+    now = clock::now();
+    for (event& e : got) {
+      if (e.is_send) {
+        // Events of an earlier run() carry indexes of its attempts: the sequence number tells them apart.
+        if (e.ps >= attempts.size()) continue;
+        attempt& a = attempts[e.ps];
+        if (a.done || e.seq != a.seq || !e.ec) continue;
+        a.last_error = e.ec;
+        if (e.ec == make_error_code(errc::cancelled)) {
+          ec = e.ec;
+          why = "ps client closed while sending to " + ps_tasks_[a.ps].to_string();
+          return false;
+        }
+        a.need_send = true;
+        a.next_send = now + 50ms;
+        continue;
+      }
+      const std::uint32_t p = e.ps;
+      recv_outstanding_[p] = false;
+      if (pending[p] == 0) continue;
+      if (e.ec) {
+        if (e.ec == make_error_code(errc::cancelled)) {
+          ec = e.ec;
+          why = "ps client closed while waiting for " + ps_tasks_[p].to_string();
+          return false;
+        }
+        const bool reset = e.ec != make_error_code(errc::timed_out);
+        // After a reset, poll again soon (the PS reconnects to us when it replies).
+        next_recv[p] = reset ? now + 20ms : now;
+        for (attempt& a : attempts) {
+          if (a.done || a.ps != p) continue;
+          if (reset) a.last_error = e.ec;
+          if ((reset && !a.reset_resent) || now - a.last_send >= copts_.retry_interval) {
+            if (reset) a.reset_resent = true;
+            if (!a.need_send) {
+              a.need_send = true;
+              a.next_send = reset ? now + 20ms : now;
+            }
+          }
+        }
+        continue;
+      }
+      next_recv[p] = now;
+      const auto bytes = e.buffer.bytes();
+      if (bytes.size() < reply_header_bytes || detail::get<std::uint32_t>(bytes.data()) != message_magic) continue;
+      const auto seq = detail::get<std::uint64_t>(bytes.data() + 8);
+      for (attempt& a : attempts) {
+        if (!a.done && a.ps == p && a.seq == seq) {
+          a.done = true;
+          a.reply = std::move(e.buffer);
+          --pending[p];
+          --left;
+          break;
+        }
+      }
+    }
+    got.clear();
+  }
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

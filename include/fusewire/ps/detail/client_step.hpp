@@ -1,0 +1,133 @@
+#pragma once
+/// ps::client's step: one request per PS for a batch — in sync mode carrying
+/// the step this worker pushes for and the step its pulls wait on — then the
+/// replies: each is decoded and checked against its request, and the pulled
+/// values are scattered into the batch.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/ps/batch.hpp>
+#include <fusewire/ps/client.hpp>
+#include <fusewire/ps/message.hpp>
+#include <fusewire/ps/model.hpp>
+#include <fusewire/transport/concepts.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+template <transport Transport>
+void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec) {
+  ec.clear();
+  b.error_.clear();
+  ++stats_.runs;
+  const std::size_t num_ps = ps_tasks_.size();
+  // Fused: one group (one request per PS). Unfused: a group per pull/push.
+  std::deque<std::vector<ps_plan>> groups;
+  std::deque<std::vector<std::int64_t>> id_store;
+  std::deque<std::vector<float>> grad_store;
+  std::deque<std::vector<std::size_t>> pos_store;
+  const bool fused = copts_.fuse || control_flags != 0 || b.items_.size() <= 1;
+  if (fused) {
+    if (!plan(b, 0, b.items_.size(), groups.emplace_back(num_ps), id_store, grad_store, pos_store, ec)) return;
+  } else {
+    for (std::size_t i = 0; i < b.items_.size(); ++i) {
+      if (!plan(b, i, i + 1, groups.emplace_back(num_ps), id_store, grad_store, pos_store, ec)) return;
+    }
+  }
+  const bool sync = copts_.mode == training_mode::sync;
+  const bool pushes =
+      std::any_of(b.items_.begin(), b.items_.end(), [](const batch::item& it) { return is_push(it.kind); });
+  std::vector<attempt> attempts;
+  for (auto& plans : groups) {
+    for (std::uint32_t p = 0; p < num_ps; ++p) {
+      std::uint32_t flags = control_flags | (sync ? request_flags::sync : 0u);
+      std::uint64_t push_step = 0;
+      if (sync && pushes && control_flags == 0) {
+        flags |= request_flags::contributes;
+        push_step = ps_step_[p];
+        want_[p] = ps_step_[p] + 1;
+      }
+      if (plans[p].rb.empty() && (flags & ~request_flags::sync) == 0 && !all_ps) continue;
+      const std::uint64_t min_step = sync && control_flags == 0 ? want_[p] : 0;
+      plans[p].rb.set_header(incarnation_, ++seq_[p], fingerprint_, push_step, min_step, flags);
+      attempt& a = attempts.emplace_back();
+      a.ps = p;
+      a.plan = &plans[p];
+      a.seq = seq_[p];
+      a.request = plans[p].rb.finish();
+      stats_.bytes_sent += a.request.size();
+      ++stats_.requests;
+    }
+  }
+  std::string why;
+  if (!exchange(attempts, copts_.step_timeout, ec, why)) {
+    b.error_ = std::move(why);
+    return;
+  }
+  // Decode every reply; scatter pulled values.
+  std::error_code first_ec;
+  std::string first_why;
+  for (attempt& a : attempts) {
+    const std::uint32_t p = a.ps;
+    reply_view r;
+    std::error_code dec;
+    std::string dwhy;
+    decode_reply(a.reply.bytes(), r, dec, dwhy);
+    const std::string who = ps_tasks_[p].to_string();
+    if (dec) {
+      if (!first_ec) first_ec = dec, first_why = who + ": bad reply: " + dwhy;
+      continue;
+    }
+    ps_step_[p] = sync ? r.step : std::max(ps_step_[p], r.step);
+    if ((r.flags & reply_flags::stale) != 0) ++stats_.stale;
+    stats_.bytes_received += a.reply.size();
+    if (r.status != 0) {
+      if (!first_ec) first_ec = make_error_code(static_cast<errc>(r.status)), first_why = r.message;
+      continue;
+    }
+    const auto& sinks = a.plan->sinks;
+    if (r.entries.size() != sinks.size()) {
+      if (!first_ec) {
+        first_ec = make_error_code(errc::malformed_frame);
+        first_why = who + ": reply has " + std::to_string(r.entries.size()) + " entries, expected " +
+                    std::to_string(sinks.size());
+      }
+      continue;
+    }
+    for (std::size_t i = 0; i < sinks.size(); ++i) {
+      const sink& s = sinks[i];
+      const reply_entry_view& e = r.entries[i];
+      if (e.kind != s.kind || e.var != s.var || e.slice != s.slice || e.value_count != s.count) {
+        if (!first_ec) {
+          first_ec = make_error_code(errc::malformed_frame);
+          first_why = who + ": reply entry " + std::to_string(i) + " does not match the request";
+        }
+        break;
+      }
+      std::vector<float>& out = b.results_[s.result];
+      if (s.kind == op::pull_dense) {
+        e.copy_values(out.data() + s.offset, 0, s.count);
+      } else {
+        const auto& pos = *s.positions;
+        for (std::size_t k = 0; k < pos.size(); ++k) e.copy_values(out.data() + pos[k] * s.dim, k * s.dim, s.dim);
+      }
+    }
+  }
+  if (first_ec) {
+    ec = first_ec;
+    b.error_ = std::move(first_why);
+  }
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,72 @@
+#pragma once
+/// ps::shard's replies: the pulled values of a request, an error naming what
+/// was wrong, and the answers of a worker barrier.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/ps/detail/barrier_tally.hpp>
+#include <fusewire/ps/message.hpp>
+#include <fusewire/ps/shard.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+inline void shard::answer(std::uint32_t worker, const request_view& req, std::uint32_t flags) {
+  reply_builder rb(req.seq, global_step_, incarnation_);
+  rb.set_flags(flags);
+  for (const entry_view& e : req.entries) {
+    if (e.kind == op::pull_dense) {
+      const dense_state& d = dense_[dense_index_[e.var][e.slice]];
+      const auto n = static_cast<std::size_t>(d.info.element_count);
+      std::span<float> out = rb.add(op::pull_dense, e.var, e.slice, n);
+      std::copy_n(d.data.data(), n, out.data());
+    } else if (e.kind == op::pull_rows) {
+      const auto dim = static_cast<std::size_t>(model_.variables[e.var].row_size());
+      std::span<float> out = rb.add(op::pull_rows, e.var, 0, static_cast<std::size_t>(e.id_count) * dim);
+      for (std::uint64_t k = 0; k < e.id_count; ++k) {
+        const row_state& r = row(e.var, e.id(k));
+        std::copy_n(r.data.data(), dim, out.data() + k * dim);
+      }
+    }
+  }
+  reply_(worker, rb.finish());
+}
+
+inline void shard::fail(std::uint32_t worker, std::uint64_t seq, errc e, std::string why) {
+  ++stats_.errors;
+  reply_builder rb(seq, global_step_, incarnation_);
+  rb.set_error(e == errc::ok ? errc::invalid_argument : e, "ps " + std::to_string(index_) + ": " + why);
+  reply_(worker, rb.finish());
+}
+
+inline void shard::arrive(std::uint32_t worker, const request_view& req) {
+  switch (barrier_.arrive(worker, req.push_step, req.seq)) {
+    case detail::barrier_tally::outcome::waiting:
+      return;
+    case detail::barrier_tally::outcome::passed: {
+      reply_builder rb(req.seq, global_step_, incarnation_);
+      return reply_(worker, rb.finish());
+    }
+    case detail::barrier_tally::outcome::out_of_step:
+      return fail(worker, req.seq, errc::invalid_argument,
+                  "barrier: worker index " + std::to_string(worker) + " is at generation " +
+                      std::to_string(req.push_step) + ", the others wait at " + std::to_string(barrier_.generation()));
+    case detail::barrier_tally::outcome::released:
+      break;
+  }
+  const auto released = barrier_.take_released();
+  for (std::uint32_t w = 0; w < released.size(); ++w) {
+    reply_builder rb(released[w], global_step_, incarnation_);
+    reply_(w, rb.finish());
+  }
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,152 @@
+#pragma once
+/// ps::shard's request path: decode one request, check it against the model,
+/// the placement and the training mode, skip the pushes of a resent request,
+/// and hand it on — to the pushes, the checkpoint, the barrier, or a reply
+/// now or when its sync step completes.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/ps/message.hpp>
+#include <fusewire/ps/model.hpp>
+#include <fusewire/ps/shard.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
+  ++stats_.requests;
+  request_view req;
+  std::error_code ec;
+  std::string why;
+  decode_request(request.bytes(), req, ec, why);
+  if (!ec && worker >= num_workers_) {
+    ec = make_error_code(errc::invalid_argument);
+    why = "worker index " + std::to_string(worker) + " >= " + std::to_string(num_workers_);
+  }
+  if (ec) return fail(worker, req.seq, static_cast<errc>(ec.value()), "malformed request: " + why);
+  if (req.fingerprint != fingerprint_) {
+    return fail(worker, req.seq, errc::invalid_argument,
+                "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
+  }
+  const bool sync_req = (req.flags & request_flags::sync) != 0;
+  if (sync_req != (opts_.mode == training_mode::sync)) {
+    return fail(worker, req.seq, errc::invalid_argument,
+                std::string("training mode mismatch: the worker trains ") + (sync_req ? "sync" : "async") +
+                    ", this PS " + std::string(to_string(opts_.mode)));
+  }
+  errc bad = errc::ok;
+  why = validate(req, bad);
+  if (!why.empty()) return fail(worker, req.seq, bad, why);
+
+  worker_state& ws = workers_[worker];
+  const bool duplicate = ws.seen && ws.incarnation == req.incarnation && req.seq <= ws.last_seq;
+  std::uint32_t reply_flags_value = 0;
+  if (duplicate) {
+    ++stats_.duplicates;
+  } else {
+    ws.seen = true;
+    ws.incarnation = req.incarnation;
+    ws.last_seq = req.seq;
+    const bool has_push =
+        std::any_of(req.entries.begin(), req.entries.end(), [](const entry_view& e) { return is_push(e.kind); });
+    if (opts_.mode == training_mode::async) {
+      if (has_push) {
+        for (const entry_view& e : req.entries) {
+          if (is_push(e.kind)) apply_push(e, 1.0f, false);
+        }
+        ++global_step_;
+        maybe_autosave();
+      }
+    } else if (has_push || (req.flags & request_flags::contributes) != 0) {
+      if (req.push_step < global_step_) {
+        ++stats_.stale_pushes;
+        reply_flags_value |= reply_flags::stale;
+      } else {
+        for (const entry_view& e : req.entries) {
+          if (is_push(e.kind)) apply_push(e, 1.0f, true);
+        }
+        contributors_.insert(worker);
+      }
+    }
+  }
+  if ((req.flags & request_flags::save) != 0) {
+    try {
+      if (opts_.checkpoint_dir.empty()) throw_error(errc::invalid_argument, "this PS has no checkpoint_dir");
+      save(checkpoint_file());
+    } catch (const std::system_error& e) {
+      const errc code =
+          e.code().category() == error_category() ? static_cast<errc>(e.code().value()) : errc::invalid_argument;
+      return fail(worker, req.seq, code, std::string("checkpoint failed: ") + e.what());
+    }
+  }
+  if ((req.flags & request_flags::shutdown) != 0) shutdown_ = true;
+  if ((req.flags & request_flags::barrier) != 0) return arrive(worker, req);
+  const bool waits = opts_.mode == training_mode::sync && req.min_step == global_step_ + 1;
+  if (waits) {
+    ++stats_.deferred;
+    deferred_.push_back({worker, std::move(request), reply_flags_value});
+  } else {
+    answer(worker, req, reply_flags_value);
+  }
+  if (opts_.mode == training_mode::sync && contributors_.size() >= opts_.replicas) finish_step();
+}
+
+inline std::string shard::validate(const request_view& req, errc& code) const {
+  for (std::size_t i = 0; i < req.entries.size(); ++i) {
+    const entry_view& e = req.entries[i];
+    const std::string where = "entry " + std::to_string(i) + " (" + std::string(to_string(e.kind)) + ")";
+    code = errc::invalid_argument;
+    if (e.var >= model_.variables.size()) {
+      return where + ": variable index " + std::to_string(e.var) + " out of range (model has " +
+             std::to_string(model_.variables.size()) + ")";
+    }
+    const variable_spec& v = model_.variables[e.var];
+    const std::string var = "variable '" + v.name + "'";
+    if (is_rows(e.kind) != (v.kind == variable_kind::embedding)) {
+      return where + ": " + var +
+             (v.kind == variable_kind::embedding ? " is an embedding (use pull_rows/push_rows)"
+                                                 : " is dense (use pull/push)");
+    }
+    if (!is_rows(e.kind)) {
+      if (e.slice >= dense_index_[e.var].size() || dense_index_[e.var][e.slice] == npos) {
+        return where + ": " + var + " slice " + std::to_string(e.slice) + " is not on ps " + std::to_string(index_);
+      }
+      const auto& d = dense_[dense_index_[e.var][e.slice]];
+      if (e.kind == op::push_dense && e.value_count != static_cast<std::uint64_t>(d.info.element_count)) {
+        code = errc::size_mismatch;
+        return where + ": " + var + " slice " + std::to_string(e.slice) + ": gradient of " +
+               std::to_string(e.value_count) + " values, the slice has " + std::to_string(d.info.element_count);
+      }
+      continue;
+    }
+    const std::int64_t num_ids = v.shape[0];
+    for (std::uint64_t k = 0; k < e.id_count; ++k) {
+      const std::int64_t id = e.id(k);
+      if (num_ids > 0 && (id < 0 || id >= num_ids)) {
+        return where + ": " + var + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) + ")";
+      }
+      if (place_.ps_of_id(id) != index_) {
+        return where + ": " + var + ": id " + std::to_string(id) + " belongs to ps " +
+               std::to_string(place_.ps_of_id(id)) + ", not ps " + std::to_string(index_);
+      }
+    }
+    if (e.kind == op::push_rows && e.value_count != e.id_count * static_cast<std::uint64_t>(v.row_size())) {
+      code = errc::size_mismatch;
+      return where + ": " + var + ": " + std::to_string(e.value_count) + " gradient values for " +
+             std::to_string(e.id_count) + " ids of dim " + std::to_string(v.row_size());
+    }
+  }
+  code = errc::ok;
+  return {};
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire

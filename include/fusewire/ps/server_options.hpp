@@ -1,0 +1,39 @@
+#pragma once
+/// ps::server_options: how a PS task (its shard) trains and checkpoints, and
+/// where its checkpoint file lives.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <fusewire/ps/model.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+
+/// How a PS task trains and checkpoints.
+struct server_options {
+  training_mode mode = training_mode::async;
+  /// Job whose tasks send requests (each gets one posted receive).
+  std::string worker_job = "worker";
+  /// sync: pushes averaged per step; 0 = the number of tasks in worker_job.
+  std::size_t replicas = 0;
+  /// Where checkpoints go (file checkpoint_path(dir, index, num_ps)); empty = none.
+  std::filesystem::path checkpoint_dir;
+  /// Save after every N applied steps; 0 = only when a worker asks (client::save_checkpoint).
+  std::uint64_t checkpoint_every = 0;
+  /// At start, load the checkpoint file if it exists.
+  bool restore = true;
+};
+
+/// "<dir>/ps-<index>-of-<num_ps>.ckpt".
+inline std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::uint32_t ps_index,
+                                             std::size_t num_ps) {
+  return dir / ("ps-" + std::to_string(ps_index) + "-of-" + std::to_string(num_ps) + ".ckpt");
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire
