@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <fusewire/protocol/local_token.hpp>
+
 #include "backend.hpp"
 #include "cli.hpp"
 #include "driver.hpp"
@@ -28,8 +30,12 @@ int main(int argc, char** argv) {
       case command_kind::role:
         return cmd.role.role == role_kind::ps ? run_ps(cmd.role) : run_worker(cmd.role);
       case command_kind::compare:
+        // Every PS and worker of these runs is a child on this machine: they
+        // authenticate with a fresh token unless one is configured.
+        fusewire::protocol::provide_local_token();
         return run_compare(cmd.compare);
       case command_kind::run:
+        fusewire::protocol::provide_local_token();
         return run_benchmarks(cmd.run);
     }
   } catch (const std::system_error& e) {
