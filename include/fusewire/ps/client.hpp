@@ -215,14 +215,19 @@ class client {
   };
 
   /// Where one pull entry's reply values go.
+  /// rows: (position of an id in the batch's ids, row of the reply that holds
+  /// it). An id the batch names twice is asked for once: a reply row may fill
+  /// several positions.
+  using row_targets = std::vector<std::pair<std::size_t, std::size_t>>;
+
   struct sink {
     op kind;
     std::uint32_t var;
     std::uint32_t slice;
     batch::handle result;
-    std::size_t offset = 0;                               ///< dense: first element in the result
-    std::size_t count = 0;                                ///< values expected
-    const std::vector<std::size_t>* positions = nullptr;  ///< rows: position of each id in the batch's ids
+    std::size_t offset = 0;                  ///< dense: first element in the result
+    std::size_t count = 0;                   ///< values expected
+    const row_targets* positions = nullptr;  ///< rows: where each of the batch's ids comes from
     std::size_t dim = 0;
   };
 
@@ -251,7 +256,7 @@ class client {
   /// Validates `b` against the model and splits it into one request per PS.
   bool plan(batch& b, std::size_t first_item, std::size_t last_item, std::vector<ps_plan>& plans,
             std::deque<std::vector<std::int64_t>>& id_store, std::deque<std::vector<float>>& grad_store,
-            std::deque<std::vector<std::size_t>>& pos_store, std::error_code& ec);
+            std::deque<row_targets>& pos_store, std::error_code& ec);
 
   // ---- one step (detail/client_step.hpp) ----
   /// Plans `b` (fused: one request per PS; else one per pull/push), exchanges

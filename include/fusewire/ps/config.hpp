@@ -39,6 +39,13 @@ struct server_config {
   std::uint64_t checkpoint_every = 0;
   /// At start, load the checkpoint file if it exists.
   bool restore = true;
+  /// Embedding rows one request may create (pulls and pushes of ids not seen
+  /// yet); a request that would create more is refused, so that no request
+  /// can grow the PS's memory without bound.
+  std::size_t max_new_rows = 65536;
+  /// sync: requests of one worker that may wait here for their step at once;
+  /// more are refused (a worker normally has one).
+  std::size_t max_waiting_per_worker = 4;
   Transport transport{};
   /// Where the endpoint's diagnostics go; empty = nowhere.
   rendezvous::log_sink log{};
@@ -52,6 +59,8 @@ struct server_config {
     so.checkpoint_dir = checkpoint_dir;
     so.checkpoint_every = checkpoint_every;
     so.restore = restore;
+    so.max_new_rows = max_new_rows;
+    so.max_waiting_per_worker = max_waiting_per_worker;
     return so;
   }
 };

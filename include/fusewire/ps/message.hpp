@@ -433,7 +433,39 @@ inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& e
   in.at_end();
 }
 
+namespace detail {
+
+inline void put_reply_header(std::byte*& p, std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation,
+                             std::uint32_t status, std::uint32_t flags, std::uint32_t message_bytes,
+                             std::uint32_t entries) noexcept {
+  put(p, message_magic);
+  put(p, message_version);
+  put(p, std::uint16_t{2});
+  put(p, seq);
+  put(p, step);
+  put(p, incarnation);
+  put(p, status);
+  put(p, flags);
+  put(p, message_bytes);
+  put(p, entries);
+}
+
+inline void put_reply_entry_header(std::byte*& p, op kind, std::uint32_t var, std::uint32_t slice,
+                                   std::uint64_t count) noexcept {
+  put(p, static_cast<std::uint8_t>(kind));
+  put(p, std::uint8_t{0});
+  put(p, std::uint16_t{0});
+  put(p, var);
+  put(p, slice);
+  put(p, std::uint32_t{0});
+  put(p, count);
+}
+
+}  // namespace detail
+
 /// Builds a reply: reserve the values of each entry, then fill them in place.
+/// finish() copies them into the message; a PS answers pulls with
+/// reply_encoder instead, which writes each value once.
 class reply_builder {
  public:
   reply_builder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation)
@@ -462,26 +494,12 @@ class reply_builder {
     for (const auto& e : entries_) n += reply_entry_header_bytes + e.count * 4;
     tensor_buffer out = tensor_buffer::allocate(n);
     std::byte* p = out.data();
-    detail::put(p, message_magic);
-    detail::put(p, message_version);
-    detail::put(p, std::uint16_t{2});
-    detail::put(p, seq_);
-    detail::put(p, step_);
-    detail::put(p, incarnation_);
-    detail::put(p, status_);
-    detail::put(p, flags_);
-    detail::put(p, static_cast<std::uint32_t>(message_.size()));
-    detail::put(p, static_cast<std::uint32_t>(entries_.size()));
+    detail::put_reply_header(p, seq_, step_, incarnation_, status_, flags_, static_cast<std::uint32_t>(message_.size()),
+                             static_cast<std::uint32_t>(entries_.size()));
     if (!message_.empty()) std::memcpy(p, message_.data(), message_.size());
     p += message_.size();
     for (const auto& e : entries_) {
-      detail::put(p, static_cast<std::uint8_t>(e.kind));
-      detail::put(p, std::uint8_t{0});
-      detail::put(p, std::uint16_t{0});
-      detail::put(p, e.var);
-      detail::put(p, e.slice);
-      detail::put(p, std::uint32_t{0});
-      detail::put(p, static_cast<std::uint64_t>(e.count));
+      detail::put_reply_entry_header(p, e.kind, e.var, e.slice, e.count);
       detail::put_array(p, values_.data() + e.first, e.count);
     }
     return out;
@@ -500,6 +518,34 @@ class reply_builder {
   std::string message_;
   std::vector<entry> entries_;
   std::vector<float> values_;
+};
+
+/// Encodes a successful reply straight into the buffer that is sent: its
+/// size is known before the first value (entries and values counted up
+/// front), so a large pull costs one buffer and one copy of each value.
+class reply_encoder {
+ public:
+  /// A reply of `entries` entries holding `values` values in all.
+  reply_encoder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation, std::uint32_t flags,
+                std::uint32_t entries, std::size_t values)
+      : out_(tensor_buffer::allocate(reply_header_bytes + entries * reply_entry_header_bytes + values * 4)),
+        p_(out_.data()) {
+    detail::put_reply_header(p_, seq, step, incarnation, 0, flags, 0, entries);
+  }
+
+  /// Starts an entry of `n` values; append() them next.
+  void begin(op kind, std::uint32_t var, std::uint32_t slice, std::size_t n) noexcept {
+    detail::put_reply_entry_header(p_, kind, var, slice, n);
+  }
+  /// Appends values of the current entry.
+  void append(std::span<const float> v) noexcept { detail::put_array(p_, v.data(), v.size()); }
+
+  /// The reply; every announced entry and value must have been written.
+  tensor_buffer finish() noexcept { return std::move(out_); }
+
+ private:
+  tensor_buffer out_;
+  std::byte* p_;
 };
 
 }  // namespace ps

@@ -26,6 +26,13 @@ struct server_options {
   std::uint64_t checkpoint_every = 0;
   /// At start, load the checkpoint file if it exists.
   bool restore = true;
+  /// Embedding rows one request may create (pulls and pushes of ids not seen
+  /// yet); a request that would create more is refused, so that no request
+  /// can grow the PS's memory without bound.
+  std::size_t max_new_rows = 65536;
+  /// sync: requests of one worker that may wait here for their step at once;
+  /// more are refused (a worker normally has one).
+  std::size_t max_waiting_per_worker = 4;
 };
 
 /// "<dir>/ps-<index>-of-<num_ps>.ckpt".

@@ -176,6 +176,10 @@ class shard {
   // ---- requests (detail/shard_request.hpp) ----
   /// Empty if every entry is valid; else what is wrong (and `code`).
   std::string validate(const request_view& req, errc& code) const;
+  /// Distinct embedding rows `req` would create, and their values.
+  std::pair<std::uint64_t, std::uint64_t> new_rows(const request_view& req) const;
+  /// Values of every dense slice and embedding row this PS holds.
+  std::uint64_t held_values() const noexcept;
 
   // ---- pushes (detail/shard_push.hpp) ----
   /// Applies (async) or accumulates (sync) one push entry.

@@ -106,6 +106,16 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
           why = "ps client closed while sending to " + ps_tasks_[a.ps].to_string();
           return false;
         }
+        // Permanent: sending again would be refused again.
+        if (e.ec == make_error_code(errc::auth_failed) || e.ec == make_error_code(errc::handshake_failed)) {
+          ec = e.ec;
+          why = ps_tasks_[a.ps].to_string() +
+                (e.ec == make_error_code(errc::auth_failed)
+                     ? " refused our cluster token (FUSEWIRE_CLUSTER_TOKEN or FUSEWIRE_CLUSTER_TOKEN_FILE must be "
+                       "the same on every task)"
+                     : " refused our handshake (is it a task of the same cluster?)");
+          return false;
+        }
         a.need_send = true;
         a.next_send = now + 50ms;
         continue;

@@ -9,6 +9,7 @@
 #include <deque>
 #include <string>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -33,12 +34,15 @@ bool client<Transport>::fail(batch& b, std::error_code& ec, errc e, std::string 
 template <transport Transport>
 bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_item, std::vector<ps_plan>& plans,
                              std::deque<std::vector<std::int64_t>>& id_store,
-                             std::deque<std::vector<float>>& grad_store,
-                             std::deque<std::vector<std::size_t>>& pos_store, std::error_code& ec) {
+                             std::deque<std::vector<float>>& grad_store, std::deque<row_targets>& pos_store,
+                             std::error_code& ec) {
   const std::size_t num_ps = ps_tasks_.size();
   std::vector<std::vector<std::int64_t>*> ids_of(num_ps);
   std::vector<std::vector<float>*> grads_of(num_ps);
-  std::vector<std::vector<std::size_t>*> pos_of(num_ps);
+  std::vector<row_targets*> pos_of(num_ps);
+  // Per PS, the reply row of each id already asked for in this pull: a PS
+  // refuses a pull that names an id twice (its reply could outgrow what it holds).
+  std::vector<std::unordered_map<std::int64_t, std::size_t>> row_of(num_ps);
   for (std::size_t item_index = first_item; item_index < last_item; ++item_index) {
     const batch::item& it = b.items_[item_index];
     auto found = names_.find(it.var);
@@ -97,10 +101,17 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
     if (it.kind == op::pull_rows) b.results_[it.result].resize(it.ids.size() * dim);
     if (num_ps == 1) {
       if (it.kind == op::pull_rows) {
-        auto& pos = pos_store.emplace_back(it.ids.size());
-        for (std::size_t k = 0; k < pos.size(); ++k) pos[k] = k;
-        plans[0].rb.pull_rows(var, it.ids);
-        plans[0].sinks.push_back({op::pull_rows, var, 0, it.result, 0, it.ids.size() * dim, &pos, dim});
+        auto& pos = pos_store.emplace_back();
+        pos.reserve(it.ids.size());
+        auto& ids = id_store.emplace_back();
+        row_of[0].clear();
+        for (std::size_t k = 0; k < it.ids.size(); ++k) {
+          const auto [at, fresh] = row_of[0].try_emplace(it.ids[k], ids.size());
+          if (fresh) ids.push_back(it.ids[k]);
+          pos.emplace_back(k, at->second);
+        }
+        plans[0].rb.pull_rows(var, ids);
+        plans[0].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids.size() * dim, &pos, dim});
       } else {
         plans[0].rb.push_rows(var, it.ids, it.values);
       }
@@ -111,15 +122,19 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
       const std::uint32_t p = place_.ps_of_id(it.ids[k]);
       if (ids_of[p] == nullptr) {
         ids_of[p] = &id_store.emplace_back();
-        if (it.kind == op::pull_rows)
+        if (it.kind == op::pull_rows) {
           pos_of[p] = &pos_store.emplace_back();
-        else
+          row_of[p].clear();
+        } else {
           grads_of[p] = &grad_store.emplace_back();
+        }
       }
-      ids_of[p]->push_back(it.ids[k]);
       if (it.kind == op::pull_rows) {
-        pos_of[p]->push_back(k);
+        const auto [at, fresh] = row_of[p].try_emplace(it.ids[k], ids_of[p]->size());
+        if (fresh) ids_of[p]->push_back(it.ids[k]);
+        pos_of[p]->emplace_back(k, at->second);
       } else {
+        ids_of[p]->push_back(it.ids[k]);
         grads_of[p]->insert(grads_of[p]->end(), it.values.begin() + static_cast<std::ptrdiff_t>(k * dim),
                             it.values.begin() + static_cast<std::ptrdiff_t>((k + 1) * dim));
       }

@@ -34,7 +34,7 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
   std::deque<std::vector<ps_plan>> groups;
   std::deque<std::vector<std::int64_t>> id_store;
   std::deque<std::vector<float>> grad_store;
-  std::deque<std::vector<std::size_t>> pos_store;
+  std::deque<row_targets> pos_store;
   const bool fused = copts_.fuse || control_flags != 0 || b.items_.size() <= 1;
   if (fused) {
     if (!plan(b, 0, b.items_.size(), groups.emplace_back(num_ps), id_store, grad_store, pos_store, ec)) return;
@@ -118,7 +118,7 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
         e.copy_values(out.data() + s.offset, 0, s.count);
       } else {
         const auto& pos = *s.positions;
-        for (std::size_t k = 0; k < pos.size(); ++k) e.copy_values(out.data() + pos[k] * s.dim, k * s.dim, s.dim);
+        for (const auto& [at, row] : pos) e.copy_values(out.data() + at * s.dim, row * s.dim, s.dim);
       }
     }
   }

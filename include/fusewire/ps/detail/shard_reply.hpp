@@ -18,21 +18,28 @@ inline namespace v0 {
 namespace ps {
 
 inline void shard::answer(std::uint32_t worker, const request_view& req, std::uint32_t flags) {
-  reply_builder rb(req.seq, global_step_, incarnation_);
-  rb.set_flags(flags);
+  std::uint32_t entries = 0;
+  std::size_t values = 0;
+  for (const entry_view& e : req.entries) {
+    if (e.kind == op::pull_dense) {
+      ++entries;
+      values += static_cast<std::size_t>(dense_[dense_index_[e.var][e.slice]].info.element_count);
+    } else if (e.kind == op::pull_rows) {
+      ++entries;
+      values += static_cast<std::size_t>(e.id_count) * static_cast<std::size_t>(model_.variables[e.var].row_size());
+    }
+  }
+  reply_encoder rb(req.seq, global_step_, incarnation_, flags, entries, values);
   for (const entry_view& e : req.entries) {
     if (e.kind == op::pull_dense) {
       const dense_state& d = dense_[dense_index_[e.var][e.slice]];
       const auto n = static_cast<std::size_t>(d.info.element_count);
-      std::span<float> out = rb.add(op::pull_dense, e.var, e.slice, n);
-      std::copy_n(d.data.data(), n, out.data());
+      rb.begin(op::pull_dense, e.var, e.slice, n);
+      rb.append({d.data.data(), n});
     } else if (e.kind == op::pull_rows) {
       const auto dim = static_cast<std::size_t>(model_.variables[e.var].row_size());
-      std::span<float> out = rb.add(op::pull_rows, e.var, 0, static_cast<std::size_t>(e.id_count) * dim);
-      for (std::uint64_t k = 0; k < e.id_count; ++k) {
-        const row_state& r = row(e.var, e.id(k));
-        std::copy_n(r.data.data(), dim, out.data() + k * dim);
-      }
+      rb.begin(op::pull_rows, e.var, 0, static_cast<std::size_t>(e.id_count) * dim);
+      for (std::uint64_t k = 0; k < e.id_count; ++k) rb.append({row(e.var, e.id(k)).data.data(), dim});
     }
   }
   reply_(worker, rb.finish());

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
+#include <utility>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -90,6 +92,14 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   if ((req.flags & request_flags::barrier) != 0) return arrive(worker, req);
   const bool waits = opts_.mode == training_mode::sync && req.min_step == global_step_ + 1;
   if (waits) {
+    const auto queued = static_cast<std::size_t>(std::count_if(
+        deferred_.begin(), deferred_.end(), [worker](const deferred_request& d) { return d.worker == worker; }));
+    if (queued >= opts_.max_waiting_per_worker) {
+      return fail(worker, req.seq, errc::invalid_argument,
+                  "worker index " + std::to_string(worker) + " already has " + std::to_string(queued) +
+                      " requests waiting for step " + std::to_string(global_step_ + 1) +
+                      " (server_options::max_waiting_per_worker)");
+    }
     ++stats_.deferred;
     deferred_.push_back({worker, std::move(request), reply_flags_value});
   } else {
@@ -99,6 +109,8 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
 }
 
 inline std::string shard::validate(const request_view& req, errc& code) const {
+  std::uint64_t reply_values = 0;  // what the pulls ask for, in values
+  std::uint64_t unknown_ids = 0;   // ids of rows not made yet, repeats counted
   for (std::size_t i = 0; i < req.entries.size(); ++i) {
     const entry_view& e = req.entries[i];
     const std::string where = "entry " + std::to_string(i) + " (" + std::string(to_string(e.kind)) + ")";
@@ -124,11 +136,25 @@ inline std::string shard::validate(const request_view& req, errc& code) const {
         return where + ": " + var + " slice " + std::to_string(e.slice) + ": gradient of " +
                std::to_string(e.value_count) + " values, the slice has " + std::to_string(d.info.element_count);
       }
+      // The same slice twice in one request would pull it twice (a small
+      // request, a reply as large as the slice times the repeats) or apply
+      // one gradient twice: no client sends that.
+      for (std::size_t j = 0; j < i; ++j) {
+        const entry_view& f = req.entries[j];
+        if (f.kind == e.kind && f.var == e.var && f.slice == e.slice) {
+          return where + ": " + var + " slice " + std::to_string(e.slice) + " is already in entry " +
+                 std::to_string(j) + " of this request";
+        }
+      }
+      if (e.kind == op::pull_dense) reply_values += static_cast<std::uint64_t>(d.info.element_count);
       continue;
     }
     const std::int64_t num_ids = v.shape[0];
+    const auto dim = static_cast<std::uint64_t>(v.row_size());
+    if (e.kind == op::pull_rows) reply_values += e.id_count * dim;
     for (std::uint64_t k = 0; k < e.id_count; ++k) {
       const std::int64_t id = e.id(k);
+      if (!rows_[e.var].contains(id)) ++unknown_ids;
       if (num_ids > 0 && (id < 0 || id >= num_ids)) {
         return where + ": " + var + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) + ")";
       }
@@ -143,8 +169,47 @@ inline std::string shard::validate(const request_view& req, errc& code) const {
              std::to_string(e.id_count) + " ids of dim " + std::to_string(v.row_size());
     }
   }
+  code = errc::invalid_argument;
+  std::uint64_t fresh_values = 0;  // values of the distinct rows this request would create
+  if (unknown_ids != 0) {
+    const auto [rows, values] = new_rows(req);
+    if (rows > opts_.max_new_rows) {
+      return "the request would create " + std::to_string(rows) +
+             " embedding rows, more than server_options::max_new_rows = " + std::to_string(opts_.max_new_rows);
+    }
+    fresh_values = values;
+  }
+  // A reply holds at most what this PS holds, with the rows this request
+  // makes: repeats cannot turn a small request into a huge reply.
+  if (reply_values > held_values() + fresh_values) {
+    return "the request pulls " + std::to_string(reply_values) + " values, more than this PS holds (" +
+           std::to_string(held_values() + fresh_values) + "): an id or a slice is repeated";
+  }
   code = errc::ok;
   return {};
+}
+
+inline std::pair<std::uint64_t, std::uint64_t> shard::new_rows(const request_view& req) const {
+  std::set<std::pair<std::uint32_t, std::int64_t>> fresh;
+  std::uint64_t values = 0;
+  for (const entry_view& e : req.entries) {
+    if (!is_rows(e.kind)) continue;
+    for (std::uint64_t k = 0; k < e.id_count; ++k) {
+      if (!rows_[e.var].contains(e.id(k)) && fresh.emplace(e.var, e.id(k)).second) {
+        values += static_cast<std::uint64_t>(model_.variables[e.var].row_size());
+      }
+    }
+  }
+  return {fresh.size(), values};
+}
+
+inline std::uint64_t shard::held_values() const noexcept {
+  std::uint64_t n = 0;
+  for (const dense_state& d : dense_) n += static_cast<std::uint64_t>(d.info.element_count);
+  for (std::size_t var = 0; var < rows_.size(); ++var) {
+    if (!rows_[var].empty()) n += rows_[var].size() * static_cast<std::uint64_t>(model_.variables[var].row_size());
+  }
+  return n;
 }
 
 }  // namespace ps
