@@ -40,6 +40,8 @@ enum class errc : int {
   size_mismatch,   ///< a payload does not fit the posted destination
   not_supported,   ///< the kernel, device or build lacks the feature
   device_error,    ///< an RDMA work completion or device failed
+  state_lost,      ///< a peer restarted without the state it had (a PS without its checkpoint)
+  peer_lost,       ///< a task the operation depends on died or left
   // graphs
   invalid_graph = 100,  ///< a dataflow graph is malformed
   graph_cycle,          ///< a plan would need a cycle (star_server_lite on loops)
@@ -97,6 +99,10 @@ class fusewire_category final : public std::error_category {
         return "not supported here";
       case errc::device_error:
         return "device error";
+      case errc::state_lost:
+        return "a peer restarted without its state";
+      case errc::peer_lost:
+        return "a task it depends on was lost";
       case errc::invalid_graph:
         return "invalid graph";
       case errc::graph_cycle:

@@ -98,12 +98,14 @@ class client {
     for (std::uint32_t p = 0; p < num_ps; ++p) ps_tasks_.push_back({copts_.ps_job, p});
     seq_.assign(num_ps, 0);
     ps_step_.assign(num_ps, 0);
+    ps_incarnation_.assign(num_ps, 0);
     want_.assign(num_ps, 0);
     recv_outstanding_.assign(num_ps, false);
     std::random_device rd;
     incarnation_ =
         (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
     events_ = std::make_shared<event_queue>();
+    log_ = log;
     ep_ = std::make_unique<endpoint_type>(
         std::move(self), std::move(spec),
         rendezvous::endpoint_config<Transport>{
@@ -263,6 +265,30 @@ class client {
   /// the requests and scatters the replies into `b`. `control_flags` go on every
   /// request; with them or `all_ps`, every PS gets one even if `b` has nothing for it.
   void run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec);
+  /// PS `p` answered from a new process at `step`, `fresh` if it restored no
+  /// checkpoint. Returns whether training may go on (logging what happened).
+  bool ps_restarted(std::uint32_t p, std::uint64_t step, bool fresh) {
+    const std::string who = ps_tasks_[p].to_string();
+    // Lost only if it had state: a PS that restarts before any step loses nothing.
+    if (fresh && ps_step_[p] > 0) {
+      if (!copts_.allow_reinitialized_ps) return false;
+      say("ps client: " + who + " restarted without a checkpoint (it was at step " + std::to_string(ps_step_[p]) +
+          "); training goes on from its re-initialised values (allow_reinitialized_ps)");
+      return true;
+    }
+    if (!fresh) {
+      say("ps client: " + who + " restarted from its checkpoint at step " + std::to_string(step) + " (it was at " +
+          std::to_string(ps_step_[p]) + ")");
+    }
+    return true;
+  }
+  void say(const std::string& line) {
+    if (!log_) return;
+    try {
+      log_(line);
+    } catch (...) {
+    }
+  }
 
   // ---- sending and resending (detail/client_exchange.hpp) ----
   /// Sends every attempt and waits for its reply; see the file comment. Replies
@@ -284,6 +310,8 @@ class client {
   std::unordered_map<std::string, std::uint32_t> names_;
   std::vector<task_id> ps_tasks_;
   std::vector<std::uint64_t> seq_, ps_step_, want_;
+  std::vector<std::uint64_t> ps_incarnation_;  ///< each PS's process as last seen; 0 = no reply yet
+  rendezvous::log_sink log_;                   ///< a copy of the endpoint's
   std::vector<bool> recv_outstanding_;
   std::uint64_t incarnation_ = 0;
   std::uint64_t barrier_generation_ = 0;

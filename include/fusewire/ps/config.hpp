@@ -82,6 +82,10 @@ struct client_config {
   /// and slice (all in flight at once) — the baseline fusion is measured against;
   /// async only.
   bool fuse = true;
+  /// A PS that restarted without its checkpoint holds freshly initialised
+  /// values: false (the default) fails run() with errc::state_lost naming it;
+  /// true goes on training from those values, and says so in the log.
+  bool allow_reinitialized_ps = false;
   Transport transport{};
   /// Where the endpoint's diagnostics go; empty = nowhere.
   rendezvous::log_sink log{};

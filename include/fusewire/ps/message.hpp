@@ -86,7 +86,10 @@ inline constexpr std::uint32_t all = 0x1f;
 /// Reply flags.
 namespace reply_flags {
 inline constexpr std::uint32_t stale = 1u << 0;  ///< sync: the pushes were for a finished step and were dropped
-}
+/// The PS process did not restore a checkpoint: its values are the initial
+/// ones plus what it applied since it started.
+inline constexpr std::uint32_t fresh = 1u << 1;
+}  // namespace reply_flags
 
 namespace detail {
 

@@ -190,6 +190,8 @@ class shard {
   // ---- replies (detail/shard_reply.hpp) ----
   void answer(std::uint32_t worker, const request_view& req, std::uint32_t flags);
   void fail(std::uint32_t worker, std::uint64_t seq, errc e, std::string why);
+  /// Flags every reply carries.
+  std::uint32_t base_flags() const noexcept { return restored_ ? 0 : reply_flags::fresh; }
   /// client::barrier(): see detail::barrier_tally.
   void arrive(std::uint32_t worker, const request_view& req);
 
@@ -207,6 +209,7 @@ class shard {
   std::uint64_t fingerprint_;
   std::uint64_t global_step_ = 0;
   std::uint64_t restored_step_ = 0;
+  bool restored_ = false;  ///< a checkpoint was loaded (else replies carry reply_flags::fresh)
   bool shutdown_ = false;
   shard_stats stats_;
   std::vector<dense_state> dense_;

@@ -87,6 +87,16 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
       if (!first_ec) first_ec = dec, first_why = who + ": bad reply: " + dwhy;
       continue;
     }
+    if (ps_incarnation_[p] != r.incarnation) {
+      if (ps_incarnation_[p] != 0 && !ps_restarted(p, r.step, (r.flags & reply_flags::fresh) != 0)) {
+        ec = make_error_code(errc::state_lost);
+        b.error_ = who + " restarted without a checkpoint (it was at step " + std::to_string(ps_step_[p]) +
+                   "): its values were initialised again. Give the PS a checkpoint_dir and checkpoint_every, "
+                   "or set client_config::allow_reinitialized_ps to go on from fresh values";
+        return;
+      }
+      ps_incarnation_[p] = r.incarnation;
+    }
     ps_step_[p] = sync ? r.step : std::max(ps_step_[p], r.step);
     if ((r.flags & reply_flags::stale) != 0) ++stats_.stale;
     stats_.bytes_received += a.reply.size();

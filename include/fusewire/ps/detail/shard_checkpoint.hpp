@@ -187,6 +187,7 @@ inline void shard::restore(const std::filesystem::path& file) {
   rows_ = std::move(rows);
   global_step_ = step;
   restored_step_ = step;
+  restored_ = true;
 }
 
 inline void shard::maybe_autosave() {

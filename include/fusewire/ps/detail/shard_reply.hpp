@@ -29,7 +29,7 @@ inline void shard::answer(std::uint32_t worker, const request_view& req, std::ui
       values += static_cast<std::size_t>(e.id_count) * static_cast<std::size_t>(model_.variables[e.var].row_size());
     }
   }
-  reply_encoder rb(req.seq, global_step_, incarnation_, flags, entries, values);
+  reply_encoder rb(req.seq, global_step_, incarnation_, flags | base_flags(), entries, values);
   for (const entry_view& e : req.entries) {
     if (e.kind == op::pull_dense) {
       const dense_state& d = dense_[dense_index_[e.var][e.slice]];
@@ -48,6 +48,7 @@ inline void shard::answer(std::uint32_t worker, const request_view& req, std::ui
 inline void shard::fail(std::uint32_t worker, std::uint64_t seq, errc e, std::string why) {
   ++stats_.errors;
   reply_builder rb(seq, global_step_, incarnation_);
+  rb.set_flags(base_flags());
   rb.set_error(e == errc::ok ? errc::invalid_argument : e, "ps " + std::to_string(index_) + ": " + why);
   reply_(worker, rb.finish());
 }
@@ -58,6 +59,7 @@ inline void shard::arrive(std::uint32_t worker, const request_view& req) {
       return;
     case detail::barrier_tally::outcome::passed: {
       reply_builder rb(req.seq, global_step_, incarnation_);
+      rb.set_flags(base_flags());
       return reply_(worker, rb.finish());
     }
     case detail::barrier_tally::outcome::out_of_step:
@@ -70,6 +72,7 @@ inline void shard::arrive(std::uint32_t worker, const request_view& req) {
   const auto released = barrier_.take_released();
   for (std::uint32_t w = 0; w < released.size(); ++w) {
     reply_builder rb(released[w], global_step_, incarnation_);
+    rb.set_flags(base_flags());
     reply_(w, rb.finish());
   }
 }
