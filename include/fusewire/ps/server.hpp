@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,7 @@ class server {
     options& opts = config.options;
     Transport& t = config.transport;
     rendezvous::log_sink& log = config.log;
+    log_ = log;
     if (!spec.contains(self))
       throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
@@ -142,7 +144,11 @@ class server {
     ep_->recv(workers_[w], std::string(request_key), [this, w](std::error_code ec, tensor_buffer request) {
       if (ec) {
         // cancelled: shutting down. Anything else: the worker's connection broke; housekeeping re-posts.
-        if (ec != make_error_code(errc::cancelled)) down_[w].store(true, std::memory_order_release);
+        if (ec != make_error_code(errc::cancelled)) {
+          if (!shard_->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + ec.message());
+          shard_->worker_lost(w, ec.message());
+          down_[w].store(true, std::memory_order_release);
+        }
         return;
       }
       requests_.fetch_add(1, std::memory_order_relaxed);
@@ -150,6 +156,14 @@ class server {
       shard_->handle(w, std::move(request));
       step_.store(shard_->global_step(), std::memory_order_relaxed);
     });
+  }
+
+  void say(const std::string& line) {
+    if (!log_) return std::fprintf(stderr, "%s\n", line.c_str()), void();
+    try {
+      log_(line);
+    } catch (...) {
+    }
   }
 
   void send_reply(std::uint32_t w, tensor_buffer reply) {
@@ -177,6 +191,7 @@ class server {
   }
 
   std::vector<task_id> workers_;
+  rendezvous::log_sink log_;  ///< a copy of the endpoint's
   std::unique_ptr<std::atomic<bool>[]> down_;
   std::unique_ptr<shard> shard_;
   std::atomic<std::uint64_t> requests_{0}, replies_failed_{0}, step_{0};

@@ -72,7 +72,8 @@ class shard {
         incarnation_(incarnation),
         fingerprint_(model_.fingerprint(num_ps)),
         workers_(num_workers),
-        barrier_(num_workers) {
+        barrier_(num_workers),
+        lost_(num_workers) {
     if (ps_index >= num_ps) {
       throw_error(errc::invalid_argument,
                   "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
@@ -128,6 +129,15 @@ class shard {
   /// a malformed or invalid request gets an error reply naming what was wrong.
   void handle(std::uint32_t worker, tensor_buffer request);
 
+  /// Worker index `worker` is gone (its connection broke; `why` says how).
+  /// What can no longer complete without it — a sync step it has not pushed
+  /// for (when the others cannot make up the replicas), the worker barrier it
+  /// has not reached — is answered now with errc::peer_lost naming it, instead
+  /// of leaving the others to time out. Its next request clears the mark.
+  void worker_lost(std::uint32_t worker, const std::string& why);
+  /// Whether worker_lost() marked `worker` and it sent nothing since.
+  bool worker_is_lost(std::uint32_t worker) const noexcept { return worker < lost_.size() && !lost_[worker].empty(); }
+
   /// Writes every value, slot and the global step to `file` atomically (temp + rename).
   /// Throws system_error naming the file.
   void save(const std::filesystem::path& file);
@@ -165,6 +175,7 @@ class shard {
     std::uint32_t worker;
     tensor_buffer request;
     std::uint32_t flags;
+    std::uint64_t seq = 0;
   };
 
   // ---- values (detail/shard_values.hpp) ----
@@ -219,6 +230,10 @@ class shard {
   std::vector<worker_state> workers_;
   detail::barrier_tally barrier_;
   std::set<std::uint32_t> contributors_;
+  std::vector<std::string> lost_;  ///< per worker: why it was lost, empty = not lost
+  /// sync: the lost workers the current step still waits for, named, or empty if it can complete.
+  std::string step_blocked_by() const;
+  void fail_blocked();
   std::vector<deferred_request> deferred_;
   std::vector<float> grad_;
   std::set<std::int64_t> seen_ids_;

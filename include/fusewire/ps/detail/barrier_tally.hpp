@@ -45,6 +45,24 @@ class barrier_tally {
   /// After outcome::released: each worker's sequence number (index = worker); resets the tally.
   std::vector<std::uint64_t> take_released() { return std::exchange(seq_, std::vector<std::uint64_t>(seq_.size(), 0)); }
 
+  /// Whether `worker` has reached the current generation.
+  bool arrived(std::uint32_t worker) const noexcept { return worker < seq_.size() && seq_[worker] != 0; }
+  /// Whether some worker waits at the current generation.
+  bool waiting() const noexcept { return arrived_ != 0; }
+
+  /// Gives up the current generation (a worker it waits for is lost): the
+  /// (worker, sequence number) of each one waiting, to be answered with an
+  /// error; the tally restarts at the same generation.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> abandon() {
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
+    for (std::uint32_t w = 0; w < seq_.size(); ++w) {
+      if (seq_[w] != 0) out.emplace_back(w, seq_[w]);
+      seq_[w] = 0;
+    }
+    arrived_ = 0;
+    return out;
+  }
+
   /// Generations every worker passed so far.
   std::uint64_t generation() const noexcept { return generation_; }
 

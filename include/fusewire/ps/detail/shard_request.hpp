@@ -47,6 +47,7 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   why = validate(req, bad);
   if (!why.empty()) return fail(worker, req.seq, bad, why);
 
+  lost_[worker].clear();
   worker_state& ws = workers_[worker];
   const bool duplicate = ws.seen && ws.incarnation == req.incarnation && req.seq <= ws.last_seq;
   std::uint32_t reply_flags_value = 0;
@@ -100,12 +101,54 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
                       " requests waiting for step " + std::to_string(global_step_ + 1) +
                       " (server_options::max_waiting_per_worker)");
     }
+    if (const std::string blocked = step_blocked_by(); !blocked.empty()) {
+      return fail(worker, req.seq, errc::peer_lost,
+                  "sync step " + std::to_string(global_step_ + 1) + " cannot complete: " + blocked);
+    }
     ++stats_.deferred;
-    deferred_.push_back({worker, std::move(request), reply_flags_value});
+    deferred_.push_back({worker, std::move(request), reply_flags_value, req.seq});
   } else {
     answer(worker, req, reply_flags_value);
   }
   if (opts_.mode == training_mode::sync && contributors_.size() >= opts_.replicas) finish_step();
+}
+
+inline void shard::worker_lost(std::uint32_t worker, const std::string& why) {
+  if (worker >= num_workers_ || !lost_[worker].empty()) return;
+  lost_[worker] = why.empty() ? std::string("lost") : why;
+  const std::string name = opts_.worker_job + ":" + std::to_string(worker);
+  if (barrier_.waiting() && !barrier_.arrived(worker)) {
+    for (const auto& [w, seq] : barrier_.abandon()) {
+      fail(w, seq, errc::peer_lost, "barrier: " + name + " was lost before it arrived (" + lost_[worker] + ")");
+    }
+  }
+  if (opts_.mode == training_mode::sync) fail_blocked();
+}
+
+inline std::string shard::step_blocked_by() const {
+  std::size_t possible = contributors_.size();
+  std::string lost;
+  for (std::uint32_t w = 0; w < num_workers_; ++w) {
+    if (contributors_.contains(w)) continue;
+    if (lost_[w].empty()) {
+      ++possible;
+    } else {
+      lost += (lost.empty() ? "" : ", ") + opts_.worker_job + ":" + std::to_string(w) + " was lost (" + lost_[w] + ")";
+    }
+  }
+  return possible >= opts_.replicas ? std::string() : lost;
+}
+
+inline void shard::fail_blocked() {
+  if (deferred_.empty()) return;
+  const std::string blocked = step_blocked_by();
+  if (blocked.empty()) return;
+  auto waiting = std::move(deferred_);
+  deferred_.clear();
+  for (const deferred_request& d : waiting) {
+    fail(d.worker, d.seq, errc::peer_lost,
+         "sync step " + std::to_string(global_step_ + 1) + " cannot complete: " + blocked);
+  }
 }
 
 inline std::string shard::validate(const request_view& req, errc& code) const {
