@@ -38,15 +38,15 @@
 #include <string>
 #include <vector>
 
-#include "../common/mp.hpp"
-#include "../common/mp_main.hpp"
-#include "../unit/graph/graphs.hpp"
-#include "../unit/rendezvous/test_util.hpp"
+#include "support/graphs.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/mp.hpp"
+#include "support/mp_main.hpp"
 
 namespace fw = fusewire;
 namespace fg = fusewire::graph;
 using namespace std::chrono_literals;
-using namespace test_graphs;
+using namespace fusewire::test;
 using fusewire::test::spawn;
 using fusewire::test::succeeded;
 
@@ -243,7 +243,7 @@ bool run_case(const case_def& c, const fg::partition_options& opts, const std::s
   // The cluster spec needs every task of the graph; only tasks with a partition run.
   std::size_t ps = 0, workers = 0;
   for (const auto& t : g.tasks()) (t.job == "ps" ? ps : workers) += 1;
-  const auto spec = rvtest::loopback_cluster(static_cast<unsigned>(ps), static_cast<unsigned>(workers));
+  const auto spec = loopback_cluster(static_cast<unsigned>(ps), static_cast<unsigned>(workers));
   std::vector<pid_t> pids;
   std::vector<int> reads;
   for (std::size_t i = 0; i < plan->partitions.size(); ++i) {

@@ -31,10 +31,11 @@
 #include <thread>
 #include <vector>
 
-#include "../common/dial.hpp"
-#include "../common/mp.hpp"
-#include "../common/mp_main.hpp"
-#include "../unit/rendezvous/test_util.hpp"
+#include "support/dial.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/mp.hpp"
+#include "support/mp_main.hpp"
+#include "support/patterns.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
@@ -78,7 +79,7 @@ int exchange_ps(const fw::cluster_spec& spec) {
       rv::recv_result r =
           post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 60s) : ep.recv_sync(peer, key, 60s);
       EXPECT(!r.ec);
-      EXPECT(rvtest::matches(r.buffer, n, seed_of(w, n)));
+      EXPECT(fw::test::matches(r.buffer, n, seed_of(w, n)));
       // Echo it back, transformed so the worker checks a new payload.
       for (std::size_t i = 0; i < n; ++i) r.buffer.data()[i] = ~r.buffer.data()[i];
       EXPECT(!ep.send_sync(peer, "down/" + std::to_string(n), std::move(r.buffer), 60s));
@@ -93,13 +94,13 @@ template <class T>
 int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
   rv::endpoint<T> ep({"worker", w}, spec, {.options = mp_options()});
   for (std::size_t n : size_classes) {
-    EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), rvtest::pattern(n, seed_of(w, n)), 60s));
+    EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), fw::test::pattern(n, seed_of(w, n)), 60s));
   }
   for (std::size_t n : size_classes) {
     rv::recv_result r = ep.recv_sync(ps0, "down/" + std::to_string(n), 60s);
     if (r.ec) std::fprintf(stderr, "worker:%u recv down/%zu: %s\n", w, n, r.ec.message().c_str());
     EXPECT(!r.ec);
-    auto expect = rvtest::pattern(n, seed_of(w, n));
+    auto expect = fw::test::pattern(n, seed_of(w, n));
     for (std::size_t i = 0; i < n; ++i) expect.data()[i] = ~expect.data()[i];
     EXPECT(r.buffer.size() == n && std::memcmp(r.buffer.data(), expect.data(), n) == 0);
   }
@@ -108,7 +109,7 @@ int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
 
 template <class T>
 int run_exchange() {
-  const auto spec = rvtest::loopback_cluster(1, 2);
+  const auto spec = fw::test::loopback_cluster(1, 2);
   const pid_t ps = spawn(240, [&] { return exchange_ps<T>(spec); });
   const pid_t a = spawn(240, [&] { return exchange_worker<T>(spec, 0); });
   const pid_t b = spawn(240, [&] { return exchange_worker<T>(spec, 1); });
@@ -131,7 +132,7 @@ int kill_ps(const fw::cluster_spec& spec) {
   rv::recv_result big = ep.recv_sync(w0, "big", fw::tensor_buffer::allocate(64 << 20), 30s);
   // Either the whole tensor made it before the kill (then intact) or the receive failed.
   EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
-         (!big.ec && rvtest::matches(big.buffer, 64 << 20, 77)));
+         (!big.ec && fw::test::matches(big.buffer, 64 << 20, 77)));
   EXPECT(never_f.wait_for(40s) == std::future_status::ready);
   const std::error_code never_ec = never_f.get();
   if (never_ec != fw::make_error_code(fw::errc::connection_reset)) {
@@ -142,8 +143,8 @@ int kill_ps(const fw::cluster_spec& spec) {
   EXPECT(ep.recv_sync(w0, "later", 30s).ec == fw::make_error_code(fw::errc::connection_reset));
   rv::recv_result after = ep.recv_sync(w1, "after", 60s);
   EXPECT(!after.ec);
-  EXPECT(rvtest::matches(after.buffer, 1 << 20, 5));
-  EXPECT(!ep.send_sync(w1, "ack", rvtest::pattern(3, 3), 60s));
+  EXPECT(fw::test::matches(after.buffer, 1 << 20, 5));
+  EXPECT(!ep.send_sync(w1, "ack", fw::test::pattern(3, 3), 60s));
   std::printf("ps: dead worker:0 failed its receives (%s); worker:1 still served\n", never_ec.message().c_str());
   return 0;
 }
@@ -151,8 +152,8 @@ int kill_ps(const fw::cluster_spec& spec) {
 template <class T>
 int kill_victim(const fw::cluster_spec& spec) {
   rv::endpoint<T> ep(w0, spec, {.options = mp_options()});
-  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
-  auto big = rvtest::pattern(64 << 20, 77);
+  EXPECT(!ep.send_sync(ps0, "hello", fw::test::pattern(1, 1), 60s));
+  auto big = fw::test::pattern(64 << 20, 77);
   ep.send(ps0, "big", big.share(), [](std::error_code) {});
   std::this_thread::sleep_for(2ms);
   ::raise(SIGKILL);
@@ -162,15 +163,15 @@ int kill_victim(const fw::cluster_spec& spec) {
 template <class T>
 int kill_survivor(const fw::cluster_spec& spec) {
   rv::endpoint<T> ep(w1, spec, {.options = mp_options()});
-  EXPECT(!ep.send_sync(ps0, "after", rvtest::pattern(1 << 20, 5), 60s));
+  EXPECT(!ep.send_sync(ps0, "after", fw::test::pattern(1 << 20, 5), 60s));
   rv::recv_result ack = ep.recv_sync(ps0, "ack", 60s);
-  EXPECT(!ack.ec && rvtest::matches(ack.buffer, 3, 3));
+  EXPECT(!ack.ec && fw::test::matches(ack.buffer, 3, 3));
   return 0;
 }
 
 template <class T>
 int run_kill() {
-  const auto spec = rvtest::loopback_cluster(1, 2);
+  const auto spec = fw::test::loopback_cluster(1, 2);
   const pid_t ps = spawn(240, [&] { return kill_ps<T>(spec); });
   const pid_t victim = spawn(240, [&] { return kill_victim<T>(spec); });
   const pid_t survivor = spawn(240, [&] { return kill_survivor<T>(spec); });
@@ -205,7 +206,7 @@ int hostile_ps(const fw::cluster_spec& spec) {
   rv::endpoint<T> ep(ps0, spec, {.options = mp_options()});
   for (int round = 0; round < 3; ++round) {
     rv::recv_result r = ep.recv_sync(w1, "round" + std::to_string(round), 60s);
-    EXPECT(!r.ec && rvtest::matches(r.buffer, 100000, static_cast<std::uint32_t>(round)));
+    EXPECT(!r.ec && fw::test::matches(r.buffer, 100000, static_cast<std::uint32_t>(round)));
   }
   return 0;
 }
@@ -215,7 +216,7 @@ int hostile_worker(const fw::cluster_spec& spec) {
   rv::endpoint<T> ep(w1, spec, {.options = mp_options()});
   for (int round = 0; round < 3; ++round) {
     EXPECT(!ep.send_sync(ps0, "round" + std::to_string(round),
-                         rvtest::pattern(100000, static_cast<std::uint32_t>(round)), 60s));
+                         fw::test::pattern(100000, static_cast<std::uint32_t>(round)), 60s));
     std::this_thread::sleep_for(20ms);
   }
   return 0;
@@ -265,7 +266,7 @@ int attack(std::uint16_t port) {
 
 template <class T>
 int run_hostile() {
-  const auto spec = rvtest::loopback_cluster(1, 2);
+  const auto spec = fw::test::loopback_cluster(1, 2);
   const pid_t ps = spawn(240, [&] { return hostile_ps<T>(spec); });
   const pid_t attacker = spawn(240, [&] { return attack(spec.fast_path_endpoint(ps0).port); });
   const pid_t worker = spawn(240, [&] { return hostile_worker<T>(spec); });
@@ -286,7 +287,7 @@ template <class T>
 int frozen_ps(const fw::cluster_spec& spec) {
   rv::endpoint<T> ep(ps0, spec, {.options = frozen_options()});
   EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);
-  EXPECT(!ep.send_sync(w0, "welcome", rvtest::pattern(8, 2), 60s));
+  EXPECT(!ep.send_sync(w0, "welcome", fw::test::pattern(8, 2), 60s));
   // The driver stops this process here and later kills it.
   std::this_thread::sleep_for(200s);
   return 1;
@@ -297,13 +298,13 @@ int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const 
   rv::endpoint<T> ep(w0, spec, {.options = frozen_options()});
   // A connection each way: the worker's to the PS carries its sends, the PS's
   // to the worker carries what the worker receives.
-  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(8, 1), 60s));
+  EXPECT(!ep.send_sync(ps0, "hello", fw::test::pattern(8, 1), 60s));
   rv::recv_result welcome = ep.recv_sync(ps0, "welcome", 60s);
-  EXPECT(!welcome.ec && rvtest::matches(welcome.buffer, 8, 2));
+  EXPECT(!welcome.ec && fw::test::matches(welcome.buffer, 8, 2));
   // Made before the PS stops: keepalive drops it within a few hundred ms, and
   // filling 64 MiB can take that long in a sanitizer build, which would let
   // the send start after the drop, on a fresh connection keepalive never sees.
-  fw::tensor_buffer big = rvtest::pattern(64 << 20, 3);
+  fw::tensor_buffer big = fw::test::pattern(64 << 20, 3);
   ready.notify();
   EXPECT(stopped.wait(60000));
   // No deadlines: only keepalive can end these. The send is larger than the
@@ -332,7 +333,7 @@ int frozen_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const 
 
 template <class T>
 int run_frozen() {
-  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto spec = fw::test::loopback_cluster(1, 1);
   signal_pipe ready, stopped;
   const pid_t ps = spawn(240, [&] { return frozen_ps<T>(spec); });
   const pid_t worker = spawn(240, [&] { return frozen_worker<T>(spec, ready, stopped); });

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "../unit/rendezvous/test_util.hpp"
-#include "ps_test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/reference_optimizer.hpp"
 
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
@@ -48,7 +48,7 @@ std::string error_of(const std::function<void()>& fn) {
 }  // namespace
 
 TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors, checkpoint, shutdown") {
-  const auto spec = rvtest::loopback_cluster(2, 2);
+  const auto spec = fw::test::loopback_cluster(2, 2);
   const auto m = model();
   const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_loopback_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -79,7 +79,7 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
 
   // Push and pull in one batch: pushes apply first.
   std::vector<float> gw(40), ge(20);
-  for (std::size_t i = 0; i < 40; ++i) gw[i] = pstest::grad_at(0, i);
+  for (std::size_t i = 0; i < 40; ++i) gw[i] = fw::test::grad_at(0, i);
   for (std::size_t i = 0; i < 20; ++i) ge[i] = 1.0f;
   b.clear();
   b.push("w", gw);

@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
-#include "../common/mp.hpp"
-#include "../unit/rendezvous/test_util.hpp"
-#include "ps_test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/mp.hpp"
+#include "support/reference_optimizer.hpp"
 
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
@@ -114,9 +114,9 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
   ps::batch b;
   for (int s = 0; s < semantics_steps; ++s) {
     std::vector<float> gw(512), gb(8), ge(24);
-    for (std::size_t i = 0; i < gw.size(); ++i) gw[i] = pstest::grad_at(s, i, static_cast<int>(w));
-    for (std::size_t i = 0; i < gb.size(); ++i) gb[i] = pstest::grad_at(s, i + 512, static_cast<int>(w));
-    for (std::size_t i = 0; i < ge.size(); ++i) ge[i] = pstest::grad_at(s, i + 600, static_cast<int>(w));
+    for (std::size_t i = 0; i < gw.size(); ++i) gw[i] = fw::test::grad_at(s, i, static_cast<int>(w));
+    for (std::size_t i = 0; i < gb.size(); ++i) gb[i] = fw::test::grad_at(s, i + 512, static_cast<int>(w));
+    for (std::size_t i = 0; i < ge.size(); ++i) ge[i] = fw::test::grad_at(s, i + 600, static_cast<int>(w));
     const auto ids = semantics_ids(s, w);
     b.clear();
     b.push("w", gw);
@@ -156,8 +156,8 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
   std::map<std::int64_t, std::vector<double>> rows;
   for (int s = 0; s < semantics_steps; ++s) {
     for (unsigned k = 0; k < 2; ++k) {
-      for (std::size_t i = 0; i < 512; ++i) rw[i] -= 0.25 * pstest::grad_at(s, i, static_cast<int>(k));
-      for (std::size_t i = 0; i < 8; ++i) rb[i] -= 0.25 * pstest::grad_at(s, i + 512, static_cast<int>(k));
+      for (std::size_t i = 0; i < 512; ++i) rw[i] -= 0.25 * fw::test::grad_at(s, i, static_cast<int>(k));
+      for (std::size_t i = 0; i < 8; ++i) rb[i] -= 0.25 * fw::test::grad_at(s, i + 512, static_cast<int>(k));
       const auto ids = semantics_ids(s, k);
       for (std::size_t j = 0; j < ids.size(); ++j) {
         auto [it, fresh] = rows.try_emplace(ids[j]);
@@ -166,7 +166,7 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
             it->second.push_back(m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[j]), c));
         }
         for (std::size_t c = 0; c < 8; ++c)
-          it->second[c] -= 0.25 * pstest::grad_at(s, j * 8 + c + 600, static_cast<int>(k));
+          it->second[c] -= 0.25 * fw::test::grad_at(s, j * 8 + c + 600, static_cast<int>(k));
       }
     }
   }
@@ -182,7 +182,7 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_semantics() {
-  const auto spec = rvtest::loopback_cluster(2, 2);
+  const auto spec = fw::test::loopback_cluster(2, 2);
   const auto m = semantics_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -218,7 +218,7 @@ int optimizers_worker(const fw::cluster_spec& spec) {
   ps::client<transport> cl({"worker", 0}, spec, m, client_opts());
   const std::vector<std::int64_t> ids{3, 4, 1000003};
   const std::size_t n = optimizer_cases().size();
-  std::vector<pstest::reference_optimizer> dense_ref, row_ref;
+  std::vector<fw::test::reference_optimizer> dense_ref, row_ref;
   for (std::size_t k = 0; k < n; ++k) {
     const auto& dv = m.variables[2 * k];
     const auto& ev = m.variables[2 * k + 1];
@@ -237,8 +237,8 @@ int optimizers_worker(const fw::cluster_spec& spec) {
     b.clear();
     std::vector<ps::batch::handle> hd, he;
     for (std::size_t k = 0; k < n; ++k) {
-      for (std::size_t i = 0; i < 64; ++i) gd[k][i] = pstest::grad_at(s, i, static_cast<int>(k));
-      for (std::size_t i = 0; i < 12; ++i) ge[k][i] = pstest::grad_at(s, i + 100, static_cast<int>(k));
+      for (std::size_t i = 0; i < 64; ++i) gd[k][i] = fw::test::grad_at(s, i, static_cast<int>(k));
+      for (std::size_t i = 0; i < 12; ++i) ge[k][i] = fw::test::grad_at(s, i + 100, static_cast<int>(k));
       b.push(m.variables[2 * k].name, gd[k]);
       b.push_rows(m.variables[2 * k + 1].name, ids, ge[k]);
       hd.push_back(b.pull(m.variables[2 * k].name));
@@ -258,7 +258,7 @@ int optimizers_worker(const fw::cluster_spec& spec) {
 }
 
 int run_optimizers() {
-  const auto spec = rvtest::loopback_cluster(2, 1);
+  const auto spec = fw::test::loopback_cluster(2, 1);
   const auto m = optimizer_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -286,7 +286,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
   (void)cl.pull("w");
   for (int s = 0; s < 4; ++s) {
     std::vector<float> g(32), ge(4);
-    for (std::size_t i = 0; i < 32; ++i) g[i] = static_cast<float>(w + 1) * pstest::grad_at(s, i);
+    for (std::size_t i = 0; i < 32; ++i) g[i] = static_cast<float>(w + 1) * fw::test::grad_at(s, i);
     for (std::size_t i = 0; i < 4; ++i) ge[i] = static_cast<float>(w * 2 + 1);  // 1 and 3: mean 2
     if (w == 1) std::this_thread::sleep_for(150ms);                             // worker 0 reaches the barrier first
     b.clear();
@@ -296,7 +296,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
     const auto he = b.pull_rows("emb", ids);
     cl.run(b);
     // mean of (1 * g) and (2 * g) = 1.5 g
-    for (std::size_t i = 0; i < 32; ++i) ref[i] -= 0.5 * 1.5 * pstest::grad_at(s, i);
+    for (std::size_t i = 0; i < 32; ++i) ref[i] -= 0.5 * 1.5 * fw::test::grad_at(s, i);
     for (std::size_t i = 0; i < 4; ++i) ref_rows[i] -= 0.5 * 2.0;
     for (std::size_t i = 0; i < 32; ++i) EXPECT_CLOSE(b.result(hw)[i], ref[i]);
     for (std::size_t i = 0; i < 4; ++i) EXPECT_CLOSE(b.result(he)[i], ref_rows[i]);
@@ -308,7 +308,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_sync() {
-  const auto spec = rvtest::loopback_cluster(2, 2);
+  const auto spec = fw::test::loopback_cluster(2, 2);
   const auto m = sync_model();
   ps::server_config<transport> so;
   so.mode = ps::training_mode::sync;
@@ -347,11 +347,11 @@ int checkpoint_worker(const fw::cluster_spec& spec, int phase) {
     for (std::size_t c = 0; c < 4; ++c)
       rinit[j * 4 + c] = m.variables[1].init.value("emb", static_cast<std::uint64_t>(ids[j]), c);
   }
-  pstest::reference_optimizer ref(m.optimizer, init), rref(m.optimizer, rinit);
+  fw::test::reference_optimizer ref(m.optimizer, init), rref(m.optimizer, rinit);
   auto grads = [](int s) {
     std::vector<float> g(32), ge(12);
-    for (std::size_t i = 0; i < 32; ++i) g[i] = pstest::grad_at(s, i);
-    for (std::size_t i = 0; i < 12; ++i) ge[i] = pstest::grad_at(s, i, 3);
+    for (std::size_t i = 0; i < 32; ++i) g[i] = fw::test::grad_at(s, i);
+    for (std::size_t i = 0; i < 12; ++i) ge[i] = fw::test::grad_at(s, i, 3);
     return std::pair(g, ge);
   };
   ps::batch b;
@@ -397,7 +397,7 @@ int checkpoint_worker(const fw::cluster_spec& spec, int phase) {
 }
 
 int run_checkpoint() {
-  const auto spec = rvtest::loopback_cluster(2, 1);
+  const auto spec = fw::test::loopback_cluster(2, 1);
   const auto m = checkpoint_model();
   const auto dir = fresh_dir("checkpoint");
   ps::server_config<transport> so;
@@ -431,8 +431,8 @@ int restart_worker(const fw::cluster_spec& spec, const signal_pipe& reached, con
       EXPECT(resume.wait(20000));
     }
     std::vector<float> gw(512), ge(24);
-    for (std::size_t i = 0; i < gw.size(); ++i) gw[i] = pstest::grad_at(s, i);
-    for (std::size_t i = 0; i < ge.size(); ++i) ge[i] = pstest::grad_at(s, i + 600);
+    for (std::size_t i = 0; i < gw.size(); ++i) gw[i] = fw::test::grad_at(s, i);
+    for (std::size_t i = 0; i < ge.size(); ++i) ge[i] = fw::test::grad_at(s, i + 600);
     const auto ids = semantics_ids(s, 0);
     b.clear();
     b.push("w", gw);
@@ -463,7 +463,7 @@ int restart_worker(const fw::cluster_spec& spec, const signal_pipe& reached, con
 }
 
 int run_restart() {
-  const auto spec = rvtest::loopback_cluster(2, 1);
+  const auto spec = fw::test::loopback_cluster(2, 1);
   const auto m = semantics_model();
   const auto dir = fresh_dir("restart");
   ps::server_config<transport> so;
@@ -512,7 +512,7 @@ int dead_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const si
 }
 
 int run_dead() {
-  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto spec = fw::test::loopback_cluster(1, 1);
   const auto m = sync_model();
   signal_pipe ready, killed;
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
@@ -556,7 +556,7 @@ int barrier_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_barrier() {
-  const auto spec = rvtest::loopback_cluster(2, barrier_workers);
+  const auto spec = fw::test::loopback_cluster(2, barrier_workers);
   const auto m = barrier_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -592,7 +592,7 @@ int barrier_timeout_worker(const fw::cluster_spec& spec) {
 }
 
 int run_barrier_timeout() {
-  const auto spec = rvtest::loopback_cluster(1, 2);  // worker:1 never starts
+  const auto spec = fw::test::loopback_cluster(1, 2);  // worker:1 never starts
   const auto m = barrier_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t w0 = spawn(60, [&] { return barrier_timeout_worker(spec); });
@@ -602,7 +602,7 @@ int run_barrier_timeout() {
 // ---- serve_signal ----------------------------------------------------------------------
 
 int run_serve_signal() {
-  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto spec = fw::test::loopback_cluster(1, 1);
   const auto m = barrier_model();
   auto serve = [&](int expected) {
     const int got = ps::serve_until_signal<transport>({"ps", 0}, spec, m, {.options = mp_options()});

@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "ps_test_util.hpp"
+#include "shard_harness.hpp"
+#include "support/reference_optimizer.hpp"
 
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
-using pstest::shard_harness;
+using fusewire::test::shard_harness;
 
 namespace {
 
@@ -194,11 +195,11 @@ TEST_CASE("optimizers agree with the independent reference over many steps") {
     CAPTURE(ps::to_string(cfg.kind));
     std::vector<float> w(16, 0.25f), slots(32, ps::initial_slot_value(cfg, 0));
     if (cfg.kind == ps::optimizer_kind::adam) std::fill(slots.begin(), slots.end(), 0.0f);
-    pstest::reference_optimizer ref(cfg, w);
+    fw::test::reference_optimizer ref(cfg, w);
     std::uint64_t t = 0;
     for (int s = 0; s < 20; ++s) {
       std::vector<float> g(16);
-      for (std::size_t i = 0; i < 16; ++i) g[i] = pstest::grad_at(s, i);
+      for (std::size_t i = 0; i < 16; ++i) g[i] = fw::test::grad_at(s, i);
       ps::apply_update(cfg, w, std::span<float>(slots.data(), 16 * cfg.slots()), g, t);
       ref.step(g);
     }
@@ -544,8 +545,8 @@ TEST_CASE("shard: checkpoint round trip restores values, slots, rows, step") {
     shard_harness h(m, me, 2, so);
     for (int s = 0; s < 3; ++s) {
       std::vector<float> g(4), gr(12);
-      for (std::size_t i = 0; i < 4; ++i) g[i] = pstest::grad_at(s, i);
-      for (std::size_t i = 0; i < 12; ++i) gr[i] = pstest::grad_at(s, i, 1);
+      for (std::size_t i = 0; i < 4; ++i) g[i] = fw::test::grad_at(s, i);
+      for (std::size_t i = 0; i < 12; ++i) gr[i] = fw::test::grad_at(s, i, 1);
       auto rb = request(m, 2, static_cast<std::uint64_t>(s + 1), s == 2 ? ps::request_flags::save : 0u);
       rb.push_dense(0, 0, g);
       rb.push_rows(2, mine, gr);
@@ -584,8 +585,8 @@ TEST_CASE("shard: checkpoint round trip restores values, slots, rows, step") {
   // by replaying the same 4 steps on a fresh shard.
   for (int s = 0; s < 3; ++s) {
     std::vector<float> gs(4), gr(12);
-    for (std::size_t i = 0; i < 4; ++i) gs[i] = pstest::grad_at(s, i);
-    for (std::size_t i = 0; i < 12; ++i) gr[i] = pstest::grad_at(s, i, 1);
+    for (std::size_t i = 0; i < 4; ++i) gs[i] = fw::test::grad_at(s, i);
+    for (std::size_t i = 0; i < 12; ++i) gr[i] = fw::test::grad_at(s, i, 1);
     auto r2 = request(m, 2, static_cast<std::uint64_t>(s + 1));
     r2.push_dense(0, 0, gs);
     r2.push_rows(2, mine, gr);

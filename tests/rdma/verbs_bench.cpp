@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs_test_util.hpp"
+#include "support/verbs_setup.hpp"
 
 namespace fw = fusewire;
 using clock_type = std::chrono::steady_clock;
@@ -193,7 +193,7 @@ double bandwidth_mib_s(fw::verbs_reactor_group& group, fw::verbs& t, const std::
 
 int main(int argc, char** argv) {
   settings s;
-  s.config = verbs_test::config();
+  s.config = fw::test::small_verbs_config();
   s.config.max_connections = 4;
   s.config.credits = 32;
   s.config.message_size = 64 * 1024;
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   rc.count = 2;
   rc.mode = s.mode;
   fw::verbs_reactor_group group(rc);
-  const std::string host = verbs_test::host();
+  const std::string host = fw::test::rdma_host();
   std::printf(
       "fusewire verbs bench: device=%s host=%s mode=%s message_size=%zu credits=%u "
       "rdma_write_threshold=%zu chunk_size=%zu\n",

@@ -21,8 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "../unit/rendezvous/test_util.hpp"
-#include "verbs_test_util.hpp"
+#include "support/patterns.hpp"
+#include "support/ports.hpp"
+#include "support/verbs_setup.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
@@ -49,9 +50,9 @@ fw::options direct_options(bool poll) {
 }
 
 fw::cluster_spec rdma_cluster() {
-  const std::string a = verbs_test::host();
-  return fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(rvtest::free_port()) + ";worker=" + a + ":" +
-                                       std::to_string(rvtest::free_port()));
+  const std::string a = fw::test::rdma_host();
+  return fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(fw::test::free_port()) + ";worker=" + a + ":" +
+                                       std::to_string(fw::test::free_port()));
 }
 
 /// Waits (bounded) until `pred` holds; the test then checks it.
@@ -65,7 +66,7 @@ bool eventually(const std::function<bool()>& pred) {
 
 fw::tensor_buffer registered_pattern(ep_t& ep, std::size_t n, std::uint32_t seed) {
   fw::tensor_buffer b = ep.allocate_registered(n);
-  fw::tensor_buffer p = rvtest::pattern(n, seed);
+  fw::tensor_buffer p = fw::test::pattern(n, seed);
   std::memcpy(b.data(), p.data(), n);
   return b;
 }
@@ -86,9 +87,9 @@ struct pair {
   ep_t ps, w;
 
   explicit pair(bool poll = false)
-      : ps(ps0, spec, {.options = direct_options(poll), .transport = verbs_test::transport()}),
-        w(w0, spec, {.options = direct_options(poll), .transport = verbs_test::transport()}) {
-    REQUIRE(!w.send_sync(ps0, "warm", rvtest::pattern(16, 1), 60s));
+      : ps(ps0, spec, {.options = direct_options(poll), .transport = fw::test::small_verbs()}),
+        w(w0, spec, {.options = direct_options(poll), .transport = fw::test::small_verbs()}) {
+    REQUIRE(!w.send_sync(ps0, "warm", fw::test::pattern(16, 1), 60s));
     rv::recv_result r = ps.recv_sync(w0, "warm", 60s);
     REQUIRE(!r.ec);
   }
@@ -112,7 +113,7 @@ struct pair {
   }
 
   /// One direct round: a recv posted into `dst`, the worker's advert count reaching
-  /// `adverts`, then `src` (rvtest::pattern(n, seed)) sent; the tensor must land in
+  /// `adverts`, then `src` (fw::test::pattern(n, seed)) sent; the tensor must land in
   /// `dst` itself, byte-exact.
   void direct_round(const std::string& key, const fw::tensor_buffer& dst, fw::tensor_buffer src, std::uint32_t seed,
                     std::uint64_t adverts) {
@@ -122,7 +123,7 @@ struct pair {
     rv::recv_result r = f.get();
     REQUIRE(!r.ec);
     CHECK(r.buffer.data() == dst.data());  // no copy: the recv hands back its destination
-    CHECK(rvtest::matches(r.buffer, dst.size(), seed));
+    CHECK(fw::test::matches(r.buffer, dst.size(), seed));
   }
 };
 
@@ -160,7 +161,7 @@ TEST_CASE(
     CAPTURE(n);
     const std::string key = "grad/" + std::to_string(n);
     fw::tensor_buffer dst = p.ps.allocate_registered(n);
-    p.direct_round(key, dst, rvtest::pattern(n, 9), 9, p.w.rdma_stats().adverts_received + 1);
+    p.direct_round(key, dst, fw::test::pattern(n, 9), 9, p.w.rdma_stats().adverts_received + 1);
   }
   CHECK(p.w.rdma_stats().direct_writes == 2);
   CHECK(p.w.rdma_stats().staged_writes == 2);
@@ -170,10 +171,10 @@ TEST_CASE(
   const auto chunks_before = p.w.stats().chunk_frames_sent;
   auto f = p.post("big", dst.share());
   REQUIRE(p.advert_arrived(3));
-  CHECK(!p.w.send_sync(ps0, "big", rvtest::pattern(n, 10), 60s));
+  CHECK(!p.w.send_sync(ps0, "big", fw::test::pattern(n, 10), 60s));
   rv::recv_result r = f.get();
   REQUIRE(!r.ec);
-  CHECK(rvtest::matches(r.buffer, n, 10));
+  CHECK(fw::test::matches(r.buffer, n, 10));
   CHECK(p.w.rdma_stats().direct_writes == 2);
   CHECK(p.w.rdma_stats().declined == 1);
   CHECK(p.w.stats().chunk_frames_sent == chunks_before + 3);
@@ -189,8 +190,8 @@ TEST_CASE("steady steps on the same keys and buffers: every tensor placed direct
   for (int step = 0; step < steps; ++step) {
     CAPTURE(step);
     const auto seed = static_cast<std::uint32_t>(100 + step);
-    std::memcpy(src_a.data(), rvtest::pattern(small, seed).data(), small);
-    std::memcpy(src_b.data(), rvtest::pattern(large, seed + 1).data(), large);
+    std::memcpy(src_a.data(), fw::test::pattern(small, seed).data(), small);
+    std::memcpy(src_b.data(), fw::test::pattern(large, seed + 1).data(), large);
     auto fa = p.post("w/a", dst_a.share());
     auto fb = p.post("w/b", dst_b.share());
     REQUIRE(p.advert_arrived(2u * static_cast<unsigned>(step) + 2));
@@ -202,8 +203,8 @@ TEST_CASE("steady steps on the same keys and buffers: every tensor placed direct
     rv::recv_result ra = fa.get(), rb = fb.get();
     REQUIRE(!ra.ec);
     REQUIRE(!rb.ec);
-    CHECK(rvtest::matches(ra.buffer, small, seed));
-    CHECK(rvtest::matches(rb.buffer, large, seed + 1));
+    CHECK(fw::test::matches(ra.buffer, small, seed));
+    CHECK(fw::test::matches(rb.buffer, large, seed + 1));
   }
   const auto d = p.w.rdma_stats();
   CHECK(d.direct_writes == 2u * steps);
@@ -241,9 +242,9 @@ TEST_CASE("a tensor that overtakes its advert goes the normal way and the advert
     // Both orders, started together: the advert and the tensor cross on the wire.
     if (i % 2 == 0) {
       f = p.post("race", rd.dst.share());
-      p.w.send(ps0, "race", rvtest::pattern(n, seed), [sent](std::error_code ec) { sent->set_value(ec); });
+      p.w.send(ps0, "race", fw::test::pattern(n, seed), [sent](std::error_code ec) { sent->set_value(ec); });
     } else {
-      p.w.send(ps0, "race", rvtest::pattern(n, seed), [sent](std::error_code ec) { sent->set_value(ec); });
+      p.w.send(ps0, "race", fw::test::pattern(n, seed), [sent](std::error_code ec) { sent->set_value(ec); });
       f = p.post("race", rd.dst.share());
     }
     // Bounded: a hang shows the direct path's counters instead of stalling the suite.
@@ -255,7 +256,7 @@ TEST_CASE("a tensor that overtakes its advert goes the normal way and the advert
     CHECK(!sent_f.get());
     rd.r = f.get();
     REQUIRE(!rd.r.ec);
-    CHECK(rvtest::matches(rd.r.buffer, n, seed));
+    CHECK(fw::test::matches(rd.r.buffer, n, seed));
     rounds.push_back(std::move(rd));
   }
   // Every advert is answered: written, declined as stale, or declined as unusable.
@@ -270,7 +271,7 @@ TEST_CASE("a tensor that overtakes its advert goes the normal way and the advert
   // No destination changed after its recv completed.
   for (std::size_t i = 0; i < rounds.size(); ++i) {
     CAPTURE(i);
-    CHECK(rvtest::matches(rounds[i].r.buffer, n, static_cast<std::uint32_t>(500 + i)));
+    CHECK(fw::test::matches(rounds[i].r.buffer, n, static_cast<std::uint32_t>(500 + i)));
   }
   std::printf("race: %s\n", state().c_str());
 }
@@ -280,11 +281,11 @@ TEST_CASE("a recv posted after a tensor on its key went the normal way is advert
   // is not advertised; once it is delivered, the next one is (no other frame needed).
   pair p;
   const std::size_t n = 65536;
-  CHECK(!p.w.send_sync(ps0, "after", rvtest::pattern(n, 41), 60s));
+  CHECK(!p.w.send_sync(ps0, "after", fw::test::pattern(n, 41), 60s));
   std::this_thread::sleep_for(200ms);  // let it arrive before any recv (the test holds either way)
   rv::recv_result first = p.ps.recv_sync(w0, "after", 60s);
   REQUIRE(!first.ec);
-  CHECK(rvtest::matches(first.buffer, n, 41));
+  CHECK(fw::test::matches(first.buffer, n, 41));
   CHECK(p.ps.rdma_stats().adverts_sent == 0);
   fw::tensor_buffer dst = p.ps.allocate_registered(n);
   fill(dst, 0xee);
@@ -304,10 +305,10 @@ TEST_CASE("a recv that times out with its advert out withdraws it; the tensor th
   CHECK(r.ec == fw::make_error_code(fw::errc::timed_out));
   CHECK(r.buffer.empty());
   CHECK(p.w.rdma_stats().declined == 1);  // the withdrawal was answered
-  CHECK(!p.w.send_sync(ps0, "late", rvtest::pattern(n, 33), 60s));
+  CHECK(!p.w.send_sync(ps0, "late", fw::test::pattern(n, 33), 60s));
   rv::recv_result next = p.ps.recv_sync(w0, "late", 60s);
   REQUIRE(!next.ec);
-  CHECK(rvtest::matches(next.buffer, n, 33));
+  CHECK(fw::test::matches(next.buffer, n, 33));
   CHECK(next.buffer.data() != dst.data());
   CHECK(all_bytes(dst, 0xee));  // the timed-out destination was never written
   CHECK(p.w.rdma_stats().direct_writes == 0);

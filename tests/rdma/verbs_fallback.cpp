@@ -20,7 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "verbs_test_util.hpp"
+#include "support/patterns.hpp"
+#include "support/verbs_setup.hpp"
 
 // The shared connection handle gives native_handle() only to fd-based transports.
 template <class C>
@@ -56,8 +57,8 @@ bool round_trip(const T& t, const std::string& host, std::size_t n) {
   fw::reactor_config rc;
   rc.count = 2;
   fw::basic_reactor_group<engine> group(rc);
-  std::vector<std::byte> out(n), back(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(i * 7 + 1);
+  const std::vector<std::byte> out = fw::test::pattern_bytes(n, 7);
+  std::vector<std::byte> back(n);
   auto listener = std::make_shared<typename T::listener_type>();
   auto server = std::make_shared<typename T::connection_type>();
   auto server_buf = std::make_shared<std::vector<std::byte>>(n);
@@ -115,7 +116,7 @@ TEST_CASE("with_rdma_or: TF_RDMA_ENABLED=false runs the code over the TCP fallba
       o,
       [](const auto& t) {
         // The generic code works with whichever transport it gets.
-        const std::string host = std::string(t.name()) == "verbs" ? verbs_test::host() : std::string("127.0.0.1");
+        const std::string host = std::string(t.name()) == "verbs" ? fw::test::rdma_host() : std::string("127.0.0.1");
         CHECK(round_trip(t, host, 100000));
         return std::string(t.name());
       },
@@ -126,7 +127,7 @@ TEST_CASE("with_rdma_or: TF_RDMA_ENABLED=false runs the code over the TCP fallba
 
 TEST_CASE("with_rdma_or: TF_RDMA_ENABLED=true picks verbs configured from the options, or says why not") {
   const fw::options o = options_with({{"TF_RDMA_ENABLED", "true"},
-                                      {"TF_RDMA_DEV_NAME", verbs_test::config().device},
+                                      {"TF_RDMA_DEV_NAME", fw::test::small_verbs_config().device},
                                       {"TF_RDMA_ACC_SIZE", "4096"},
                                       {"TF_RDMA_CHUNK_SIZE", "3000000"}});
   REQUIRE(o.rdma_enabled);
@@ -146,7 +147,7 @@ TEST_CASE("with_rdma_or: TF_RDMA_ENABLED=true picks verbs configured from the op
     CHECK(picked == "verbs");
     CHECK(heard.empty());
     REQUIRE(got.has_value());
-    CHECK(got->device == verbs_test::config().device);
+    CHECK(got->device == fw::test::small_verbs_config().device);
     CHECK(got->rdma_write_threshold == 4096);
     CHECK(got->chunk_size == (std::size_t{4} << 20));  // rounded up to a power of two
   } else {

@@ -25,9 +25,10 @@
 #include <thread>
 #include <vector>
 
-#include "../common/mp.hpp"
-#include "../unit/rendezvous/test_util.hpp"
-#include "verbs_test_util.hpp"
+#include "support/mp.hpp"
+#include "support/patterns.hpp"
+#include "support/ports.hpp"
+#include "support/verbs_setup.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
@@ -56,9 +57,9 @@ fw::options mp_options() {
 
 /// "ps=A:p;worker=A:p,A:p" on the RDMA interface's address with fresh ports.
 fw::cluster_spec rdma_cluster() {
-  const std::string a = verbs_test::host();
-  std::string text = "ps=" + a + ":" + std::to_string(rvtest::free_port()) + ";worker=" + a + ":" +
-                     std::to_string(rvtest::free_port()) + "," + a + ":" + std::to_string(rvtest::free_port());
+  const std::string a = fw::test::rdma_host();
+  std::string text = "ps=" + a + ":" + std::to_string(fw::test::free_port()) + ";worker=" + a + ":" +
+                     std::to_string(fw::test::free_port()) + "," + a + ":" + std::to_string(fw::test::free_port());
   return fw::cluster_spec::from_string(text);
 }
 
@@ -69,7 +70,7 @@ std::uint32_t seed_of(unsigned worker, std::size_t n) { return static_cast<std::
 // ---- exchange ---------------------------------------------------------------
 
 int exchange_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t bytes = 0;
   for (unsigned w = 0; w < 2; ++w) {
@@ -82,7 +83,7 @@ int exchange_ps(const fw::cluster_spec& spec) {
           post ? ep.recv_sync(peer, key, fw::tensor_buffer::allocate(n), 120s) : ep.recv_sync(peer, key, 120s);
       if (r.ec) std::fprintf(stderr, "ps: recv %s from worker:%u: %s\n", key.c_str(), w, r.ec.message().c_str());
       EXPECT(!r.ec);
-      EXPECT(rvtest::matches(r.buffer, n, seed_of(w, n)));
+      EXPECT(fw::test::matches(r.buffer, n, seed_of(w, n)));
       for (std::size_t i = 0; i < n; ++i) r.buffer.data()[i] = ~r.buffer.data()[i];
       EXPECT(!ep.send_sync(peer, "down/" + std::to_string(n), std::move(r.buffer), 120s));
       bytes += 2 * n;
@@ -96,14 +97,14 @@ int exchange_ps(const fw::cluster_spec& spec) {
 }
 
 int exchange_worker(const fw::cluster_spec& spec, unsigned w) {
-  ep_t ep({"worker", w}, spec, {.options = mp_options(), .transport = verbs_test::transport()});
+  ep_t ep({"worker", w}, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
   for (std::size_t n : size_classes) {
-    EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), rvtest::pattern(n, seed_of(w, n)), 120s));
+    EXPECT(!ep.send_sync(ps0, "up/" + std::to_string(n), fw::test::pattern(n, seed_of(w, n)), 120s));
   }
   for (std::size_t n : size_classes) {
     rv::recv_result r = ep.recv_sync(ps0, "down/" + std::to_string(n), 120s);
     EXPECT(!r.ec);
-    auto expect = rvtest::pattern(n, seed_of(w, n));
+    auto expect = fw::test::pattern(n, seed_of(w, n));
     for (std::size_t i = 0; i < n; ++i) expect.data()[i] = ~expect.data()[i];
     EXPECT(r.buffer.size() == n && std::memcmp(r.buffer.data(), expect.data(), n) == 0);
   }
@@ -122,7 +123,7 @@ int run_exchange() {
 // ---- kill ---------------------------------------------------------------------
 
 int kill_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
   rv::recv_result hello = ep.recv_sync(w0, "hello", 60s);
   EXPECT(!hello.ec);
   std::promise<std::error_code> never;
@@ -133,7 +134,7 @@ int kill_ps(const fw::cluster_spec& spec) {
   std::printf("ps: receiving 64 MiB from the killed worker ended with: %s\n",
               big.ec ? big.ec.message().c_str() : "success");
   EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
-         (!big.ec && rvtest::matches(big.buffer, 64 << 20, 77)));
+         (!big.ec && fw::test::matches(big.buffer, 64 << 20, 77)));
   EXPECT(never_f.wait_for(90s) == std::future_status::ready);
   const std::error_code never_ec = never_f.get();
   if (never_ec != fw::make_error_code(fw::errc::connection_reset)) {
@@ -143,17 +144,17 @@ int kill_ps(const fw::cluster_spec& spec) {
   EXPECT(ep.recv_sync(w0, "later", 30s).ec == fw::make_error_code(fw::errc::connection_reset));
   rv::recv_result after = ep.recv_sync(w1, "after", 60s);
   EXPECT(!after.ec);
-  EXPECT(rvtest::matches(after.buffer, 1 << 20, 5));
-  EXPECT(!ep.send_sync(w1, "ack", rvtest::pattern(3, 3), 60s));
+  EXPECT(fw::test::matches(after.buffer, 1 << 20, 5));
+  EXPECT(!ep.send_sync(w1, "ack", fw::test::pattern(3, 3), 60s));
   std::printf("ps: killed worker:0 failed the pending receives (%s); worker:1 still served\n",
               never_ec.message().c_str());
   return 0;
 }
 
 int kill_victim(const fw::cluster_spec& spec) {
-  ep_t ep(w0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
-  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
-  auto big = rvtest::pattern(64 << 20, 77);
+  ep_t ep(w0, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
+  EXPECT(!ep.send_sync(ps0, "hello", fw::test::pattern(1, 1), 60s));
+  auto big = fw::test::pattern(64 << 20, 77);
   ep.send(ps0, "big", big.share(), [](std::error_code) {});
   std::this_thread::sleep_for(50ms);
   ::raise(SIGKILL);
@@ -161,10 +162,10 @@ int kill_victim(const fw::cluster_spec& spec) {
 }
 
 int kill_survivor(const fw::cluster_spec& spec) {
-  ep_t ep(w1, spec, {.options = mp_options(), .transport = verbs_test::transport()});
-  EXPECT(!ep.send_sync(ps0, "after", rvtest::pattern(1 << 20, 5), 60s));
+  ep_t ep(w1, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
+  EXPECT(!ep.send_sync(ps0, "after", fw::test::pattern(1 << 20, 5), 60s));
   rv::recv_result ack = ep.recv_sync(ps0, "ack", 120s);
-  EXPECT(!ack.ec && rvtest::matches(ack.buffer, 3, 3));
+  EXPECT(!ack.ec && fw::test::matches(ack.buffer, 3, 3));
   return 0;
 }
 
@@ -173,7 +174,7 @@ int kill_survivor(const fw::cluster_spec& spec) {
 constexpr std::size_t direct_big = 16u << 20;
 
 int direct_kill_ps(const fw::cluster_spec& spec) {
-  ep_t ep(ps0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
+  ep_t ep(ps0, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
   EXPECT(!ep.recv_sync(w0, "hello", 60s).ec);  // the worker's ordered connection is known
   std::promise<std::error_code> never;
   auto never_f = never.get_future();
@@ -186,21 +187,21 @@ int direct_kill_ps(const fw::cluster_spec& spec) {
               static_cast<unsigned long long>(ep.rdma_stats().adverts_sent));
   EXPECT(ep.rdma_stats().adverts_sent == 1);
   EXPECT(big.ec == fw::make_error_code(fw::errc::connection_reset) ||
-         (!big.ec && rvtest::matches(big.buffer, direct_big, 78)));
+         (!big.ec && fw::test::matches(big.buffer, direct_big, 78)));
   EXPECT(never_f.wait_for(90s) == std::future_status::ready);
   EXPECT(never_f.get() == fw::make_error_code(fw::errc::connection_reset));
   rv::recv_result after = ep.recv_sync(w1, "after", 60s);
   EXPECT(!after.ec);
-  EXPECT(rvtest::matches(after.buffer, 1 << 20, 5));
-  EXPECT(!ep.send_sync(w1, "ack", rvtest::pattern(3, 3), 60s));
+  EXPECT(fw::test::matches(after.buffer, 1 << 20, 5));
+  EXPECT(!ep.send_sync(w1, "ack", fw::test::pattern(3, 3), 60s));
   return 0;
 }
 
 int direct_kill_victim(const fw::cluster_spec& spec) {
-  ep_t ep(w0, spec, {.options = mp_options(), .transport = verbs_test::transport()});
-  EXPECT(!ep.send_sync(ps0, "hello", rvtest::pattern(1, 1), 60s));
+  ep_t ep(w0, spec, {.options = mp_options(), .transport = fw::test::small_verbs()});
+  EXPECT(!ep.send_sync(ps0, "hello", fw::test::pattern(1, 1), 60s));
   fw::tensor_buffer src = ep.allocate_registered(direct_big);
-  auto p = rvtest::pattern(direct_big, 78);
+  auto p = fw::test::pattern(direct_big, 78);
   std::memcpy(src.data(), p.data(), direct_big);
   for (int i = 0; i < 60000 && ep.rdma_stats().adverts_received == 0; ++i) std::this_thread::sleep_for(1ms);
   EXPECT(ep.rdma_stats().adverts_received == 1);

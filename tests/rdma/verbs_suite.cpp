@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "verbs_test_util.hpp"
+#include "support/verbs_setup.hpp"
 
 #include "../unit/transport/transport_suite.hpp"
 
@@ -28,8 +28,8 @@ namespace {
 /// The suite reaches verbs on the RDMA-capable interface, with the small test config.
 template <>
 struct suite_traits<fw::verbs> : suite_defaults<fw::verbs> {
-  static std::string host() { return verbs_test::host(); }
-  static fw::verbs make() { return verbs_test::transport(); }
+  static std::string host() { return fw::test::rdma_host(); }
+  static fw::verbs make() { return fw::test::small_verbs(); }
 };
 
 using verbs_transports = std::tuple<fw::verbs>;
@@ -56,7 +56,7 @@ static_assert(fw::transport<fw::verbs>);
 TEST_CASE("verbs: a reader that does not read stops the writer by withholding credits, never overrunning it") {
   harness<fw::verbs> h;
   const std::size_t n = 8u << 20;
-  const auto src = pattern(n, 31);
+  const auto src = pattern_bytes(n, 31);
   auto held = std::make_shared<fw::verbs_connection>();  // reactor 0 only
   std::promise<void> accepted;
   const std::uint16_t port = h.serve(0, [&, held](fw::verbs_connection c) {
@@ -70,7 +70,7 @@ TEST_CASE("verbs: a reader that does not read stops the writer by withholding cr
   auto client = std::make_shared<fw::verbs_connection>();  // reactor 1 only
   auto done = std::make_shared<bool>(false);
   h.on(1, [&, client, done] {
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+    h.transport.connect(harness<fw::verbs>::here(), fw::test::rdma_host(), port,
                         [&, client, done](std::error_code ec, fw::verbs_connection c) {
                           REQUIRE_FALSE(ec);
                           *client = std::move(c);
@@ -91,7 +91,7 @@ TEST_CASE("verbs: a reader that does not read stops the writer by withholding cr
   }
   CHECK_FALSE(stalled.write_done);
   // Bytes sent are bounded by the receiver's limit plus what it granted before noticing.
-  const auto cfg = verbs_test::transport().settings();
+  const auto cfg = fw::test::small_verbs().settings();
   CHECK(stalled.stats.bytes_sent >= cfg.rx_buffer_limit);
   CHECK(stalled.stats.bytes_sent <= cfg.rx_buffer_limit + std::size_t{cfg.credits} * cfg.message_size +
                                         std::size_t{cfg.max_grants} * cfg.chunk_size);
@@ -131,11 +131,11 @@ TEST_CASE("verbs: small writes in one tick are coalesced into few messages") {
     *held = std::move(c);
     held->async_read(fw::mutable_buffer(dst), [&](std::error_code e, std::size_t) { got.set_value(e); });
   });
-  const auto src = pattern(dst.size(), 5);
+  const auto src = pattern_bytes(dst.size(), 5);
   std::promise<fw::verbs_stats> sent;
   auto client = std::make_shared<fw::verbs_connection>();
   h.group.submit_to(1, [&, client] {
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+    h.transport.connect(harness<fw::verbs>::here(), fw::test::rdma_host(), port,
                         [&, client](std::error_code ec, fw::verbs_connection c) {
                           REQUIRE_FALSE(ec);
                           *client = std::move(c);
@@ -171,11 +171,11 @@ TEST_CASE("verbs: an absent TF_RDMA_DEV_NAME falls back to the first active devi
     warnings->emplace_back(what);
   };
   fw::verbs_reactor_group group(cfg);
-  fw::verbs_config vc = verbs_test::transport().settings();
+  fw::verbs_config vc = fw::test::small_verbs().settings();
   vc.device = "no_such_device9";
   fw::verbs t(vc);
   auto port = group.submit(0, [&] {
-    auto l = t.listen(*fw::verbs_reactor::current(), verbs_test::host(), 0);
+    auto l = t.listen(*fw::verbs_reactor::current(), fw::test::rdma_host(), 0);
     return l.port();
   });
   CHECK(port.get() != 0);
@@ -223,7 +223,7 @@ TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered
     *held = std::move(c);
     held->async_read(fw::mutable_buffer(note), [&](std::error_code e, std::size_t) { noted.set_value(e); });
   });
-  const auto expect = pattern(1u << 20, 99);
+  const auto expect = pattern_bytes(1u << 20, 99);
   struct result {
     std::error_code remote_ec, bad_ec, unregistered_ec;
     std::size_t remote_n = 0;
@@ -238,7 +238,7 @@ TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered
     pool1->emplace(h.transport.make_registered_pool(harness<fw::verbs>::here(), pc));
     *src = (*pool1)->allocate(1u << 20, 0);
     std::memcpy(src->data(), expect.data(), expect.size());
-    h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+    h.transport.connect(harness<fw::verbs>::here(), fw::test::rdma_host(), port,
                         [&, client, src, plain, r](std::error_code ec, fw::verbs_connection c) {
                           REQUIRE_FALSE(ec);
                           *client = std::move(c);
@@ -307,7 +307,7 @@ struct verbs_pairs {
   std::size_t add() {
     std::promise<std::error_code> connected;
     h.group.submit_to(1, [&, c = clients] {
-      h.transport.connect(harness<fw::verbs>::here(), verbs_test::host(), port,
+      h.transport.connect(harness<fw::verbs>::here(), fw::test::rdma_host(), port,
                           [&, c](std::error_code ec, fw::verbs_connection conn) {
                             c->push_back(std::move(conn));
                             connected.set_value(ec);
@@ -383,7 +383,7 @@ struct verbs_pairs {
 std::shared_ptr<const std::vector<std::vector<std::byte>>> pieces_of(std::initializer_list<std::size_t> sizes,
                                                                      unsigned seed) {
   auto v = std::make_shared<std::vector<std::vector<std::byte>>>();
-  for (std::size_t n : sizes) v->push_back(pattern(n, seed++));
+  for (std::size_t n : sizes) v->push_back(pattern_bytes(n, seed++));
   return v;
 }
 
@@ -418,7 +418,7 @@ TEST_CASE("verbs: bulk writes after the first need no announcement round trip (t
 }
 
 TEST_CASE("verbs: a staging pool too small for every window is shared by revoking idle windows") {
-  fw::verbs_config vc = verbs_test::config();
+  fw::verbs_config vc = fw::test::small_verbs_config();
   vc.staging_blocks = 2;
   vc.max_grants = 2;
   harness<fw::verbs> h(fw::reactor_mode::adaptive, fw::verbs(vc));

@@ -1,5 +1,5 @@
 #pragma once
-// Scaffolding of the tests that drive reactor groups from the test thread.
+/// Scaffolding of the tests that drive reactor groups from the test thread.
 #include <fusewire/reactor/reactor.hpp>
 
 #include <doctest/doctest.h>

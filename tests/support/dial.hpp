@@ -1,6 +1,7 @@
 #pragma once
-// One blocking loopback dial for the tests that speak raw TCP (the rendezvous
-// unit tests' raw peers and the multi-process drivers); free of doctest.
+/// One blocking loopback dial for the tests that speak raw TCP (the rendezvous
+/// unit tests' raw peers, the multi-process drivers, the plain-socket side of
+/// transport_pingpong); free of doctest.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,24 +1,23 @@
-// Shared by the verbs tests: where the test device lives and a small-footprint
-// transport config (the QEMU guest has little memory).
 #pragma once
-
+/// The verbs setup of the RDMA tests: where the test device lives and a
+/// small-footprint transport config (the QEMU guest has little memory).
 #include <fusewire/transport/verbs.hpp>
 
 #include <cstdlib>
 #include <string>
 
-namespace verbs_test {
+namespace fusewire::test {
 
 /// The address of the RDMA-capable interface (FUSEWIRE_RDMA_TEST_ADDR, default
 /// 192.0.2.1: the guest's rxe0 netdev; rdmacm cannot route over lo).
-inline std::string host() {
+inline std::string rdma_host() {
   const char* a = std::getenv("FUSEWIRE_RDMA_TEST_ADDR");
   return a != nullptr && *a != '\0' ? std::string(a) : std::string("192.0.2.1");
 }
 
 /// Small slots and budgets: ~12 MiB registered per reactor.
 /// FUSEWIRE_RDMA_TEST_WRITE_THRESHOLD=0 runs everything over SEND messages.
-inline fusewire::verbs_config config() {
+inline fusewire::verbs_config small_verbs_config() {
   fusewire::verbs_config c;
   const char* dev = std::getenv("TF_RDMA_DEV_NAME");
   c.device = dev != nullptr && *dev != '\0' ? dev : "rxe0";
@@ -38,6 +37,7 @@ inline fusewire::verbs_config config() {
   return c;
 }
 
-inline fusewire::verbs transport() { return fusewire::verbs(config()); }
+/// A verbs transport with small_verbs_config().
+inline fusewire::verbs small_verbs() { return fusewire::verbs(small_verbs_config()); }
 
-}  // namespace verbs_test
+}  // namespace fusewire::test

@@ -1,7 +1,7 @@
 #pragma once
-// Scaffolding shared by the multi-process tests (rendezvous_mp, verbs_mp, ps_mp,
-// graph_mp): each role runs in a forked child under its own alarm(), and the
-// driver reaps the children and says how each one ended.
+/// Scaffolding shared by the multi-process tests (rendezvous_mp, verbs_mp, ps_mp,
+/// graph_mp): each role runs in a forked child under its own alarm(), and the
+/// driver reaps the children and says how each one ended.
 #include <poll.h>
 #include <signal.h>
 #include <sys/types.h>

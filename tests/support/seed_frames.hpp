@@ -1,7 +1,7 @@
 #pragma once
-// One valid frame of every type (and a few shapes of the variable ones), built
-// with the public encoders. Seeds the fuzzer's corpus and drives the unit
-// tests that cut or corrupt whole frames.
+/// One valid frame of every type (and a few shapes of the variable ones), built
+/// with the public encoders. Seeds the fuzzer's corpus and drives the unit
+/// tests that cut or corrupt whole frames.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,9 @@
 
 #include <fusewire/wire/wire.hpp>
 
-namespace fusewire_test {
+#include "support/patterns.hpp"
+
+namespace fusewire::test {
 
 using bytes = std::vector<std::byte>;
 
@@ -23,12 +25,6 @@ struct seed_frame {
   std::string name;
   bytes frame;
 };
-
-inline bytes pattern(std::size_t n, unsigned seed = 1) {
-  bytes out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((i * 131 + seed * 7) & 0xff);
-  return out;
-}
 
 template <fusewire::wire::frame_meta M>
 bytes encode_whole(const M& meta, std::uint64_t request_id, fusewire::const_buffer payload = {},
@@ -83,7 +79,7 @@ inline std::vector<seed_frame> seed_frames() {
     t.key = "/job:worker/task:0;edge_1;0:0";
     t.descriptor = tensor_descriptor::make(dtype::float32, {4, 3});
     t.segments = wire::segment_list(std::span<const std::uint64_t>(sizes));
-    const bytes payload = pattern(48);
+    const bytes payload = pattern_bytes(48, 1);
     add("tensor", encode_whole(t, 7, payload));
   }
   {
@@ -92,7 +88,7 @@ inline std::vector<seed_frame> seed_frames() {
     t.descriptor = tensor_descriptor::make(dtype::int64, {});
     static const std::uint64_t one[] = {8};
     t.segments = wire::segment_list(std::span<const std::uint64_t>(one));
-    add("tensor_scalar", encode_whole(t, 8, pattern(8, 2)));
+    add("tensor_scalar", encode_whole(t, 8, pattern_bytes(8, 2)));
   }
   {
     wire::tensor_meta t;
@@ -112,7 +108,7 @@ inline std::vector<seed_frame> seed_frames() {
     for (const auto& [key, d] : entries) {
       if (builder.append(key, d)) throw std::runtime_error("seed fused entry did not fit");
     }
-    const bytes payload = pattern(static_cast<std::size_t>(builder.payload_size()), 3);
+    const bytes payload = pattern_bytes(static_cast<std::size_t>(builder.payload_size()), 3);
     add("fused", encode_whole(builder.meta(), 10, payload));
   }
   {
@@ -124,7 +120,7 @@ inline std::vector<seed_frame> seed_frames() {
     c.count = 4;
     c.key = "big";
     c.descriptor = tensor_descriptor::make(dtype::float32, {32, 32});
-    add("chunk", encode_whole(c, 11, pattern(1024, 4)));
+    add("chunk", encode_whole(c, 11, pattern_bytes(1024, 4)));
   }
   {
     wire::recv_request_meta r;
@@ -142,13 +138,13 @@ inline std::vector<seed_frame> seed_frames() {
   add("pong", encode_whole(wire::pong_meta{.timestamp = 123456789}, 14, {}, wire::response_flag));
   add("goodbye", encode_whole(wire::goodbye_meta{.reason = 0}, 15));
   {
-    const bytes app_meta = pattern(20, 5);
+    const bytes app_meta = pattern_bytes(20, 5);
     wire::application_meta a;
     a.type = static_cast<wire::frame_type>(0x41);
     a.bytes = app_meta;
-    add("application", encode_whole(a, 16, pattern(33, 6), 0x0300));
+    add("application", encode_whole(a, 16, pattern_bytes(33, 6), 0x0300));
   }
   return seeds;
 }
 
-}  // namespace fusewire_test
+}  // namespace fusewire::test

@@ -1,7 +1,7 @@
 #pragma once
-// Hand-built graphs shared by the graph and tf unit tests, the multi-process
-// tests (tests/graph_mp) and nothing else. No doctest here: the multi-process
-// drivers have their own main.
+/// Hand-built graphs shared by the graph and tf unit tests and the graph
+/// multi-process test. No doctest here: the multi-process drivers have their
+/// own main.
 
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@
 #include <fusewire/graph/graph.hpp>
 #include <fusewire/graph/partition.hpp>
 
-namespace test_graphs {
+namespace fusewire::test {
 
 namespace fg = fusewire::graph;
 
@@ -245,4 +245,4 @@ inline fg::graph_def branches() {
   return g;
 }
 
-}  // namespace test_graphs
+}  // namespace fusewire::test

@@ -1,6 +1,6 @@
 #pragma once
-// The main() of the multi-process drivers that run over a TCP transport named on
-// the command line (rendezvous_mp, graph_mp): `driver <what> asio|uring`.
+/// The main() of the multi-process drivers that run over a TCP transport named on
+/// the command line (rendezvous_mp, graph_mp): `driver <what> asio|uring`.
 #include <signal.h>
 #include <unistd.h>
 
