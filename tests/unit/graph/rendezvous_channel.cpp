@@ -1,6 +1,6 @@
 // rendezvous_channel over real endpoints on loopback, inside one process (one
-// endpoint and one executor thread per task); tests/graph_mp does the same
-// across processes.
+// endpoint and one executor thread per task); tests/multiprocess/graph does
+// the same across processes.
 #include <fusewire/graph/rendezvous_channel.hpp>
 
 #include <doctest/doctest.h>

@@ -1,8 +1,8 @@
 // The transport test suite, written once: included by every instantiation
 // (tests/unit/transport/transport_suite.cpp for the TCP transports,
-// tests/rdma/verbs_suite.cpp for verbs). Each test case is defined here with
-// TEST_CASE_TEMPLATE_DEFINE under an id; an instantiation applies every id to
-// a std::tuple of its transports after including this file:
+// tests/unit/transport/verbs/verbs_suite.cpp for verbs). Each test case is
+// defined here with TEST_CASE_TEMPLATE_DEFINE under an id; an instantiation
+// applies every id to a std::tuple of its transports after including this file:
 //   using transports = std::tuple<fw::asio_tcp, fw::uring_tcp>;
 //   TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, transports);
 // the suite_* ids to every transport, the handoff_* ids (release/adopt) to

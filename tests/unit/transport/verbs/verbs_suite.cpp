@@ -21,7 +21,7 @@
 
 #include "support/verbs_setup.hpp"
 
-#include "../unit/transport/transport_suite.hpp"
+#include "../transport_suite.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 # dir (e.g. a baseline) its verbs_bench runs too, alternating with the first,
 # in every round; with --repeat N the table shows the medians of N rounds.
 #
-#   tests/rdma/compare.sh [--repeat N] BUILD_DIR [BASELINE_BUILD_DIR]   (in the guest, or on RDMA hardware)
-#   tests/qemu/run.sh --timeout 1800 --share /work -- tests/rdma/compare.sh --repeat 3 BUILD_DIR BASE_DIR
+#   tests/unit/transport/verbs/compare.sh [--repeat N] BUILD_DIR [BASELINE_BUILD_DIR]   (in the guest, or on RDMA hardware)
+#   tests/qemu/run.sh --timeout 1800 --share /work -- tests/unit/transport/verbs/compare.sh --repeat 3 BUILD_DIR BASE_DIR
 #
 # Env: FUSEWIRE_RDMA_TEST_ADDR (default 192.0.2.1), TF_RDMA_DEV_NAME (default rxe0).
 # perftest's MB/sec are MiB/s (2^20 bytes); verbs_bench prints MiB/s too.
@@ -26,7 +26,7 @@ for tool in ib_send_lat ib_write_bw; do
   command -v $tool >/dev/null 2>&1 || { echo "compare.sh: $tool not found (apt-get install perftest)"; exit 77; }
 done
 for b in "$build" $base; do
-  [ -x "$b/tests/rdma/verbs_bench" ] || { echo "compare.sh: $b/tests/rdma/verbs_bench not built" >&2; exit 2; }
+  [ -x "$b/tests/unit/transport/verbs/verbs_bench" ] || { echo "compare.sh: $b/tests/unit/transport/verbs/verbs_bench not built" >&2; exit 2; }
 done
 
 # perftest SERVER_AND_CLIENT_ARGS... ; prints the client's output
@@ -42,7 +42,7 @@ perf() {
 }
 # fusewire BUILD ROUND TAG: runs verbs_bench, appends "TAG measure value" lines to $out/values
 fusewire() {
-  TF_RDMA_DEV_NAME=$dev timeout 600 "$1/tests/rdma/verbs_bench" --iterations 2000 | tee "$out/fw.txt"
+  TF_RDMA_DEV_NAME=$dev timeout 600 "$1/tests/unit/transport/verbs/verbs_bench" --iterations 2000 | tee "$out/fw.txt"
   awk -v t="$3" '/RESULT fusewire send_lat 64 B/ {print t, "lat64", $6}
                  /RESULT fusewire send_lat 65536 B/ {print t, "lat64k", $6}
                  /RESULT fusewire write_bw 65536 B/ {print t, "bw64k", $6}
