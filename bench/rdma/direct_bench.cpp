@@ -30,8 +30,9 @@
 #include <thread>
 #include <vector>
 
-#include "rdma/verbs_test_util.hpp"
-#include "unit/rendezvous/test_util.hpp"
+#include "support/patterns.hpp"
+#include "support/ports.hpp"
+#include "support/verbs_setup.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
@@ -63,9 +64,9 @@ struct bench {
   ep_t ps, w;
   bench(fw::cluster_spec s, fw::options o)
       : spec(std::move(s)),
-        ps(ps0, spec, {.options = o, .transport = verbs_test::transport()}),
-        w(w0, spec, {.options = o, .transport = verbs_test::transport()}) {
-    if (w.send_sync(ps0, "warm", rvtest::pattern(16, 1), 60s) || ps.recv_sync(w0, "warm", 60s).ec) {
+        ps(ps0, spec, {.options = o, .transport = fw::test::small_verbs()}),
+        w(w0, spec, {.options = o, .transport = fw::test::small_verbs()}) {
+    if (w.send_sync(ps0, "warm", fw::test::pattern(16, 1), 60s) || ps.recv_sync(w0, "warm", 60s).ec) {
       std::fprintf(stderr, "direct_bench: warm-up exchange failed\n");
       std::exit(1);
     }
@@ -143,9 +144,9 @@ int main(int argc, char** argv) {
   o.pool_size = 8u << 20;
   o.connect_timeout = 30000ms;
   o.insecure = true;  // both endpoints are this process, on the test guest's private RDMA network
-  const std::string a = verbs_test::host();
-  bench b(fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(rvtest::free_port()) + ";worker=" + a + ":" +
-                                        std::to_string(rvtest::free_port())),
+  const std::string a = fw::test::rdma_host();
+  bench b(fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(fw::test::free_port()) + ";worker=" + a + ":" +
+                                        std::to_string(fw::test::free_port())),
           o);
   std::map<std::pair<std::string, std::size_t>, std::vector<double>> medians;
   for (int r = 0; r < rounds; ++r) {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <string>
 
-#include "seed_frames.hpp"
+#include "support/seed_frames.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   int written = 0;
-  for (const auto& seed : fusewire_test::seed_frames()) {
+  for (const auto& seed : fusewire::test::seed_frames()) {
     const std::string path = dir + "/" + seed.name;
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(seed.frame.data()), static_cast<std::streamsize>(seed.frame.size()));

@@ -32,7 +32,8 @@ cleanup() { [ "$keep" = 1 ] || rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 
 #: clang leaves it off by default; the core headers use sized delete.
-common="-std=c++20 -g -I$root/include -I$here"
+# (tests/ is where the tests' own includes start: "support/seed_frames.hpp")
+common="-std=c++20 -g -I$root/include -I$root/tests"
 if ! "$cxx" $common -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
       "$here/wire_decode_fuzz.cpp" -o "$work/wire_decode_fuzz" 2>"$work/build.log"; then
   keep=1

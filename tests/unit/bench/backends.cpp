@@ -8,12 +8,12 @@
 #include <thread>
 
 #include "backend.hpp"
-#include "error_text.hpp"
 #include "payload.hpp"
-#include "ports.hpp"
+#include "support/error_text.hpp"
+#include "support/ports.hpp"
 
 using namespace fusewire::bench;
-using fusewire::bench::test::reserved_ports;
+using fusewire::test::reserved_ports;
 
 namespace {
 

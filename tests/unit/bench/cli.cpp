@@ -12,11 +12,11 @@
 
 #include "backend.hpp"
 #include "driver.hpp"
-#include "error_text.hpp"
 #include "report.hpp"
+#include "support/error_text.hpp"
 
 using namespace fusewire::bench;
-using fusewire::bench::test::error_of;
+using fusewire::test::error_text_of;
 
 namespace {
 
@@ -26,7 +26,7 @@ parse_result parse(std::vector<std::string> args) {
 }
 
 std::string parse_error(std::vector<std::string> args, fusewire::errc code = fusewire::errc::invalid_argument) {
-  return error_of([&] { parse(args); }, code);
+  return error_text_of([&] { parse(args); }, code);
 }
 
 const std::vector<std::string> by_hand_ps{"--role", "ps", "--cluster", "ps=127.0.0.1:50001;worker=127.0.0.1:0"};
@@ -300,10 +300,10 @@ TEST_CASE("backend names are checked against what is built") {
   rc.backends = {{"tcp", std::nullopt}};
   std::string known;
   for (const backend_info& b : backends()) known += (known.empty() ? "" : ", ") + b.name;
-  CHECK(error_of([&] { plan_cells(rc); }) == "--backend 'tcp' is not a backend; known: " + known);
+  CHECK(error_text_of([&] { plan_cells(rc); }) == "--backend 'tcp' is not a backend; known: " + known);
   rc.backends = {{"fusewire-uring", std::nullopt}};
   if (!find_backend("fusewire-uring")->available) {
-    CHECK(error_of([&] { plan_cells(rc); }, fusewire::errc::not_supported) ==
+    CHECK(error_text_of([&] { plan_cells(rc); }, fusewire::errc::not_supported) ==
           "--backend fusewire-uring: fusewire-uring: not built (liburing >= 2.2 was not found; Debian: liburing-dev)");
   } else {
     rc.backends = {{"fusewire-uring", wait_mode::poll}};
@@ -315,7 +315,7 @@ TEST_CASE("backend names are checked against what is built") {
   CHECK(plan_cells(rc).size() == 1);
   if (find_backend("grpc")->available) {
     rc.backends = {{"grpc", wait_mode::poll}};
-    CHECK(error_of([&] { plan_cells(rc); }) == "--backend grpc:poll: grpc has no reactor mode; use plain 'grpc'");
+    CHECK(error_text_of([&] { plan_cells(rc); }) == "--backend grpc:poll: grpc has no reactor mode; use plain 'grpc'");
   }
 }
 
@@ -401,7 +401,8 @@ TEST_CASE("reports: table, CSV, JSON and the gnuplot script") {
   CHECK(script.find("title \"title\\nnot shown: fusewire (fusewire: not built yet), zmq (failed)\"") !=
         std::string::npos);
   CHECK(plot_script("out.png", cells, "t").find("set terminal pngcairo") != std::string::npos);
-  CHECK(error_of([&] { plot_script("out.pdf", cells, "t"); }) == "--plot 'out.pdf': the file must end in .svg or .png");
+  CHECK(error_text_of([&] { plot_script("out.pdf", cells, "t"); }) ==
+        "--plot 'out.pdf': the file must end in .svg or .png");
 }
 
 TEST_CASE("system_error text loses only the category suffix") {

@@ -2,10 +2,10 @@
 
 #include <doctest/doctest.h>
 
-#include "error_text.hpp"
+#include "support/error_text.hpp"
 
 using namespace fusewire::bench;
-using fusewire::bench::test::error_of;
+using fusewire::test::error_text_of;
 
 TEST_CASE("a cluster spec lists PS endpoints and workers") {
   const cluster_spec c = parse_cluster("ps=10.0.0.1:50001,10.0.0.2:50002;worker=10.0.0.3:0");
@@ -27,22 +27,22 @@ TEST_CASE("either order, host names and IPv6") {
 }
 
 TEST_CASE("bad specs say what is wrong") {
-  CHECK(error_of([] { parse_cluster("ps=h:1"); }) ==
+  CHECK(error_text_of([] { parse_cluster("ps=h:1"); }) ==
         "--cluster 'ps=h:1': no worker tasks (expected worker=host:port,...)");
-  CHECK(error_of([] { parse_cluster("worker=h:1"); }) ==
+  CHECK(error_text_of([] { parse_cluster("worker=h:1"); }) ==
         "--cluster 'worker=h:1': no ps tasks (expected ps=host:port,...)");
-  CHECK(error_of([] { parse_cluster("ps=h:70000;worker=h:1"); }) ==
+  CHECK(error_text_of([] { parse_cluster("ps=h:70000;worker=h:1"); }) ==
         "--cluster 'h:70000': the port must be a number from 0 to 65535");
-  CHECK(error_of([] { parse_cluster("ps=h;worker=h:1"); }) == "--cluster 'h': expected host:port");
-  CHECK(error_of([] { parse_cluster("ps=:5;worker=h:1"); }) == "--cluster ':5': the host is empty");
-  CHECK(error_of([] { parse_cluster("ps=h:x;worker=h:1"); }) ==
+  CHECK(error_text_of([] { parse_cluster("ps=h;worker=h:1"); }) == "--cluster 'h': expected host:port");
+  CHECK(error_text_of([] { parse_cluster("ps=:5;worker=h:1"); }) == "--cluster ':5': the host is empty");
+  CHECK(error_text_of([] { parse_cluster("ps=h:x;worker=h:1"); }) ==
         "--cluster 'h:x': the port must be a number from 0 to 65535");
-  CHECK(error_of([] { parse_cluster("chief=h:1;ps=h:2;worker=h:3"); }) ==
+  CHECK(error_text_of([] { parse_cluster("chief=h:1;ps=h:2;worker=h:3"); }) ==
         "--cluster 'chief=h:1;ps=h:2;worker=h:3': unknown job 'chief' (jobs are ps and worker)");
-  CHECK(error_of([] { parse_cluster("ps=h:1;ps=h:2;worker=h:3"); }) ==
+  CHECK(error_text_of([] { parse_cluster("ps=h:1;ps=h:2;worker=h:3"); }) ==
         "--cluster 'ps=h:1;ps=h:2;worker=h:3': 'ps' is given twice");
-  CHECK(error_of([] { parse_cluster("h:1,h:2"); }) ==
+  CHECK(error_text_of([] { parse_cluster("h:1,h:2"); }) ==
         "--cluster 'h:1,h:2': expected ps=host:port,...;worker=host:port,...");
-  CHECK(error_of([] { parse_cluster("ps=[::1:5;worker=h:1"); }) == "--cluster '[::1:5': expected [ipv6]:port");
-  CHECK(error_of([] { parse_cluster("ps=h:1,;worker=h:1"); }) == "--cluster '': expected host:port");
+  CHECK(error_text_of([] { parse_cluster("ps=[::1:5;worker=h:1"); }) == "--cluster '[::1:5': expected [ipv6]:port");
+  CHECK(error_text_of([] { parse_cluster("ps=h:1,;worker=h:1"); }) == "--cluster '': expected host:port");
 }

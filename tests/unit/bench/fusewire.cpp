@@ -11,13 +11,13 @@
 #include <thread>
 
 #include "backend.hpp"
-#include "error_text.hpp"
 #include "payload.hpp"
-#include "ports.hpp"
+#include "support/error_text.hpp"
+#include "support/ports.hpp"
 
 using namespace fusewire::bench;
-using fusewire::bench::test::error_of;
-using fusewire::bench::test::reserved_ports;
+using fusewire::test::error_text_of;
+using fusewire::test::reserved_ports;
 
 namespace {
 
@@ -104,33 +104,33 @@ TEST_CASE("fusewire backends: option errors name the value and what is allowed")
 
     server_config sc;
     sc.listen = {"127.0.0.1", 0};
-    CHECK(error_of([&] { info->make_server(sc); }) ==
+    CHECK(error_text_of([&] { info->make_server(sc); }) ==
           n + ": cannot listen on 127.0.0.1:0: needs a fixed port (a fusewire cluster spec names every task's "
               "address, so every task's port must be known before it starts; the launcher reserves them)");
 
     sc.listen = {"127.0.0.1", ps_port};
     sc.cluster.ps = {sc.listen};
     sc.cluster.workers = {{"127.0.0.1", worker_port}, {"127.0.0.1", 0}};
-    CHECK(error_of([&] { info->make_server(sc); }) ==
+    CHECK(error_text_of([&] { info->make_server(sc); }) ==
           n + ": worker 1 has no port (127.0.0.1:0); a fusewire cluster spec names every task's address, so every "
               "PS and worker needs a fixed port (the launcher reserves them; by hand: --cluster "
               "'ps=host:port,...;worker=host:port,...')");
 
     sc.cluster.workers = {{"127.0.0.1", worker_port}};
     sc.transport.idle_poll = std::chrono::microseconds(2'000'000);
-    CHECK(error_of([&] { info->make_server(sc); }) ==
+    CHECK(error_text_of([&] { info->make_server(sc); }) ==
           "--idle-poll 2000000: " + n + " takes 0 to 1000000 us (fusewire's FUSEWIRE_IDLE_POLL_US range)");
 
     client_config cc;
     cc.ps = {{"127.0.0.1", ps_port}};
     cc.workers = {{"127.0.0.1", worker_port}};
     cc.task = 3;
-    CHECK(error_of([&] { info->make_client(cc); }) ==
+    CHECK(error_text_of([&] { info->make_client(cc); }) ==
           n + ": worker 3 is not in the cluster (it names 1 workers); fusewire PSs reply to the worker addresses "
               "in --cluster");
     cc.task = 0;
     cc.ps = {{"127.0.0.1", 0}};
-    CHECK(error_of([&] { info->make_client(cc); }) ==
+    CHECK(error_text_of([&] { info->make_client(cc); }) ==
           n + ": PS 0 has no port (127.0.0.1:0); a fusewire cluster spec names every task's address, so every "
               "PS and worker needs a fixed port (the launcher reserves them; by hand: --cluster "
               "'ps=host:port,...;worker=host:port,...')");
@@ -181,7 +181,7 @@ TEST_CASE("fusewire backends: a tiny run in every reactor mode, with fusion and 
         r.expected_reply = data.total_size() + 1;
         r.until = bench_clock::now() + std::chrono::seconds(5);
         r.samples = nullptr;
-        CHECK(error_of([&] { c->run(r); }, fusewire::errc::size_mismatch) ==
+        CHECK(error_text_of([&] { c->run(r); }, fusewire::errc::size_mismatch) ==
               "the PSs answered for " + std::to_string(data.total_size()) + " bytes, expected " +
                   std::to_string(data.total_size() + 1) + "; do they run the same --benchmark and --mode?");
       }

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <set>
 
-#include "error_text.hpp"
+#include "support/error_text.hpp"
 
 using namespace fusewire::bench;
-using fusewire::bench::test::error_of;
+using fusewire::test::error_text_of;
 
 namespace {
 
@@ -181,12 +181,12 @@ TEST_CASE("sizes parse with K and M suffixes and print readably") {
   CHECK(format_size(10 * kib) == "10 KiB");
   CHECK(format_size(mib) == "1 MiB");
   CHECK(format_size(6 * L + 3 * M + S) == "6.03 MiB");
-  CHECK(error_of([] { parse_size("abc", "--small"); }) ==
+  CHECK(error_text_of([] { parse_size("abc", "--small"); }) ==
         "--small 'abc' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
-  CHECK(error_of([] { parse_size("10X", "--small"); }) ==
+  CHECK(error_text_of([] { parse_size("10X", "--small"); }) ==
         "--small '10X' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
-  CHECK(error_of([] { parse_size("1.5", "--small"); }) == "--small '1.5' is not a whole number of bytes");
-  CHECK(error_of([] { parse_size("", "--buffers"); }) ==
+  CHECK(error_text_of([] { parse_size("1.5", "--small"); }) == "--small '1.5' is not a whole number of bytes");
+  CHECK(error_text_of([] { parse_size("", "--buffers"); }) ==
         "--buffers '' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
 }
 
@@ -194,52 +194,53 @@ TEST_CASE("names parse, and bad ones say what is allowed") {
   CHECK(parse_scheme("skew") == scheme::skew);
   CHECK(parse_scheme("Uniform") == scheme::uniform);
   CHECK(parse_categories("large,small", "--categories") == std::vector<category>{category::large, category::small});
-  CHECK(error_of([] { parse_scheme("zipf"); }) ==
+  CHECK(error_text_of([] { parse_scheme("zipf"); }) ==
         "--scheme 'zipf' is not a scheme; choose uniform, random, skew or custom");
-  CHECK(error_of([] { parse_category("huge", "--skew-bias"); }) ==
+  CHECK(error_text_of([] { parse_category("huge", "--skew-bias"); }) ==
         "--skew-bias 'huge' is not a buffer category; choose small, medium or large");
-  CHECK(error_of([] { parse_categories("small,small", "--categories"); }) ==
+  CHECK(error_text_of([] { parse_categories("small,small", "--categories"); }) ==
         "--categories small,small: 'small' is listed twice");
-  CHECK(error_of([] { parse_size_list("10,x", "--buffers"); }) ==
+  CHECK(error_text_of([] { parse_size_list("10,x", "--buffers"); }) ==
         "--buffers 'x' is not a size; use bytes with an optional K, KiB, M or MiB suffix (1 K = 1024 B)");
 }
 
 TEST_CASE("range checks name the option, the value and the allowed range") {
   payload_spec p;
   p.sizes[0] = 2000;
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--small 2000: out of range, Small buffers are 1 B up to (not including) 1 KiB");
   p = {};
   p.sizes[0] = 0;
-  CHECK(error_of([&] { validate(p); }) == "--small 0: out of range, Small buffers are 1 B up to (not including) 1 KiB");
+  CHECK(error_text_of([&] { validate(p); }) ==
+        "--small 0: out of range, Small buffers are 1 B up to (not including) 1 KiB");
   p = {};
   p.sizes[1] = 512;
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--medium 512: out of range, Medium buffers are 1 KiB up to (not including) 1 MiB");
   p = {};
   p.sizes[1] = mib;
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--medium 1048576: out of range, Medium buffers are 1 KiB up to (not including) 1 MiB");
   p = {};
   p.sizes[2] = 20 * mib;
-  CHECK(error_of([&] { validate(p); }) == "--large 20971520: out of range, Large buffers are 1 MiB to 10 MiB");
+  CHECK(error_text_of([&] { validate(p); }) == "--large 20971520: out of range, Large buffers are 1 MiB to 10 MiB");
   p = {};
   p.sizes[2] = 10 * mib;
   CHECK_NOTHROW(validate(p));
   p = {};
   p.count = 0;
-  CHECK(error_of([&] { validate(p); }) == "--count 0: out of range, a payload has 1 to 1024 buffers");
+  CHECK(error_text_of([&] { validate(p); }) == "--count 0: out of range, a payload has 1 to 1024 buffers");
   p.count = 1025;
-  CHECK(error_of([&] { validate(p); }) == "--count 1025: out of range, a payload has 1 to 1024 buffers");
+  CHECK(error_text_of([&] { validate(p); }) == "--count 1025: out of range, a payload has 1 to 1024 buffers");
 }
 
 TEST_CASE("scheme rules: random and skew need two categories, skew its bias and two buffers") {
   payload_spec p = with_scheme(scheme::skew);
   p.categories = {category::large};
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--scheme skew needs at least two buffer categories, --categories has only 'large'");
   p.kind = scheme::random;
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--scheme random needs at least two buffer categories, --categories has only 'large'");
   p.kind = scheme::uniform;
   CHECK_NOTHROW(validate(p));
@@ -247,28 +248,29 @@ TEST_CASE("scheme rules: random and skew need two categories, skew its bias and 
   p = with_scheme(scheme::skew);
   p.categories = {category::medium, category::large};
   p.bias = category::small;
-  CHECK(error_of([&] { validate(p); }) == "--skew-bias small: Small is not among --categories (medium,large)");
+  CHECK(error_text_of([&] { validate(p); }) == "--skew-bias small: Small is not among --categories (medium,large)");
   p.bias = category::large;
   p.count = 1;
-  CHECK(error_of([&] { validate(p); }) == "--count 1: the skew scheme needs at least 2 buffers");
+  CHECK(error_text_of([&] { validate(p); }) == "--count 1: the skew scheme needs at least 2 buffers");
 
   p = with_scheme(scheme::uniform);
   p.categories = {};
-  CHECK(error_of([&] { validate(p); }) == "--categories is empty; choose one or more of small, medium, large");
+  CHECK(error_text_of([&] { validate(p); }) == "--categories is empty; choose one or more of small, medium, large");
   p.categories = {category::small, category::small};
-  CHECK(error_of([&] { validate(p); }) == "--categories small,small: 'small' is listed twice");
+  CHECK(error_text_of([&] { validate(p); }) == "--categories small,small: 'small' is listed twice");
 }
 
 TEST_CASE("custom list rules") {
   payload_spec p = with_scheme(scheme::custom);
-  CHECK(error_of([&] { validate(p); }) ==
+  CHECK(error_text_of([&] { validate(p); }) ==
         "--scheme custom needs --buffers SIZE,SIZE,... (for example --buffers 10,10K,1M)");
   p.custom = {10, 11 * mib};
-  CHECK(error_of([&] { validate(p); }) == "--buffers entry 2 (11534336): out of range, a buffer is 1 B to 10 MiB");
+  CHECK(error_text_of([&] { validate(p); }) == "--buffers entry 2 (11534336): out of range, a buffer is 1 B to 10 MiB");
   p.custom = {0};
-  CHECK(error_of([&] { validate(p); }) == "--buffers entry 1 (0): out of range, a buffer is 1 B to 10 MiB");
+  CHECK(error_text_of([&] { validate(p); }) == "--buffers entry 1 (0): out of range, a buffer is 1 B to 10 MiB");
   p.custom.assign(1025, 10);
-  CHECK(error_of([&] { validate(p); }) == "--buffers has 1025 entries: out of range, a payload has 1 to 1024 buffers");
+  CHECK(error_text_of([&] { validate(p); }) ==
+        "--buffers has 1025 entries: out of range, a payload has 1 to 1024 buffers");
 }
 
 TEST_CASE("a payload may not pass 1 GiB") {
@@ -276,7 +278,7 @@ TEST_CASE("a payload may not pass 1 GiB") {
   p.categories = {category::large};
   p.sizes[2] = 10 * mib;
   p.count = 200;
-  CHECK(error_of([&] { plan_payload(p); }) == "the payload totals 1.95 GiB in 200 buffers; the limit is 1 GiB");
+  CHECK(error_text_of([&] { plan_payload(p); }) == "the payload totals 1.95 GiB in 200 buffers; the limit is 1 GiB");
   p.count = 102;
   CHECK(plan_payload(p).total() == 1020 * mib);
 }

@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "test_graphs.hpp"
+#include "support/error_text.hpp"
+#include "support/graphs.hpp"
+#include "support/tensor_string_maker.hpp"
 
 namespace fg = fusewire::graph;
 using fusewire::errc;
-using namespace test_graphs;
+using namespace fusewire::test;
 
 namespace {
 

@@ -6,11 +6,12 @@
 #include <string>
 #include <system_error>
 
-#include "test_graphs.hpp"
+#include "support/graphs.hpp"
+#include "support/tensor_string_maker.hpp"
 
 namespace fg = fusewire::graph;
 using fusewire::errc;
-using namespace test_graphs;
+using namespace fusewire::test;
 
 TEST_CASE("one thread per task computes what one process computes") {
   struct mode {

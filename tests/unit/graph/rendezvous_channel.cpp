@@ -1,6 +1,6 @@
 // rendezvous_channel over real endpoints on loopback, inside one process (one
-// endpoint and one executor thread per task); tests/graph_mp does the same
-// across processes.
+// endpoint and one executor thread per task); tests/multiprocess/graph does
+// the same across processes.
 #include <fusewire/graph/rendezvous_channel.hpp>
 
 #include <doctest/doctest.h>
@@ -19,12 +19,13 @@
 #include <thread>
 #include <vector>
 
-#include "../rendezvous/test_util.hpp"
-#include "test_graphs.hpp"
+#include "support/graphs.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/tensor_string_maker.hpp"
 
 namespace fg = fusewire::graph;
 using fusewire::errc;
-using namespace test_graphs;
+using namespace fusewire::test;
 using namespace std::chrono_literals;
 using endpoint = fusewire::rendezvous::endpoint<fusewire::asio_tcp>;
 using channel = fg::rendezvous_channel<fusewire::asio_tcp>;
@@ -78,7 +79,7 @@ fg::payload mixed(float base) {
 TEST_CASE("payloads cross endpoints with their descriptors and dead bits, fused or not") {
   for (bool coalesce : {false, true}) {
     CAPTURE(coalesce);
-    const auto spec = rvtest::loopback_cluster(1, 1);
+    const auto spec = loopback_cluster(1, 1);
     auto wo = quiet_options(coalesce);
     // A batch waits up to this long for more sends: the sends made below from this
     // thread in a row then share a frame however slowly the reactor runs (TSan),
@@ -128,7 +129,7 @@ TEST_CASE("payloads cross endpoints with their descriptors and dead bits, fused 
 }
 
 TEST_CASE("keys that this process neither sends nor receives are refused") {
-  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto spec = loopback_cluster(1, 1);
   endpoint worker_ep(worker_task, spec, {.options = quiet_options(true)});
   channel w(worker_ep, {.recv_timeout = 200ms, .on_send_error = {}});
   CHECK(w.send(1, key(ps0, worker, "not_mine"), {}) == errc::invalid_argument);
@@ -157,7 +158,7 @@ TEST_CASE("keys that this process neither sends nor receives are refused") {
 }
 
 TEST_CASE("a send to a task nobody serves is reported through error()") {
-  const auto spec = rvtest::loopback_cluster(1, 1);
+  const auto spec = loopback_cluster(1, 1);
   auto opts = quiet_options(false);
   opts.connect_timeout = 300ms;
   endpoint worker_ep(worker_task, spec, {.options = opts});
@@ -187,7 +188,7 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
     o.mode = mode;
     o.tensor_fuse = true;
     const auto plan = fg::partition(g, o);
-    const auto spec = rvtest::loopback_cluster(1, 1);
+    const auto spec = loopback_cluster(1, 1);
     // Each task thread fills its own results; they are merged after the joins.
     std::vector<std::vector<std::map<std::string, fg::tensor>>> per_task(
         plan.partitions.size(), std::vector<std::map<std::string, fg::tensor>>(2));

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../../common/tcp_transports.hpp"
+#include "support/patterns.hpp"
+#include "support/tcp_transports.hpp"
 
 namespace fw = fusewire;
 namespace proto = fusewire::protocol;
@@ -89,12 +90,11 @@ struct pair_harness {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a tensor frame: one scatter-gather write, payload read into the destination", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a tensor frame: one scatter-gather write, payload read into the destination", T,
+                          tensor_frame_scatter_gather) {
   pair_harness<T> h;
-  std::vector<std::byte> a(1000), b(70000), c(5);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::byte(i);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(i * 7);
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = std::byte(200 + i);
+  const auto a = fw::test::pattern_bytes(1000, 1), b = fw::test::pattern_bytes(70000, 2),
+             c = fw::test::pattern_bytes(5, 3);
   const std::size_t total = a.size() + b.size() + c.size();
   auto dst = fw::tensor_buffer::allocate(total);
 
@@ -134,8 +134,10 @@ TEST_CASE_TEMPLATE("a tensor frame: one scatter-gather write, payload read into 
   CHECK(std::memcmp(dst.data() + a.size(), b.data(), b.size()) == 0);
   CHECK(std::memcmp(dst.data() + a.size() + b.size(), c.data(), c.size()) == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(tensor_frame_scatter_gather, fw::test::tcp_transports);
 
-TEST_CASE_TEMPLATE("a meta that cannot be encoded fails the write, asynchronously", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a meta that cannot be encoded fails the write, asynchronously", T,
+                          unencodable_meta_fails_write) {
   pair_harness<T> h;
   std::promise<std::error_code> wrote;
   const std::string huge(70000, 'k');
@@ -151,8 +153,10 @@ TEST_CASE_TEMPLATE("a meta that cannot be encoded fails the write, asynchronousl
   });
   CHECK(pair_harness<T>::get(wrote.get_future()) == fw::make_error_code(fw::errc::invalid_argument));
 }
+TEST_CASE_TEMPLATE_APPLY(unencodable_meta_fails_write, fw::test::tcp_transports);
 
-TEST_CASE_TEMPLATE("a frame above the receiver's limit is refused before its meta is read", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a frame above the receiver's limit is refused before its meta is read", T,
+                          frame_above_limit_refused) {
   pair_harness<T> h;
   std::vector<std::byte> big(2u << 20);
   std::promise<std::error_code> wrote, got;
@@ -173,8 +177,9 @@ TEST_CASE_TEMPLATE("a frame above the receiver's limit is refused before its met
   CHECK(pair_harness<T>::get(got.get_future()) == fw::make_error_code(fw::errc::frame_too_large));
   (void)pair_harness<T>::get(wrote.get_future());  // the write may succeed or break; it completes
 }
+TEST_CASE_TEMPLATE_APPLY(frame_above_limit_refused, fw::test::tcp_transports);
 
-TEST_CASE_TEMPLATE("handshake: identity checked, tokens proven", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("handshake: identity checked, tokens proven", T, handshake_identity_tokens) {
   struct run_t {
     std::error_code connector, acceptor;
     std::string acceptor_saw;
@@ -228,9 +233,10 @@ TEST_CASE_TEMPLATE("handshake: identity checked, tokens proven", T, TRANSPORTS) 
     CHECK(unasked.connector == auth);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(handshake_identity_tokens, fw::test::tcp_transports);
 
-TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the acceptor and are echoed back", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("handshake: the connector's offered features reach the acceptor and are echoed back", T,
+                          handshake_features_echoed) {
   for (const bool offer : {false, true}) {
     for (const char* token : {"", "t0ken"}) {
       if (*token != 0 && !proto::detail::has_crypto) continue;
@@ -266,6 +272,7 @@ TEST_CASE_TEMPLATE("handshake: the connector's offered features reach the accept
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(handshake_features_echoed, fw::test::tcp_transports);
 
 TEST_CASE("reusable_buffer: hands its bytes out again once nobody holds them, else a fresh buffer") {
   fw::reusable_buffer r;

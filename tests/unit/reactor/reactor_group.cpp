@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "../../common/reactor_wait.hpp"
+#include "support/reactor_wait.hpp"
 
 namespace fw = fusewire;
 using namespace std::chrono_literals;

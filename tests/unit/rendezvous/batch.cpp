@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "endpoint_fixture.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
 
@@ -57,11 +60,11 @@ struct received {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("batch: per-key FIFO across batches and direct calls, both payload forms, both recv forms", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("batch: per-key FIFO across batches and direct calls, both payload forms, both recv forms", T,
+                          batch_per_key_fifo) {
   for (bool coalesce : {true, false}) {
     CAPTURE(coalesce);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
     rv::endpoint<T> worker(w0, spec, {.options = test_options(coalesce)});
     constexpr std::uint32_t n = 60;
@@ -94,25 +97,25 @@ TEST_CASE_TEMPLATE("batch: per-key FIFO across batches and direct calls, both pa
       sends.hit();
     };
     std::vector<fw::tensor_buffer> parts;  // scatter-gather pieces, alive until the sends completed
-    worker.send(ps0, "k0", rvtest::pattern(1, 0), on_sent, 30s);
+    worker.send(ps0, "k0", pattern(1, 0), on_sent, 30s);
     {
       typename rv::endpoint<T>::batch b(worker);
       for (std::uint32_t i = 1; i + 1 < n; ++i) {
         const std::size_t size = 1 + i * 5;
         if (i % 4 == 1) {
           // Scatter-gather: the same bytes in two pieces.
-          auto whole = rvtest::pattern(size, i);
+          auto whole = pattern(size, i);
           const std::size_t cut = size / 2;
           parts.push_back(whole.share(0, cut));
           parts.push_back(whole.share(cut, size - cut));
           const fw::const_buffer sg[] = {parts[parts.size() - 2].bytes(), parts.back().bytes()};
           b.send(ps0, "k" + std::to_string(i % 2), std::span<const fw::const_buffer>(sg), on_sent, 30s);
         } else {
-          b.send(ps0, "k" + std::to_string(i % 2), rvtest::pattern(size, i), on_sent, 30s);
+          b.send(ps0, "k" + std::to_string(i % 2), pattern(size, i), on_sent, 30s);
         }
       }
     }  // the destructor submits
-    worker.send(ps0, "k" + std::to_string((n - 1) % 2), rvtest::pattern(1 + (n - 1) * 5, n - 1), on_sent, 30s);
+    worker.send(ps0, "k" + std::to_string((n - 1) % 2), pattern(1 + (n - 1) * 5, n - 1), on_sent, 30s);
     REQUIRE(sends.wait());
     REQUIRE(recvs.wait());
     CHECK(send_errors.load() == 0);
@@ -120,14 +123,16 @@ TEST_CASE_TEMPLATE("batch: per-key FIFO across batches and direct calls, both pa
       CAPTURE(i);
       CHECK(got.calls[i] == 1);
       REQUIRE_FALSE(got.ec[i]);
-      CHECK(rvtest::matches(got.buf[i], 1 + i * 5, i));
+      CHECK(matches(got.buf[i], 1 + i * 5, i));
     }
     if (coalesce) CHECK(worker.stats().fused_frames_sent > 0);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(batch_per_key_fifo, tcp_transports);
 
-TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as direct calls", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("batch: bad operations fail alone, with the same errors as direct calls", T,
+                          batch_bad_operations) {
+  auto spec = loopback_cluster(1, 1);
   auto o = test_options();
   o.chunking = false;
   o.max_frame_bytes = 1 << 16;
@@ -137,10 +142,10 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
   std::vector<std::promise<rv::recv_result>> recvd(3);
   {
     typename rv::endpoint<T>::batch b(worker);
-    b.send({"chief", 0}, "k", rvtest::pattern(1, 1), [&](std::error_code ec) { sent[0].set_value(ec); });
-    b.send(ps0, std::string(70000, 'x'), rvtest::pattern(1, 1), [&](std::error_code ec) { sent[1].set_value(ec); });
-    b.send(ps0, "big", rvtest::pattern(1 << 17, 1), [&](std::error_code ec) { sent[2].set_value(ec); });
-    b.send(ps0, "good", rvtest::pattern(10, 2), [&](std::error_code ec) { sent[3].set_value(ec); });
+    b.send({"chief", 0}, "k", pattern(1, 1), [&](std::error_code ec) { sent[0].set_value(ec); });
+    b.send(ps0, std::string(70000, 'x'), pattern(1, 1), [&](std::error_code ec) { sent[1].set_value(ec); });
+    b.send(ps0, "big", pattern(1 << 17, 1), [&](std::error_code ec) { sent[2].set_value(ec); });
+    b.send(ps0, "good", pattern(10, 2), [&](std::error_code ec) { sent[3].set_value(ec); });
     b.submit();
   }
   {
@@ -155,7 +160,7 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
     b.recv(w0, "good2", [&](std::error_code ec, fw::tensor_buffer x) { recvd[2].set_value({ec, std::move(x)}); });
     b.submit();
   }
-  REQUIRE_FALSE(worker.send_sync(ps0, "good2", rvtest::pattern(5, 3), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "good2", pattern(5, 3), 30s));
   auto get = [](auto& p) {
     auto f = p.get_future();
     REQUIRE(f.wait_for(60s) == std::future_status::ready);
@@ -169,11 +174,12 @@ TEST_CASE_TEMPLATE("batch: bad operations fail alone, with the same errors as di
   CHECK(get(recvd[1]).ec == fw::make_error_code(fw::errc::size_mismatch));
   auto r2 = get(recvd[2]);
   REQUIRE_FALSE(r2.ec);
-  CHECK(rvtest::matches(r2.buffer, 5, 3));
+  CHECK(matches(r2.buffer, 5, 3));
 }
+TEST_CASE_TEMPLATE_APPLY(batch_bad_operations, tcp_transports);
 
-TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("batch: deadlines of batched operations", T, batch_deadlines) {
+  auto spec = loopback_cluster(1, 2);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   std::promise<std::error_code> late, lost;
@@ -193,7 +199,7 @@ TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
     // worker:1 never starts: the send fails at its deadline (or once connect_timeout passed).
     typename rv::endpoint<T>::batch b(worker);
     b.send(
-        w1, "k", rvtest::pattern(1, 1), [&](std::error_code ec) { lost.set_value(ec); }, 100ms);
+        w1, "k", pattern(1, 1), [&](std::error_code ec) { lost.set_value(ec); }, 100ms);
   }
   auto f_late = late.get_future();
   REQUIRE(f_late.wait_for(60s) == std::future_status::ready);
@@ -203,21 +209,22 @@ TEST_CASE_TEMPLATE("batch: deadlines of batched operations", T, TRANSPORTS) {
   const auto e = f_lost.get();
   CHECK((e == fw::make_error_code(fw::errc::timed_out) || e == fw::make_error_code(fw::errc::connection_refused)));
   // The timed-out receive left its key usable; the one without a passed deadline gets its tensor.
-  REQUIRE_FALSE(worker.send_sync(ps0, "soon", rvtest::pattern(33, 4), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "soon", pattern(33, 4), 30s));
   auto f_on_time = on_time.get_future();
   REQUIRE(f_on_time.wait_for(60s) == std::future_status::ready);
   auto r = f_on_time.get();
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 33, 4));
-  REQUIRE_FALSE(worker.send_sync(ps0, "never", rvtest::pattern(3, 5), 30s));
+  CHECK(matches(r.buffer, 33, 4));
+  REQUIRE_FALSE(worker.send_sync(ps0, "never", pattern(3, 5), 30s));
   auto again = ps.recv_sync(w0, "never", 30s);
   REQUIRE_FALSE(again.ec);
-  CHECK(rvtest::matches(again.buffer, 3, 5));
+  CHECK(matches(again.buffer, 3, 5));
 }
+TEST_CASE_TEMPLATE_APPLY(batch_deadlines, tcp_transports);
 
-TEST_CASE_TEMPLATE("batch: close fails pending batched operations once; a batch submitted after close fails inline", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE(
+    "batch: close fails pending batched operations once; a batch submitted after close fails inline", T, batch_close) {
+  auto spec = loopback_cluster(1, 2);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   constexpr int n = 50;
   received got(n);
@@ -244,7 +251,7 @@ TEST_CASE_TEMPLATE("batch: close fails pending batched operations once; a batch 
     CHECK(ec == fw::make_error_code(fw::errc::cancelled));
     order.push_back(1);
   });
-  b.send(w0, "b", rvtest::pattern(4, 1), [&](std::error_code ec) {
+  b.send(w0, "b", pattern(4, 1), [&](std::error_code ec) {
     CHECK(ec == fw::make_error_code(fw::errc::cancelled));
     order.push_back(2);
   });
@@ -253,10 +260,12 @@ TEST_CASE_TEMPLATE("batch: close fails pending batched operations once; a batch 
   CHECK(order == std::vector<int>{1, 2});
   CHECK(b.size() == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(batch_close, tcp_transports);
 
-TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched keys beyond the sweep limit survive", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE(
+    "many steps reuse the endpoint's per-key state; unmatched keys beyond the sweep limit survive", T,
+    steps_reuse_key_state) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   // Steady steps: the same 100 keys each step, receives and sends batched.
@@ -272,7 +281,7 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
         got.set(static_cast<std::size_t>(k), ec, std::move(b));
         recvs.hit();
       });
-      s.send(ps0, "step_key_" + std::to_string(k), rvtest::pattern(64, static_cast<std::uint32_t>(step * per_step + k)),
+      s.send(ps0, "step_key_" + std::to_string(k), pattern(64, static_cast<std::uint32_t>(step * per_step + k)),
              [&](std::error_code ec) {
                if (ec) ++send_errors;
                sends.hit();
@@ -290,7 +299,7 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
     CHECK(send_errors.load() == 0);
     for (int k = 0; k < per_step; ++k) {
       REQUIRE_FALSE(got.ec[static_cast<std::size_t>(k)]);
-      CHECK(rvtest::matches(got.buf[static_cast<std::size_t>(k)], 64, static_cast<std::uint32_t>(step * per_step + k)));
+      CHECK(matches(got.buf[static_cast<std::size_t>(k)], 64, static_cast<std::uint32_t>(step * per_step + k)));
     }
   }
   // 5,000 distinct keys arrive before their receives: creating that many
@@ -300,14 +309,14 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
     countdown sends(distinct);
     typename rv::endpoint<T>::batch s(worker);
     for (int k = 0; k < distinct; ++k) {
-      s.send(ps0, "once_" + std::to_string(k), rvtest::pattern(8, static_cast<std::uint32_t>(k)),
+      s.send(ps0, "once_" + std::to_string(k), pattern(8, static_cast<std::uint32_t>(k)),
              [&](std::error_code) { sends.hit(); });
     }
     s.submit();
     REQUIRE(sends.wait());
   }
   // A marker sent last on the ordered connection: once it is in, every tensor above is too.
-  REQUIRE_FALSE(worker.send_sync(ps0, "marker", rvtest::pattern(1, 1), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "marker", pattern(1, 1), 30s));
   REQUIRE_FALSE(ps.recv_sync(w0, "marker", 30s).ec);
   received got(distinct);
   countdown recvs(distinct);
@@ -324,15 +333,17 @@ TEST_CASE_TEMPLATE("many steps reuse the endpoint's per-key state; unmatched key
   int bad = 0;
   for (int k = 0; k < distinct; ++k) {
     if (got.ec[static_cast<std::size_t>(k)] ||
-        !rvtest::matches(got.buf[static_cast<std::size_t>(k)], 8, static_cast<std::uint32_t>(k))) {
+        !matches(got.buf[static_cast<std::size_t>(k)], 8, static_cast<std::uint32_t>(k))) {
       ++bad;
     }
   }
   CHECK(bad == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(steps_reuse_key_state, tcp_transports);
 
-TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both ways round", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("hundreds of tensors queued on one key keep their order, both ways round", T,
+                          hundreds_on_one_key) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   constexpr int n = 300;
@@ -347,7 +358,7 @@ TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both
         got.set(static_cast<std::size_t>(i), ec, std::move(b));
         recvs.hit();
       });
-      s.send(ps0, "deep", rvtest::pattern(16 + static_cast<std::size_t>(i % 7), static_cast<std::uint32_t>(i)),
+      s.send(ps0, "deep", pattern(16 + static_cast<std::size_t>(i % 7), static_cast<std::uint32_t>(i)),
              [&](std::error_code ec) {
                if (ec) ++send_errors;
                sends.hit();
@@ -357,7 +368,7 @@ TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both
       s.submit();
       REQUIRE(sends.wait());
       // A marker on the same ordered connection: once it is in, all 300 wait in the key's queue.
-      REQUIRE_FALSE(worker.send_sync(ps0, "marker", rvtest::pattern(1, 1), 30s));
+      REQUIRE_FALSE(worker.send_sync(ps0, "marker", pattern(1, 1), 30s));
       REQUIRE_FALSE(ps.recv_sync(w0, "marker", 30s).ec);
       r.submit();
     } else {
@@ -371,15 +382,16 @@ TEST_CASE_TEMPLATE("hundreds of tensors queued on one key keep their order, both
       CAPTURE(i);
       REQUIRE_FALSE(got.ec[static_cast<std::size_t>(i)]);
       CHECK(got.calls[static_cast<std::size_t>(i)] == 1);
-      CHECK(rvtest::matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i % 7),
-                            static_cast<std::uint32_t>(i)));
+      CHECK(matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i % 7),
+                    static_cast<std::uint32_t>(i)));
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(hundreds_on_one_key, tcp_transports);
 
-TEST_CASE_TEMPLATE("a batched operation that completes releases its handler while its block-mates still wait", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a batched operation that completes releases its handler while its block-mates still wait", T,
+                          batched_completion_releases_handler) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   auto token = std::make_shared<int>(0);
@@ -398,17 +410,18 @@ TEST_CASE_TEMPLATE("a batched operation that completes releases its handler whil
         },
         2s);
   }
-  REQUIRE_FALSE(worker.send_sync(ps0, "now", rvtest::pattern(8, 3), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "now", pattern(8, 3), 30s));
   REQUIRE(first.wait());
   // The handler (and its capture) is gone once it ran, though "later" still holds the records' block.
   for (int i = 0; i < 1000 && token.use_count() != 1; ++i) std::this_thread::sleep_for(1ms);
   CHECK(token.use_count() == 1);
   REQUIRE(rest.wait());
 }
+TEST_CASE_TEMPLATE_APPLY(batched_completion_releases_handler, tcp_transports);
 
-TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIFO holds across its groups", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a streaming batch hands over every N operations; per-key FIFO holds across its groups", T,
+                          streaming_batch_groups) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   // Receives in groups of 4: the first 8 are on the reactor after 8 adds, the last 2 are not.
@@ -434,7 +447,7 @@ TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIF
   {
     typename rv::endpoint<T>::batch s(worker, 3);
     for (int i = 0; i < n; ++i) {
-      s.send(ps0, "fifo", rvtest::pattern(16 + static_cast<std::size_t>(i), static_cast<std::uint32_t>(i)),
+      s.send(ps0, "fifo", pattern(16 + static_cast<std::size_t>(i), static_cast<std::uint32_t>(i)),
              [&](std::error_code ec) {
                CHECK_FALSE(ec);
                sent.hit();
@@ -444,7 +457,7 @@ TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIF
   REQUIRE(sent.wait());
   REQUIRE(first_eight.wait());  // completed before r.submit()
   // A marker behind the ten tensors on the ordered connection: once it is in, they all are.
-  REQUIRE_FALSE(worker.send_sync(ps0, "marker", rvtest::pattern(1, 1), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "marker", pattern(1, 1), 30s));
   REQUIRE_FALSE(ps.recv_sync(w0, "marker", 30s).ec);
   CHECK(late_calls.load() == 0);  // the last two receives were never handed over
   r.submit();
@@ -454,7 +467,8 @@ TEST_CASE_TEMPLATE("a streaming batch hands over every N operations; per-key FIF
     CAPTURE(i);
     CHECK(got.calls[static_cast<std::size_t>(i)] == 1);
     REQUIRE_FALSE(got.ec[static_cast<std::size_t>(i)]);
-    CHECK(rvtest::matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i),
-                          static_cast<std::uint32_t>(i)));
+    CHECK(
+        matches(got.buf[static_cast<std::size_t>(i)], 16 + static_cast<std::size_t>(i), static_cast<std::uint32_t>(i)));
   }
 }
+TEST_CASE_TEMPLATE_APPLY(streaming_batch_groups, tcp_transports);

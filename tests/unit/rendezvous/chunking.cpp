@@ -13,14 +13,17 @@
 
 #include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
 
 fw::options test_options() { return block_options(2000ms); }
 
 /// Chunk `index` (0 or 1) of a `total`-byte transfer of two chunks, with its whole payload
-/// (rvtest::pattern(total / 2, 3 + index)).
+/// (pattern(total / 2, 3 + index)).
 std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t total, std::uint32_t index) {
   fw::wire::chunk_meta c;
   c.transfer_id = 77;
@@ -30,16 +33,17 @@ std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t total, st
   c.count = 2;
   c.key = key;
   c.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
-  auto payload = rvtest::pattern(static_cast<std::size_t>(total / 2), 3 + index);
-  return rvtest::frame_bytes(c, payload.bytes());
+  auto payload = pattern(static_cast<std::size_t>(total / 2), 3 + index);
+  return frame_bytes(c, payload.bytes());
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte for byte", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte for byte", T,
+                          chunked_64mib_tensors) {
   constexpr std::size_t n = std::size_t{64} << 20;
   // Three scatter-gather pieces whose seams do not fall on chunk boundaries.
-  const fw::tensor_buffer whole = rvtest::pattern(n, 11);
+  const fw::tensor_buffer whole = pattern(n, 11);
   const std::size_t cut1 = (40u << 20) + 1, cut2 = cut1 + 3;
   const fw::const_buffer sg[] = {whole.bytes().subspan(0, cut1), whole.bytes().subspan(cut1, cut2 - cut1),
                                  whole.bytes().subspan(cut2)};
@@ -50,7 +54,7 @@ TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte f
   for (const config c : {config{true, 1}, config{true, 2}, config{true, 3}, config{false, 1}}) {
     CAPTURE(c.chunking);
     CAPTURE(c.stripes);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     fw::options o = test_options();
     o.chunking = c.chunking;
     rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = {.stripes = c.stripes}});
@@ -83,9 +87,11 @@ TEST_CASE_TEMPLATE("64 MiB tensors, chunked over 1-3 lanes or whole, land byte f
     CHECK(worker.stats().tensor_frames_sent == (c.chunking ? 0u : 2u));
   }
 }
+TEST_CASE_TEMPLATE_APPLY(chunked_64mib_tensors, tcp_transports);
 
-TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain frames", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("per-key FIFO holds across chunked, striped, fused and plain frames", T,
+                          fifo_across_frame_kinds) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = test_options();
   o.chunk_size = 64 * 1024;
   rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = {.stripes = 3}});
@@ -112,7 +118,7 @@ TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain 
       auto p = std::make_shared<std::promise<std::error_code>>();
       sent.push_back(p->get_future());
       worker.send(
-          ps0, "k", rvtest::pattern(sizes[i], static_cast<std::uint32_t>(i + 100 * round)),
+          ps0, "k", pattern(sizes[i], static_cast<std::uint32_t>(i + 100 * round)),
           [p](std::error_code ec) { p->set_value(ec); }, 60s);
     }
     for (auto& f : sent) CHECK_FALSE(wait(f));
@@ -120,24 +126,26 @@ TEST_CASE_TEMPLATE("per-key FIFO holds across chunked, striped, fused and plain 
       CAPTURE(i);
       rv::recv_result r = i < early.size() ? wait(early[i]) : ps.recv_sync(w0, "k", 60s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, sizes[i], static_cast<std::uint32_t>(i + 100 * round)));
+      CHECK(matches(r.buffer, sizes[i], static_cast<std::uint32_t>(i + 100 * round)));
     }
   }
   CHECK(worker.stats().chunk_frames_sent > 0);
   CHECK(worker.stats().fused_frames_sent + worker.stats().tensor_frames_sent > 0);
 }
+TEST_CASE_TEMPLATE_APPLY(fifo_across_frame_kinds, tcp_transports);
 
-TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, never hangs", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("a connection dying mid-chunked-transfer fails the receive, never hangs", T,
+                          connection_dies_mid_transfer) {
+  auto spec = loopback_cluster(1, 2);
   const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
-  rvtest::log_capture log;
+  log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .log = log.sink()});
   constexpr std::uint64_t total = 4u << 20;
   const auto frame = chunk_frame("big", total, 0);
 
   SUBCASE("stream ends inside a chunk; the recv posted a destination") {
-    rvtest::raw_client c(port);
-    c.send(rvtest::hello_from(w0));
+    raw_client c(port);
+    c.send(hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
     ps.recv(
@@ -149,8 +157,8 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     CHECK(log.saw("truncated frame"));
   }
   SUBCASE("one chunk arrived, the other never will; the recv comes later") {
-    rvtest::raw_client c(port);
-    c.send(rvtest::hello_from(w0));
+    raw_client c(port);
+    c.send(hello_from(w0));
     c.send(frame);
     std::this_thread::sleep_for(50ms);
     std::promise<std::error_code> p;
@@ -163,10 +171,10 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   SUBCASE("a lane the peer closes in order ends alone: the transfer completes on its other lane") {
     // A peer that exits right after its last chunked send closes its lanes one by one; the
     // chunks still on the other lanes must not be lost (a lane that BREAKS takes the others down).
-    rvtest::raw_client a(port);
-    rvtest::raw_client b(port);
-    a.send(rvtest::hello_from(w0));
-    b.send(rvtest::hello_from(w0));
+    raw_client a(port);
+    raw_client b(port);
+    a.send(hello_from(w0));
+    b.send(hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
     fw::tensor_buffer got;
@@ -183,8 +191,8 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     b.send(chunk_frame("big", total, 1));
     REQUIRE(wait(f) == std::error_code());
     REQUIRE(got.size() == total);
-    CHECK(std::memcmp(got.data(), rvtest::pattern(total / 2, 3).data(), total / 2) == 0);
-    CHECK(std::memcmp(got.data() + total / 2, rvtest::pattern(total / 2, 4).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.data(), pattern(total / 2, 3).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.data() + total / 2, pattern(total / 2, 4).data(), total / 2) == 0);
     b.shut_write();
     CHECK(b.closed_by_peer());
   }
@@ -192,10 +200,10 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     // Lane b carries chunk 1 and then a small tensor; chunk 0 comes later on
     // lane a. The receiver leaves chunk 1's payload in b's socket (no staging
     // buffer to copy from later), so nothing behind it on b is read either.
-    rvtest::raw_client a(port);
-    rvtest::raw_client b(port);
-    a.send(rvtest::hello_from(w0));
-    b.send(rvtest::hello_from(w0));
+    raw_client a(port);
+    raw_client b(port);
+    a.send(hello_from(w0));
+    b.send(hello_from(w0));
     fw::tensor_buffer dst = fw::tensor_buffer::allocate(total);
     const std::byte* const where = dst.data();
     std::promise<rv::recv_result> big, small;
@@ -217,7 +225,7 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     const std::uint64_t sizes[] = {100};
     t.segments = fw::wire::segment_list(std::span<const std::uint64_t>(sizes));
     b.send(chunk_frame("big", total, 1));
-    b.send(rvtest::frame_bytes(t, rvtest::pattern(100, 9).bytes()));
+    b.send(frame_bytes(t, pattern(100, 9).bytes()));
     auto small_f = small.get_future();
     CHECK(small_f.wait_for(300ms) == std::future_status::timeout);  // b is parked behind chunk 1
     a.send(frame);
@@ -226,15 +234,15 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     REQUIRE_FALSE(got.ec);
     REQUIRE(got.buffer.size() == total);
     CHECK(got.buffer.data() == where);  // landed in the posted destination
-    CHECK(std::memcmp(got.buffer.data(), rvtest::pattern(total / 2, 3).data(), total / 2) == 0);
-    CHECK(std::memcmp(got.buffer.data() + total / 2, rvtest::pattern(total / 2, 4).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.buffer.data(), pattern(total / 2, 3).data(), total / 2) == 0);
+    CHECK(std::memcmp(got.buffer.data() + total / 2, pattern(total / 2, 4).data(), total / 2) == 0);
     const rv::recv_result s = wait(small_f);
     CHECK_FALSE(s.ec);
-    CHECK(rvtest::matches(s.buffer, 100, 9));
+    CHECK(matches(s.buffer, 100, 9));
   }
   SUBCASE("the deadline passes mid-transfer: timed_out, and that peer's connection is closed") {
-    rvtest::raw_client c(port);
-    c.send(rvtest::hello_from(w0));
+    raw_client c(port);
+    c.send(hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
     ps.recv(
@@ -247,8 +255,8 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
   SUBCASE("the receiver goes away while 64 MiB sends are on the wire") {
     fw::options o = test_options();
     rv::endpoint<T> worker(w1, spec, {.options = o});
-    REQUIRE_FALSE(worker.send_sync(ps0, "hello", rvtest::pattern(10, 1), 30s));
-    const auto big = rvtest::pattern(64u << 20, 5);
+    REQUIRE_FALSE(worker.send_sync(ps0, "hello", pattern(10, 1), 30s));
+    const auto big = pattern(64u << 20, 5);
     std::vector<std::future<std::error_code>> sent;
     for (int i = 0; i < 3; ++i) {
       auto p = std::make_shared<std::promise<std::error_code>>();
@@ -263,27 +271,29 @@ TEST_CASE_TEMPLATE("a connection dying mid-chunked-transfer fails the receive, n
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(connection_dies_mid_transfer, tcp_transports);
 
-TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a large send flushes it", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("fuse_delay: a batch waits up to the delay for more sends, a large send flushes it", T,
+                          fuse_delay_batches) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = test_options();
   o.fuse_delay = std::chrono::microseconds(1000000);
   rv::endpoint<T> ps(ps0, spec, {.options = o});
   rv::endpoint<T> worker(w0, spec, {.options = o});
-  REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(20000, 1), 30s));  // connected, not fused
+  REQUIRE_FALSE(worker.send_sync(ps0, "warm", pattern(20000, 1), 30s));  // connected, not fused
 
   SUBCASE("sends in separate ticks leave as one fused frame") {
     std::vector<std::future<std::error_code>> sent;
     for (std::uint32_t i = 0; i < 3; ++i) {
       auto p = std::make_shared<std::promise<std::error_code>>();
       sent.push_back(p->get_future());
-      worker.send(ps0, "s" + std::to_string(i), rvtest::pattern(100, i), [p](std::error_code ec) { p->set_value(ec); });
+      worker.send(ps0, "s" + std::to_string(i), pattern(100, i), [p](std::error_code ec) { p->set_value(ec); });
       std::this_thread::sleep_for(5ms);
     }
     for (std::uint32_t i = 0; i < 3; ++i) {
       auto r = ps.recv_sync(w0, "s" + std::to_string(i), 30s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, 100, i));
+      CHECK(matches(r.buffer, 100, i));
     }
     for (auto& f : sent) CHECK_FALSE(wait(f));
     CHECK(worker.stats().fused_frames_sent == 1);
@@ -292,38 +302,40 @@ TEST_CASE_TEMPLATE("fuse_delay: a batch waits up to the delay for more sends, a 
   SUBCASE("a send above acc_size flushes the waiting batch first (per-key FIFO)") {
     std::promise<std::error_code> p;
     auto f = p.get_future();
-    worker.send(ps0, "k", rvtest::pattern(10, 1), [&p](std::error_code ec) { p.set_value(ec); });
-    REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(20000, 2), 30s));
+    worker.send(ps0, "k", pattern(10, 1), [&p](std::error_code ec) { p.set_value(ec); });
+    REQUIRE_FALSE(worker.send_sync(ps0, "k", pattern(20000, 2), 30s));
     CHECK_FALSE(wait(f));
     auto a = ps.recv_sync(w0, "k", 30s);
     auto b = ps.recv_sync(w0, "k", 30s);
-    CHECK(rvtest::matches(a.buffer, 10, 1));
-    CHECK(rvtest::matches(b.buffer, 20000, 2));
+    CHECK(matches(a.buffer, 10, 1));
+    CHECK(matches(b.buffer, 20000, 2));
     CHECK(worker.stats().fused_frames_sent == 0);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(fuse_delay_batches, tcp_transports);
 
-TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("keepalive: idle peers ping and stay, a silent one is dropped", T,
+                          keepalive_idle_and_silent) {
+  auto spec = loopback_cluster(1, 2);
   const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
   fw::options o = test_options();
   o.keepalive = 100ms;
-  rvtest::log_capture log;
+  log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = o, .log = log.sink()});
   rv::endpoint<T> worker(w1, spec, {.options = o});
-  REQUIRE_FALSE(worker.send_sync(ps0, "a", rvtest::pattern(10, 1), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "a", pattern(10, 1), 30s));
 
   SUBCASE("an idle connection is kept alive by pings") {
     for (int i = 0; i < 4000 && worker.stats().keepalive_pings < 5; ++i) std::this_thread::sleep_for(5ms);
     CHECK(worker.stats().keepalive_pings >= 5);
-    REQUIRE_FALSE(worker.send_sync(ps0, "b", rvtest::pattern(10, 2), 30s));
-    CHECK(rvtest::matches(ps.recv_sync(w1, "a", 30s).buffer, 10, 1));
-    CHECK(rvtest::matches(ps.recv_sync(w1, "b", 30s).buffer, 10, 2));
+    REQUIRE_FALSE(worker.send_sync(ps0, "b", pattern(10, 2), 30s));
+    CHECK(matches(ps.recv_sync(w1, "a", 30s).buffer, 10, 1));
+    CHECK(matches(ps.recv_sync(w1, "b", 30s).buffer, 10, 2));
     CHECK(worker.stats().tensor_frames_sent == 2);
   }
   SUBCASE("a peer that never pings is closed and its receives fail") {
-    rvtest::raw_client c(port);
-    c.send(rvtest::hello_from(w0));
+    raw_client c(port);
+    c.send(hello_from(w0));
     std::promise<std::error_code> p;
     auto f = p.get_future();
     ps.recv(
@@ -342,32 +354,34 @@ TEST_CASE_TEMPLATE("keepalive: idle peers ping and stay, a silent one is dropped
       stalled.set_value();
     });
     auto stalled_f = stalled.get_future();
-    REQUIRE_FALSE(worker.send_sync(ps0, "stall", rvtest::pattern(10, 3), 30s));
+    REQUIRE_FALSE(worker.send_sync(ps0, "stall", pattern(10, 3), 30s));
     int sent = 0;
     while (stalled_f.wait_for(20ms) != std::future_status::ready) {
-      REQUIRE_FALSE(worker.send_sync(ps0, "during" + std::to_string(sent), rvtest::pattern(10, sent), 30s));
+      REQUIRE_FALSE(worker.send_sync(ps0, "during" + std::to_string(sent), pattern(10, sent), 30s));
       ++sent;
     }
     CHECK(sent > 0);
     for (int i = 0; i < sent; ++i) {
       rv::recv_result r = ps.recv_sync(w1, "during" + std::to_string(i), 30s);
       CHECK_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, 10, i));
+      CHECK(matches(r.buffer, 10, i));
     }
     CHECK_FALSE(log.saw("(keepalive)"));
     CHECK(worker.stats().connections_made == 1);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(keepalive_idle_and_silent, tcp_transports);
 
-TEST_CASE_TEMPLATE("a peer that restarts is reconnected to and new sends succeed", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a peer that restarts is reconnected to and new sends succeed", T,
+                          restarted_peer_reconnected) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = test_options();
   o.chunk_size = 1u << 20;
   rv::endpoint<T> worker(w0, spec, {.options = o});
   {
     rv::endpoint<T> ps(ps0, spec, {.options = o});
-    REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(3u << 20, 1), 30s));
-    CHECK(rvtest::matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 1));
+    REQUIRE_FALSE(worker.send_sync(ps0, "k", pattern(3u << 20, 1), 30s));
+    CHECK(matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 1));
   }
   // The peer is gone; its successor listens on the same address.
   rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -375,14 +389,15 @@ TEST_CASE_TEMPLATE("a peer that restarts is reconnected to and new sends succeed
   std::error_code ec = fw::make_error_code(fw::errc::connection_reset);
   int attempts = 0;
   for (; attempts < 50 && ec; ++attempts) {
-    ec = worker.send_sync(ps0, "small", rvtest::pattern(100, 2), 30s);
+    ec = worker.send_sync(ps0, "small", pattern(100, 2), 30s);
     if (ec) {
       CHECK(ec == fw::make_error_code(fw::errc::connection_reset));
       std::this_thread::sleep_for(10ms);
     }
   }
   REQUIRE_FALSE(ec);
-  CHECK(rvtest::matches(ps.recv_sync(w0, "small", 30s).buffer, 100, 2));
-  REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(3u << 20, 3), 30s));  // chunked, new lanes
-  CHECK(rvtest::matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 3));
+  CHECK(matches(ps.recv_sync(w0, "small", 30s).buffer, 100, 2));
+  REQUIRE_FALSE(worker.send_sync(ps0, "k", pattern(3u << 20, 3), 30s));  // chunked, new lanes
+  CHECK(matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 3));
 }
+TEST_CASE_TEMPLATE_APPLY(restarted_peer_reconnected, tcp_transports);

@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "endpoint_fixture.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
 
@@ -42,7 +45,7 @@ struct log_capture {
 /// from it, and `worker` dies: returns that receive's error.
 template <class Endpoint>
 std::error_code lose_worker(Endpoint& ps, std::unique_ptr<Endpoint>& worker) {
-  REQUIRE_FALSE(worker->send_sync(ps0, "hello", rvtest::pattern(1, 1), 30s));
+  REQUIRE_FALSE(worker->send_sync(ps0, "hello", pattern(1, 1), 30s));
   REQUIRE_FALSE(ps.recv_sync(w0, "hello", 30s).ec);
   std::promise<std::error_code> p;
   auto f = p.get_future();
@@ -54,18 +57,18 @@ std::error_code lose_worker(Endpoint& ps, std::unique_ptr<Endpoint>& worker) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("send then recv, recv then send, every size, byte for byte", T, send_recv_every_size) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1024}, std::size_t{65536}, std::size_t{1} << 20,
                         std::size_t{5} << 20}) {
     CAPTURE(n);
     // send first, then recv (early arrival)
-    REQUIRE_FALSE(worker.send_sync(ps0, "a" + std::to_string(n), rvtest::pattern(n, 1), 30s));
+    REQUIRE_FALSE(worker.send_sync(ps0, "a" + std::to_string(n), pattern(n, 1), 30s));
     auto r = ps.recv_sync(w0, "a" + std::to_string(n), 30s);
     REQUIRE_FALSE(r.ec);
-    CHECK(rvtest::matches(r.buffer, n, 1));
+    CHECK(matches(r.buffer, n, 1));
     // recv first with a posted destination (zero copy), then send
     auto dst = fw::tensor_buffer::allocate(n);
     std::byte* where = dst.data();
@@ -78,20 +81,21 @@ TEST_CASE_TEMPLATE("send then recv, recv then send, every size, byte for byte", 
         },
         30s);
     std::this_thread::sleep_for(5ms);
-    REQUIRE_FALSE(worker.send_sync(ps0, "b" + std::to_string(n), rvtest::pattern(n, 2), 30s));
+    REQUIRE_FALSE(worker.send_sync(ps0, "b" + std::to_string(n), pattern(n, 2), 30s));
     auto r2 = wait(fut);
     REQUIRE_FALSE(r2.ec);
-    CHECK(rvtest::matches(r2.buffer, n, 2));
+    CHECK(matches(r2.buffer, n, 2));
     CHECK(r2.buffer.data() == where);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(send_recv_every_size, tcp_transports);
 
-TEST_CASE_TEMPLATE("per-key FIFO and scatter-gather payloads", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("per-key FIFO and scatter-gather payloads", T, per_key_fifo_scatter_gather) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
-  auto a = rvtest::pattern(100, 7);
-  auto b = rvtest::pattern(3000, 8);
+  auto a = pattern(100, 7);
+  auto b = pattern(3000, 8);
   const fw::const_buffer sg[] = {a.bytes(), b.bytes()};
   REQUIRE_FALSE(worker.send_sync(ps0, "sg", sg, 30s));
   auto r = ps.recv_sync(w0, "sg", 30s);
@@ -105,34 +109,34 @@ TEST_CASE_TEMPLATE("per-key FIFO and scatter-gather payloads", T, TRANSPORTS) {
     auto p = std::make_shared<std::promise<std::error_code>>();
     sends.push_back(p->get_future());
     worker.send(
-        ps0, "same", rvtest::pattern(10 + i, i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+        ps0, "same", pattern(10 + i, i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
   }
   for (std::uint32_t i = 0; i < 20; ++i) {
     auto got = ps.recv_sync(w0, "same", 30s);
     REQUIRE_FALSE(got.ec);
-    CHECK(rvtest::matches(got.buffer, 10 + i, i));
+    CHECK(matches(got.buffer, 10 + i, i));
   }
   for (auto& f : sends) CHECK_FALSE(wait(f));
 }
+TEST_CASE_TEMPLATE_APPLY(per_key_fifo_scatter_gather, tcp_transports);
 
-TEST_CASE_TEMPLATE("deadlines, size mismatch, bad arguments, close", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("deadlines, size mismatch, bad arguments, close", T, deadlines_mismatch_close) {
+  auto spec = loopback_cluster(1, 2);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
 
   auto r = ps.recv_sync(w0, "never", 50ms);
   CHECK(r.ec == fw::make_error_code(fw::errc::timed_out));
 
-  REQUIRE_FALSE(worker.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "k", pattern(10, 1), 30s));
   r = ps.recv_sync(w0, "k", fw::tensor_buffer::allocate(11), 30s);
   CHECK(r.ec == fw::make_error_code(fw::errc::size_mismatch));
 
-  CHECK(worker.send_sync({"chief", 0}, "k", rvtest::pattern(1, 1), 1s) ==
-        fw::make_error_code(fw::errc::invalid_argument));
+  CHECK(worker.send_sync({"chief", 0}, "k", pattern(1, 1), 1s) == fw::make_error_code(fw::errc::invalid_argument));
   CHECK(ps.recv_sync({"worker", 9}, "k", 1s).ec == fw::make_error_code(fw::errc::invalid_argument));
 
   // worker:1 never started: its sends fail once connect_timeout passed, or at their deadline.
-  auto e = worker.send_sync(w1, "k", rvtest::pattern(1, 1), 200ms);
+  auto e = worker.send_sync(w1, "k", pattern(1, 1), 200ms);
   CHECK((e == fw::make_error_code(fw::errc::timed_out) || e == fw::make_error_code(fw::errc::connection_refused)));
 
   // close() completes pending operations exactly once with cancelled.
@@ -148,6 +152,7 @@ TEST_CASE_TEMPLATE("deadlines, size mismatch, bad arguments, close", T, TRANSPOR
   CHECK(ps.recv_sync(w0, "after", 1s).ec == fw::make_error_code(fw::errc::cancelled));
   CHECK(calls.load() == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(deadlines_mismatch_close, tcp_transports);
 
 namespace {
 
@@ -163,19 +168,19 @@ struct fire_and_forget {
 
 template <class T>
 fire_and_forget exchange(rv::endpoint<T>& worker, rv::endpoint<T>& ps, std::promise<bool>& done) {
-  std::error_code ec = co_await worker.async_send(ps0, "co", rvtest::pattern(4096, 3), 30s);
+  std::error_code ec = co_await worker.async_send(ps0, "co", pattern(4096, 3), 30s);
   if (ec) {
     done.set_value(false);
     co_return;
   }
   rv::recv_result r = co_await ps.async_recv(w0, "co", 30s);
-  done.set_value(!r.ec && rvtest::matches(r.buffer, 4096, 3));
+  done.set_value(!r.ec && matches(r.buffer, 4096, 3));
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("coroutine awaitables", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("coroutine awaitables", T, coroutine_awaitables) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   std::promise<bool> done;
@@ -183,31 +188,34 @@ TEST_CASE_TEMPLATE("coroutine awaitables", T, TRANSPORTS) {
   exchange(worker, ps, done);
   CHECK(wait(f));
 }
+TEST_CASE_TEMPLATE_APPLY(coroutine_awaitables, tcp_transports);
 
-TEST_CASE_TEMPLATE("a peer that dies fails the receives waiting for it", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("a peer that dies fails the receives waiting for it", T, dead_peer_fails_receives) {
+  auto spec = loopback_cluster(1, 2);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
   rv::endpoint<T> other(w1, spec, {.options = test_options()});
   CHECK(lose_worker(ps, worker) == fw::make_error_code(fw::errc::connection_reset));
   // The survivor keeps serving the other worker.
-  REQUIRE_FALSE(other.send_sync(ps0, "still", rvtest::pattern(777, 5), 30s));
+  REQUIRE_FALSE(other.send_sync(ps0, "still", pattern(777, 5), 30s));
   auto r = ps.recv_sync(w1, "still", 30s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 777, 5));
+  CHECK(matches(r.buffer, 777, 5));
 }
+TEST_CASE_TEMPLATE_APPLY(dead_peer_fails_receives, tcp_transports);
 
-TEST_CASE_TEMPLATE("fusion on and off: many small sends, per-key FIFO, mixed with large ones", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("fusion on and off: many small sends, per-key FIFO, mixed with large ones", T,
+                          fusion_on_and_off) {
   for (bool coalesce : {true, false}) {
     CAPTURE(coalesce);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     auto o = test_options();
     o.coalesce = coalesce;
     o.acc_size = 8192;
     rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
     rv::endpoint<T> worker(w0, spec, {.options = o});
     // Warm up the connection so the burst below lands in one reactor tick.
-    REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(1, 1), 30s));
+    REQUIRE_FALSE(worker.send_sync(ps0, "warm", pattern(1, 1), 30s));
     REQUIRE_FALSE(ps.recv_sync(w0, "warm", 30s).ec);
 
     constexpr std::uint32_t n = 300;
@@ -220,7 +228,7 @@ TEST_CASE_TEMPLATE("fusion on and off: many small sends, per-key FIFO, mixed wit
     for (std::uint32_t i = 0; i < n; ++i) {
       // Every 50th send is large (not fused); keys repeat so FIFO per key is checked.
       const std::size_t size = i % 50 == 49 ? 100000 : 1 + (i % 7) * 9;
-      worker.send(ps0, "k" + std::to_string(i % 3), rvtest::pattern(size, i), on_sent, 30s);
+      worker.send(ps0, "k" + std::to_string(i % 3), pattern(size, i), on_sent, 30s);
     }
     auto f = all_sent.get_future();
     REQUIRE(f.wait_for(60s) == std::future_status::ready);
@@ -231,27 +239,29 @@ TEST_CASE_TEMPLATE("fusion on and off: many small sends, per-key FIFO, mixed wit
       auto r = i % 2 == 0 ? ps.recv_sync(w0, "k" + std::to_string(i % 3), fw::tensor_buffer::allocate(size), 30s)
                           : ps.recv_sync(w0, "k" + std::to_string(i % 3), 30s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, size, i));
+      CHECK(matches(r.buffer, size, i));
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(fusion_on_and_off, tcp_transports);
 
-TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (switchable)", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("sends made in one reactor tick leave as one fused frame (switchable)", T,
+                          one_tick_one_fused_frame) {
   for (bool coalesce : {true, false}) {
     CAPTURE(coalesce);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     auto o = test_options();
     o.coalesce = coalesce;
     rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
     rv::endpoint<T> worker(w0, spec, {.options = o});
-    REQUIRE_FALSE(worker.send_sync(ps0, "warm", rvtest::pattern(1, 1), 30s));
+    REQUIRE_FALSE(worker.send_sync(ps0, "warm", pattern(1, 1), 30s));
     REQUIRE_FALSE(ps.recv_sync(w0, "warm", 30s).ec);
     const auto before = worker.stats();
     // Issued from a handler on the reactor thread: they reach the reactor together, in its next tick.
     std::promise<void> issued;
-    worker.send(ps0, "first", rvtest::pattern(64, 100), [&](std::error_code) {
+    worker.send(ps0, "first", pattern(64, 100), [&](std::error_code) {
       for (std::uint32_t i = 0; i < 8; ++i)
-        worker.send(ps0, "small" + std::to_string(i), rvtest::pattern(64, i), [](std::error_code) {});
+        worker.send(ps0, "small" + std::to_string(i), pattern(64, i), [](std::error_code) {});
       issued.set_value();
     });
     auto f = issued.get_future();
@@ -259,7 +269,7 @@ TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (swi
     for (std::uint32_t i = 0; i < 8; ++i) {
       auto r = ps.recv_sync(w0, "small" + std::to_string(i), 30s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, 64, i));
+      CHECK(matches(r.buffer, 64, i));
     }
     REQUIRE_FALSE(ps.recv_sync(w0, "first", 30s).ec);
     const auto after = worker.stats();
@@ -272,6 +282,7 @@ TEST_CASE_TEMPLATE("sends made in one reactor tick leave as one fused frame (swi
     }
   }
 }
+TEST_CASE_TEMPLATE_APPLY(one_tick_one_fused_frame, tcp_transports);
 
 namespace {
 
@@ -318,8 +329,9 @@ struct recv_chain {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("operations started from a handler start at once, never complete inline, keep FIFO", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("operations started from a handler start at once, never complete inline, keep FIFO", T,
+                          operations_from_handler) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
   std::atomic<int> nested{0};
@@ -330,7 +342,7 @@ TEST_CASE_TEMPLATE("operations started from a handler start at once, never compl
       worker->send(ps0, "early", fw::tensor_buffer::copy_of(std::vector<std::byte>{static_cast<std::byte>(i)}),
                    [](std::error_code) {});
     }
-    REQUIRE_FALSE(worker->send_sync(ps0, "last", rvtest::pattern(3, 1), 30s));
+    REQUIRE_FALSE(worker->send_sync(ps0, "last", pattern(3, 1), 30s));
     // "last" left after every "early" on the same connection: once it is in, they are too.
     REQUIRE_FALSE(ps.recv_sync(w0, "last", 30s).ec);
     recv_chain<rv::endpoint<T>> chain{ps, w0, "early", n, nested, {}, {}, {}};
@@ -372,23 +384,24 @@ TEST_CASE_TEMPLATE("operations started from a handler start at once, never compl
           for (std::uint32_t i = 0; i < n; ++i) {
             if (i % 3 == 0) {
               b.submit();
-              worker->send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+              worker->send(ps0, "order", pattern(5 + i, i), on_sent);
             } else {
-              b.send(ps0, "order", rvtest::pattern(5 + i, i), on_sent);
+              b.send(ps0, "order", pattern(5 + i, i), on_sent);
             }
           }
           b.submit();
           started.set_value();
         },
         30s);
-    REQUIRE_FALSE(ps.send_sync(w0, "go", rvtest::pattern(1, 9), 30s));
+    REQUIRE_FALSE(ps.send_sync(w0, "go", pattern(1, 9), 30s));
     REQUIRE(s.wait_for(60s) == std::future_status::ready);
     for (std::uint32_t i = 0; i < n; ++i) {
       auto r = ps.recv_sync(w0, "order", 30s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, 5 + i, i));
+      CHECK(matches(r.buffer, 5 + i, i));
     }
     CHECK(failed.load() == 0);
     CHECK(nested.load() == 0);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(operations_from_handler, tcp_transports);

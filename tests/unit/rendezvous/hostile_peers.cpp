@@ -16,14 +16,12 @@
 
 #include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
-
-using rvtest::frame_bytes;
-using rvtest::hello_from;
-using rvtest::log_capture;
-using rvtest::raw_client;
 
 fw::options test_options(std::string token = {}) {
   fw::options o;
@@ -36,16 +34,16 @@ fw::options test_options(std::string token = {}) {
 
 template <class T>
 void still_serves(rv::endpoint<T>& ps, rv::endpoint<T>& worker, std::string key) {
-  REQUIRE_FALSE(worker.send_sync(ps0, key, rvtest::pattern(5000, 9), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, key, pattern(5000, 9), 30s));
   auto r = ps.recv_sync(w1, key, 30s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 5000, 9));
+  CHECK(matches(r.buffer, 5000, 9));
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("garbage and truncated frames close that connection only", T, garbage_closes_one_connection) {
+  auto spec = loopback_cluster(1, 2);
   const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
   log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .log = log.sink()});
@@ -88,7 +86,7 @@ TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T,
     t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {1000});
     const std::uint64_t sizes[] = {1000};
     t.segments = fw::wire::segment_list(std::span<const std::uint64_t>(sizes));
-    auto payload = rvtest::pattern(1000, 1);
+    auto payload = pattern(1000, 1);
     auto bytes = frame_bytes(t, payload.bytes());
     c.send(std::span(bytes).first(bytes.size() - 10));
     // The recv posted for it fails with connection_reset once the stream ends mid-payload.
@@ -113,9 +111,10 @@ TEST_CASE_TEMPLATE("garbage and truncated frames close that connection only", T,
   }
   still_serves(ps, worker, "after");
 }
+TEST_CASE_TEMPLATE_APPLY(garbage_closes_one_connection, tcp_transports);
 
-TEST_CASE_TEMPLATE("cluster token: matching peers talk, others are refused and logged", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("cluster token: matching peers talk, others are refused and logged", T, cluster_token) {
+  auto spec = loopback_cluster(1, 2);
   log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = test_options("s3cret"), .log = log.sink()});
   rv::endpoint<T> good(w1, spec, {.options = test_options("s3cret")});
@@ -123,17 +122,18 @@ TEST_CASE_TEMPLATE("cluster token: matching peers talk, others are refused and l
 
   SUBCASE("peer without a token") {
     rv::endpoint<T> bad(w0, spec, {.options = test_options()});
-    CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+    CHECK(bad.send_sync(ps0, "k", pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
     CHECK(log.saw("refused connection"));
   }
   SUBCASE("peer with a wrong token") {
     rv::endpoint<T> bad(w0, spec, {.options = test_options("wrong")});
-    CHECK(bad.send_sync(ps0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+    CHECK(bad.send_sync(ps0, "k", pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
     CHECK(log.saw("has a wrong cluster token"));
   }
   SUBCASE("acceptor without a token refuses a connector that has one") {
     rv::endpoint<T> plain(w0, spec, {.options = test_options()});
-    CHECK(good.send_sync(w0, "k", rvtest::pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
+    CHECK(good.send_sync(w0, "k", pattern(10, 1), 30s) == fw::make_error_code(fw::errc::auth_failed));
   }
   still_serves(ps, good, "still");
 }
+TEST_CASE_TEMPLATE_APPLY(cluster_token, tcp_transports);

@@ -1,6 +1,6 @@
 #pragma once
-// Raw peers for the rendezvous tests: a blocking TCP client that speaks frames
-// by hand (hello, truncated or hostile frames), and a log sink to wait on.
+/// Raw peers for the rendezvous tests: a blocking TCP client that speaks frames
+/// by hand (hello, truncated or hostile frames), and a log sink to wait on.
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/wire/codec.hpp>
@@ -20,18 +20,14 @@
 #include <thread>
 #include <vector>
 
-#include "../../common/dial.hpp"
+#include "support/dial.hpp"
 
-namespace rvtest {
-
-namespace fw = fusewire;
-namespace rv = fusewire::rendezvous;
-using namespace std::chrono_literals;
+namespace fusewire::test {
 
 struct log_capture {
   std::mutex m;
   std::vector<std::string> lines;
-  rv::log_sink sink() {
+  rendezvous::log_sink sink() {
     return [this](std::string_view s) {
       std::lock_guard lock(m);
       lines.emplace_back(s);
@@ -46,15 +42,13 @@ struct log_capture {
           if (l.find(needle) != std::string::npos) return true;
         }
       }
-      std::this_thread::sleep_for(5ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     std::lock_guard lock(m);
     for (auto& l : lines) MESSAGE("log: " << l);
     return false;
   }
 };
-
-using fusewire::test::dial_loopback;
 
 /// A raw blocking TCP client.
 struct raw_client {
@@ -81,20 +75,20 @@ struct raw_client {
   void shut_write() { ::shutdown(fd, SHUT_WR); }
 };
 
-std::vector<std::byte> frame_bytes(const auto& meta, fw::const_buffer payload = {}) {
-  std::vector<std::byte> out(fw::wire::prefix_size(meta) + payload.size());
+std::vector<std::byte> frame_bytes(const auto& meta, const_buffer payload = {}) {
+  std::vector<std::byte> out(wire::prefix_size(meta) + payload.size());
   std::error_code ec;
-  const std::size_t n = fw::wire::encode_frame(meta, fw::wire::frame_header{}, payload, out, ec);
+  const std::size_t n = wire::encode_frame(meta, wire::frame_header{}, payload, out, ec);
   REQUIRE_FALSE(ec);
   out.resize(n);
   return out;
 }
 
-std::vector<std::byte> hello_from(const fw::task_id& t) {
-  fw::wire::hello_meta h;
+inline std::vector<std::byte> hello_from(const task_id& t) {
+  wire::hello_meta h;
   h.job = t.job;
   h.task_index = t.index;
   return frame_bytes(h);
 }
 
-}  // namespace rvtest
+}  // namespace fusewire::test

@@ -21,7 +21,10 @@
 
 #include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
 
@@ -68,11 +71,11 @@ fw::options multi_options() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers on one thread, every size intact", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("two reactors: peers spread over both, each peer's handlers on one thread, every size intact",
+                          T, two_reactors_spread_peers) {
   for (const bool reverse : {true, false}) {
     CAPTURE(reverse);
-    auto spec = rvtest::loopback_cluster(1, workers);
+    auto spec = loopback_cluster(1, workers);
     fw::options opts = multi_options();
     if (reverse) opts.cluster_token = "s3cret";  // handed-off connections authenticate like any other
     rv::endpoint<T> ps(ps0, spec, {.options = opts, .tuning = with_reactors(2, reverse)});
@@ -94,7 +97,7 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
         const std::string key = "t" + std::to_string(k);
         auto on_recv = [&ps, &threads, &ps_failures, i, key, n, seed](std::error_code ec, fw::tensor_buffer b) {
           threads.note(worker(i));
-          if (ec || !rvtest::matches(b, n, seed)) return (void)++ps_failures;
+          if (ec || !matches(b, n, seed)) return (void)++ps_failures;
           ps.send(worker(i), "echo/" + key, std::move(b), [&threads, &ps_failures, i](std::error_code e) {
             threads.note(worker(i));
             if (e) ++ps_failures;
@@ -106,13 +109,13 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
           ps.recv(worker(i), key, std::move(on_recv), 60s);
         }
         ws[i]->send(
-            ps0, key, rvtest::pattern(n, seed), [](std::error_code) {}, 60s);
+            ps0, key, pattern(n, seed), [](std::error_code) {}, 60s);
         auto echoed = std::make_shared<std::promise<std::error_code>>();
         echoes.push_back(echoed->get_future());
         ws[i]->recv(
             ps0, "echo/" + key,
             [echoed, n, seed](std::error_code ec, fw::tensor_buffer b) {
-              if (!ec && !rvtest::matches(b, n, seed)) ec = make_error_code(fw::errc::malformed_frame);
+              if (!ec && !matches(b, n, seed)) ec = make_error_code(fw::errc::malformed_frame);
               echoed->set_value(ec);
             },
             60s);
@@ -124,10 +127,11 @@ TEST_CASE_TEMPLATE("two reactors: peers spread over both, each peer's handlers o
     CHECK(ps.stats().connections_accepted >= workers);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(two_reactors_spread_peers, tcp_transports);
 
-TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the other reactor; batches span both", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, workers);
+TEST_CASE_TEMPLATE_DEFINE("two reactors: a handler starts operations for peers of the other reactor; batches span both",
+                          T, two_reactors_cross_reactor_operations) {
+  auto spec = loopback_cluster(1, workers);
   rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2)});
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
@@ -151,15 +155,14 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
       w0, "go",
       [&ps](std::error_code ec, fw::tensor_buffer) {
         if (ec) return;
-        for (unsigned i = 0; i < workers; ++i)
-          ps.send(worker(i), "fanout", rvtest::pattern(64 + i, i), [](std::error_code) {});
+        for (unsigned i = 0; i < workers; ++i) ps.send(worker(i), "fanout", pattern(64 + i, i), [](std::error_code) {});
       },
       60s);
-  REQUIRE_FALSE(ws[0]->send_sync(ps0, "go", rvtest::pattern(1, 1), 60s));
+  REQUIRE_FALSE(ws[0]->send_sync(ps0, "go", pattern(1, 1), 60s));
   for (unsigned i = 0; i < workers; ++i) {
     auto r = wait(got[i]);
     REQUIRE_FALSE(r.ec);
-    CHECK(rvtest::matches(r.buffer, 64 + i, i));
+    CHECK(matches(r.buffer, 64 + i, i));
   }
 
   // One batch with interleaved operations for every worker: per-(peer, key) FIFO holds on each reactor.
@@ -171,7 +174,7 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
       for (unsigned i = 0; i < workers; ++i) {
         auto p = std::make_shared<std::promise<std::error_code>>();
         sends.push_back(p->get_future());
-        b.send(worker(i), "fifo", rvtest::pattern(10 + j, i * 1000 + j), [p](std::error_code ec) { p->set_value(ec); });
+        b.send(worker(i), "fifo", pattern(10 + j, i * 1000 + j), [p](std::error_code ec) { p->set_value(ec); });
       }
     }
   }
@@ -179,22 +182,23 @@ TEST_CASE_TEMPLATE("two reactors: a handler starts operations for peers of the o
     for (unsigned j = 0; j < per_worker; ++j) {
       auto r = ws[i]->recv_sync(ps0, "fifo", 60s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, 10 + j, i * 1000 + j));
+      CHECK(matches(r.buffer, 10 + j, i * 1000 + j));
     }
   }
   for (auto& f : sends) CHECK_FALSE(wait(f));
 }
+TEST_CASE_TEMPLATE_APPLY(two_reactors_cross_reactor_operations, tcp_transports);
 
-TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close() cancels every reactor's", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, workers);
+TEST_CASE_TEMPLATE_DEFINE("two reactors: a dead peer fails only its own receives; close() cancels every reactor's", T,
+                          two_reactors_dead_peer) {
+  auto spec = loopback_cluster(1, workers);
   auto ps = std::make_unique<rv::endpoint<T>>(
       ps0, spec, rv::endpoint_config<T>{.options = multi_options(), .tuning = with_reactors(2)});
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
     ws.push_back(
         std::make_unique<rv::endpoint<T>>(worker(i), spec, rv::endpoint_config<T>{.options = multi_options()}));
-    REQUIRE_FALSE(ws[i]->send_sync(ps0, "hello", rvtest::pattern(1, i), 60s));
+    REQUIRE_FALSE(ws[i]->send_sync(ps0, "hello", pattern(1, i), 60s));
     REQUIRE_FALSE(ps->recv_sync(worker(i), "hello", 60s).ec);
   }
   // Worker 0 (on one reactor) and worker 1 (on the other) die; their waiting receives fail.
@@ -211,7 +215,7 @@ TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close
   CHECK(wait(waits[1]) == fw::errc::connection_reset);
   // The others still serve, on both reactors.
   for (unsigned i = 2; i < workers; ++i) {
-    REQUIRE_FALSE(ws[i]->send_sync(ps0, "later", rvtest::pattern(77, i), 60s));
+    REQUIRE_FALSE(ws[i]->send_sync(ps0, "later", pattern(77, i), 60s));
     CHECK_FALSE(wait(waits[i]));
   }
   // Pending receives on both reactors end with cancelled, exactly once.
@@ -230,9 +234,11 @@ TEST_CASE_TEMPLATE("two reactors: a dead peer fails only its own receives; close
   ps.reset();
   CHECK(calls.load() == 2);
 }
+TEST_CASE_TEMPLATE_APPLY(two_reactors_dead_peer, tcp_transports);
 
-TEST_CASE_TEMPLATE("reactor count: tuning, options.cores (NETWORK_*_CORE_NUMBER), capped by the peers", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 3);
+TEST_CASE_TEMPLATE_DEFINE("reactor count: tuning, options.cores (NETWORK_*_CORE_NUMBER), capped by the peers", T,
+                          reactor_count) {
+  auto spec = loopback_cluster(1, 3);
   fw::options o = block_options();
   {
     rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -254,45 +260,48 @@ TEST_CASE_TEMPLATE("reactor count: tuning, options.cores (NETWORK_*_CORE_NUMBER)
   CHECK_THROWS_WITH_AS(rv::endpoint<T>(ps0, spec, rv::endpoint_config<T>{.options = o, .tuning = with_reactors(5000)}),
                        doctest::Contains("endpoint_tuning.reactors = 5000"), std::system_error);
 }
+TEST_CASE_TEMPLATE_APPLY(reactor_count, tcp_transports);
 
-TEST_CASE_TEMPLATE("two reactors: a peer that sends before the handshake ended is refused; the others are served", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, workers);
-  rvtest::log_capture log;
+TEST_CASE_TEMPLATE_DEFINE(
+    "two reactors: a peer that sends before the handshake ended is refused; the others are served", T,
+    two_reactors_early_sender_refused) {
+  auto spec = loopback_cluster(1, workers);
+  log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2), .log = log.sink()});
   // worker 0 belongs to the reactor that did not accept: its connection would
   // move, but a frame it sent right behind its hello would be lost in the move.
   {
-    rvtest::raw_client raw(spec.fast_path_endpoint(ps0).port);
-    auto hello = rvtest::hello_from(w0);
+    raw_client raw(spec.fast_path_endpoint(ps0).port);
+    auto hello = hello_from(w0);
     fw::wire::ping_meta ping;
-    auto extra = rvtest::frame_bytes(ping);
+    auto extra = frame_bytes(ping);
     hello.insert(hello.end(), extra.begin(), extra.end());
     raw.send(hello);
     CHECK(raw.closed_by_peer());
   }
   CHECK(log.saw("sent before the handshake ended"));
   rv::endpoint<T> w(w0, spec, {.options = multi_options()});
-  REQUIRE_FALSE(w.send_sync(ps0, "after", rvtest::pattern(5, 5), 60s));
+  REQUIRE_FALSE(w.send_sync(ps0, "after", pattern(5, 5), 60s));
   auto r = ps.recv_sync(w0, "after", 60s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 5, 5));
+  CHECK(matches(r.buffer, 5, 5));
 }
+TEST_CASE_TEMPLATE_APPLY(two_reactors_early_sender_refused, tcp_transports);
 
-TEST_CASE_TEMPLATE("two reactors: a peer connecting while the endpoint starts is handed to a running reactor", T,
-                   TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("two reactors: a peer connecting while the endpoint starts is handed to a running reactor", T,
+                          two_reactors_connect_during_start) {
   // A peer that keeps dialling gets in the moment reactor 0 listens; its
   // connection moves to worker 0's reactor, which must already be running.
   for (int round = 0; round < 20; ++round) {
     CAPTURE(round);
-    auto spec = rvtest::loopback_cluster(1, workers);
+    auto spec = loopback_cluster(1, workers);
     const std::uint16_t port = spec.fast_path_endpoint(ps0).port;
     std::atomic<bool> answered{false};
     std::thread dialler([&] {
       const auto deadline = std::chrono::steady_clock::now() + 30s;
-      const auto hello = rvtest::hello_from(w0);
+      const auto hello = hello_from(w0);
       while (std::chrono::steady_clock::now() < deadline) {
-        const int fd = rvtest::dial_loopback(port);
+        const int fd = dial_loopback(port);
         if (fd < 0) continue;
         if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size())) {
           pollfd p{fd, POLLIN, 0};
@@ -304,10 +313,11 @@ TEST_CASE_TEMPLATE("two reactors: a peer connecting while the endpoint starts is
       }
     });
     {
-      rvtest::log_capture log;  // the dialler's goodbye is logged; keep it out of the output
+      log_capture log;  // the dialler's goodbye is logged; keep it out of the output
       rv::endpoint<T> ps(ps0, spec, {.options = multi_options(), .tuning = with_reactors(2), .log = log.sink()});
       dialler.join();
     }
     REQUIRE(answered);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(two_reactors_connect_during_start, tcp_transports);

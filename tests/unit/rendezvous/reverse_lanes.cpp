@@ -15,7 +15,10 @@
 #include <vector>
 
 #include "endpoint_fixture.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
 
@@ -38,16 +41,16 @@ void exchange(E& from, const fw::task_id& from_id, E& to, const fw::task_id& to_
               std::size_t n, std::uint32_t seed) {
   CAPTURE(key);
   CAPTURE(n);
-  REQUIRE_FALSE(from.send_sync(to_id, key, rvtest::pattern(n, seed), 30s));
+  REQUIRE_FALSE(from.send_sync(to_id, key, pattern(n, seed), 30s));
   auto r = to.recv_sync(from_id, key, 30s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, n, seed));
+  CHECK(matches(r.buffer, n, seed));
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a reply travels on the connection its peer made", T, reply_on_peers_connection) {
+  auto spec = loopback_cluster(1, 1);
   auto o = test_options();
   o.chunk_size = 1u << 20;  // 3 MiB below leaves in chunks
   rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -61,12 +64,12 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
     auto p = std::make_shared<std::promise<std::error_code>>();
     sends.push_back(p->get_future());
     ps.send(
-        w0, "many", rvtest::pattern(8 + i, 100 + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+        w0, "many", pattern(8 + i, 100 + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
   }
   for (std::uint32_t i = 0; i < 50; ++i) {
     auto r = worker.recv_sync(ps0, "many", 30s);
     REQUIRE_FALSE(r.ec);
-    CHECK(rvtest::matches(r.buffer, 8 + i, 100 + i));
+    CHECK(matches(r.buffer, 8 + i, 100 + i));
   }
   for (auto& f : sends) CHECK_FALSE(wait(f));
   {
@@ -91,11 +94,13 @@ TEST_CASE_TEMPLATE("a reply travels on the connection its peer made", T, TRANSPO
   exchange(ps, ps0, worker, w0, "rep", 10, 7);
   CHECK(ps.stats().connections_reused == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(reply_on_peers_connection, tcp_transports);
 
-TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction has its own connection", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("reverse lanes switched off on either side: each direction has its own connection", T,
+                          reverse_lanes_off) {
   for (bool ps_allows : {false, true}) {
     CAPTURE(ps_allows);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     rv::endpoint<T> ps(ps0, spec, {.options = test_options(), .tuning = tuning(ps_allows)});
     rv::endpoint<T> worker(w0, spec, {.options = test_options(), .tuning = tuning(!ps_allows)});
     exchange(worker, w0, ps, ps0, "req", 64, 1);
@@ -107,11 +112,12 @@ TEST_CASE_TEMPLATE("reverse lanes switched off on either side: each direction ha
     CHECK(worker.stats().connections_accepted == 1);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(reverse_lanes_off, tcp_transports);
 
-TEST_CASE_TEMPLATE("without a cluster token nobody sends on a connection its peer made", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("without a cluster token nobody sends on a connection its peer made", T, no_token) {
   // Anyone may claim a task's name when nothing is authenticated: what is
   // meant for that task goes to the address the cluster spec gives it.
-  auto spec = rvtest::loopback_cluster(1, 1);
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = block_options()});
   rv::endpoint<T> worker(w0, spec, {.options = block_options()});
   exchange(worker, w0, ps, ps0, "req", 64, 1);
@@ -120,9 +126,11 @@ TEST_CASE_TEMPLATE("without a cluster token nobody sends on a connection its pee
   CHECK(ps.stats().connections_made == 1);
   CHECK(worker.stats().connections_made == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(no_token, tcp_transports);
 
-TEST_CASE_TEMPLATE("the peer sent first: the other side answers on its connection, whichever it is", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("the peer sent first: the other side answers on its connection, whichever it is", T,
+                          peer_sent_first) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   exchange(ps, ps0, worker, w0, "down", 1000, 1);
@@ -132,9 +140,10 @@ TEST_CASE_TEMPLATE("the peer sent first: the other side answers on its connectio
   CHECK(worker.stats().connections_made == 0);
   CHECK(worker.stats().connections_reused == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(peer_sent_first, tcp_transports);
 
-TEST_CASE_TEMPLATE("both sides send first at once: every tensor arrives, in order per key", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("both sides send first at once: every tensor arrives, in order per key", T, both_send_first) {
+  auto spec = loopback_cluster(1, 1);
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   rv::endpoint<T> worker(w0, spec, {.options = test_options()});
   constexpr std::uint32_t n = 200;
@@ -144,7 +153,7 @@ TEST_CASE_TEMPLATE("both sides send first at once: every tensor arrives, in orde
       auto p = std::make_shared<std::promise<std::error_code>>();
       sends.push_back(p->get_future());
       ep.send(
-          to, "k", rvtest::pattern(1 + i * 37, seed + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
+          to, "k", pattern(1 + i * 37, seed + i), [p](std::error_code ec) { p->set_value(ec); }, 30s);
     }
   };
   start(ps, w0, 1000);
@@ -152,20 +161,21 @@ TEST_CASE_TEMPLATE("both sides send first at once: every tensor arrives, in orde
   for (std::uint32_t i = 0; i < n; ++i) {
     auto a = worker.recv_sync(ps0, "k", 30s);
     REQUIRE_FALSE(a.ec);
-    CHECK(rvtest::matches(a.buffer, 1 + i * 37, 1000 + i));
+    CHECK(matches(a.buffer, 1 + i * 37, 1000 + i));
     auto b = ps.recv_sync(w0, "k", 30s);
     REQUIRE_FALSE(b.ec);
-    CHECK(rvtest::matches(b.buffer, 1 + i * 37, 2000 + i));
+    CHECK(matches(b.buffer, 1 + i * 37, 2000 + i));
   }
   for (auto& f : sends) CHECK_FALSE(wait(f));
   // However the race went, each side sends on exactly one connection to the other.
   CHECK(ps.stats().connections_made + ps.stats().connections_reused == 1);
   CHECK(worker.stats().connections_made + worker.stats().connections_reused == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(both_send_first, tcp_transports);
 
-TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a restarted peer is served again", T,
-                   TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("a shared connection that breaks fails both directions; a restarted peer is served again", T,
+                          shared_connection_breaks) {
+  auto spec = loopback_cluster(1, 2);
   auto o = test_options();
   o.connect_timeout = 500ms;
   rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -184,7 +194,7 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
   worker.reset();
   CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
   // Its shared connection is gone: a send to it reconnects and is refused (nobody listens).
-  CHECK(ps.send_sync(w0, "rep", rvtest::pattern(10, 5), 30s) == fw::make_error_code(fw::errc::connection_refused));
+  CHECK(ps.send_sync(w0, "rep", pattern(10, 5), 30s) == fw::make_error_code(fw::errc::connection_refused));
   // The other worker's shared connection is untouched.
   exchange(other, w1, ps, ps0, "req", 10, 6);
   exchange(ps, ps0, other, w1, "rep", 10, 7);
@@ -195,9 +205,11 @@ TEST_CASE_TEMPLATE("a shared connection that breaks fails both directions; a res
   CHECK(ps.stats().connections_reused == 3);  // w0, w1, then w0 again
   CHECK(worker->stats().connections_accepted == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(shared_connection_breaks, tcp_transports);
 
-TEST_CASE_TEMPLATE("keepalive on a shared connection: pings both ways, nothing dropped while idle", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("keepalive on a shared connection: pings both ways, nothing dropped while idle", T,
+                          keepalive_shared_connection) {
+  auto spec = loopback_cluster(1, 1);
   auto o = test_options();
   o.keepalive = 100ms;  // silence for 300 ms closes: room for a slow (sanitized, loaded) run
   rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -215,12 +227,14 @@ TEST_CASE_TEMPLATE("keepalive on a shared connection: pings both ways, nothing d
   CHECK(worker.stats().connections_made == 1);
   CHECK(ps.stats().connections_made == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(keepalive_shared_connection, tcp_transports);
 
-TEST_CASE_TEMPLATE("a peer that restarts is served from its first frame on, every time", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a peer that restarts is served from its first frame on, every time", T,
+                          restarted_peer_served) {
   // Once the PS knows the worker is gone, a receive from it fails at once. The
   // restarted worker sends as soon as the handshake is over: a receive started
   // right after that must wait for its frame, not fail as if it were still gone.
-  auto spec = rvtest::loopback_cluster(1, 1);
+  auto spec = loopback_cluster(1, 1);
   auto o = test_options();
   o.connect_timeout = 5s;
   rv::endpoint<T> ps(ps0, spec, {.options = o});
@@ -232,3 +246,4 @@ TEST_CASE_TEMPLATE("a peer that restarts is served from its first frame on, ever
     CHECK(ps.recv_sync(w0, "gone", 30s).ec == fw::make_error_code(fw::errc::connection_reset));
   }
 }
+TEST_CASE_TEMPLATE_APPLY(restarted_peer_served, tcp_transports);

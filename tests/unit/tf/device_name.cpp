@@ -7,7 +7,7 @@
 #include <string>
 #include <system_error>
 
-#include "../graph/test_graphs.hpp"
+#include "support/error_text.hpp"
 
 namespace tf = fusewire::tf;
 using fusewire::errc;
@@ -15,11 +15,11 @@ using fusewire::errc;
 namespace {
 
 std::string error_of(std::string_view name) {
-  return test_graphs::error_of([&] { tf::parse_device_name(name); }, errc::invalid_argument);
+  return fusewire::test::error_of([&] { tf::parse_device_name(name); }, errc::invalid_argument);
 }
 
 std::string task_error_of(std::string_view name) {
-  return test_graphs::error_of([&] { tf::parse_device_name(name).task_id(); }, errc::invalid_argument);
+  return fusewire::test::error_of([&] { tf::parse_device_name(name).task_id(); }, errc::invalid_argument);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <string>
 #include <system_error>
 
-#include "../graph/test_graphs.hpp"
+#include "support/error_text.hpp"
 
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
@@ -28,7 +28,7 @@ TEST_CASE("protocol names map to partition modes") {
 }
 
 TEST_CASE("unknown protocols and flags are refused with the allowed values") {
-  CHECK(test_graphs::error_of([] { tf::parse_protocol("GRPC++"); }, errc::invalid_config) ==
+  CHECK(fusewire::test::error_of([] { tf::parse_protocol("GRPC++"); }, errc::invalid_config) ==
         "unknown protocol 'GRPC++' (allowed: grpc, grpc++, star_server, star_server_lite): invalid configuration");
   std::error_code ec;
   CHECK_FALSE(tf::parse_protocol("grpc+verbs", ec));
@@ -42,9 +42,9 @@ TEST_CASE("unknown protocols and flags are refused with the allowed values") {
   CHECK(tf::parse_flag("tensor_fuse", "on"));
   CHECK_FALSE(tf::parse_flag("tensor_fuse", "false"));
   CHECK_FALSE(tf::parse_flag("tensor_fuse", "No"));
-  CHECK(test_graphs::error_of([] { tf::parse_flag("tensor_fuse", "maybe"); }, errc::invalid_config) ==
+  CHECK(fusewire::test::error_of([] { tf::parse_flag("tensor_fuse", "maybe"); }, errc::invalid_config) ==
         "tensor_fuse='maybe': expected a boolean (true/false, 1/0, yes/no, on/off): invalid configuration");
-  CHECK(test_graphs::error_of([] { tf::session_config::parse("star_server", "2"); }, errc::invalid_config) ==
+  CHECK(fusewire::test::error_of([] { tf::session_config::parse("star_server", "2"); }, errc::invalid_config) ==
         "tensor_fuse='2': expected a boolean (true/false, 1/0, yes/no, on/off): invalid configuration");
 }
 

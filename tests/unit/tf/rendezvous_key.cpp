@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "../graph/test_graphs.hpp"
+#include "support/error_text.hpp"
 
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
@@ -19,7 +19,7 @@ using fusewire::errc;
 namespace {
 
 std::string error_of(std::string_view key) {
-  return test_graphs::error_of([&] { tf::parse_rendezvous_key(key); }, errc::invalid_argument);
+  return fusewire::test::error_of([&] { tf::parse_rendezvous_key(key); }, errc::invalid_argument);
 }
 
 }  // namespace
@@ -93,8 +93,8 @@ TEST_CASE("a key routes between the tasks of its devices under its canonical tex
   CHECK(r.channel_key == "/job:worker/replica:0/task:2/device:GPU:1;000000000000beef;/job:ps/task:1/cpu:0;w/read;7:3");
   // The sender writing lower-case hex reaches the same channel key.
   CHECK(tf::route(tf::parse_rendezvous_key(r.channel_key)) == r);
-  CHECK(test_graphs::error_of([] { tf::route(tf::parse_rendezvous_key("/job:worker;1;/job:ps/task:0;t;0:0")); },
-                              errc::invalid_argument) ==
+  CHECK(fusewire::test::error_of([] { tf::route(tf::parse_rendezvous_key("/job:worker;1;/job:ps/task:0;t;0:0")); },
+                                 errc::invalid_argument) ==
         "device '/job:worker': it names no task; a task needs /job:<name> and /task:<index>: invalid argument");
 }
 
@@ -183,7 +183,7 @@ TEST_CASE("keys exactly as TensorFlow's Rendezvous::CreateKey writes them") {
   CHECK(l.src().type == "CPU");
   CHECK(l.src().replica == 1);
   CHECK(l.to_string() == legacy);
-  CHECK(test_graphs::error_of([&] { tf::route(l); }, errc::invalid_argument) ==
+  CHECK(fusewire::test::error_of([&] { tf::route(l); }, errc::invalid_argument) ==
         "device '/job:mnist/replica:1/task:2/device:CPU:0': replica 1 is not supported (only replica 0): invalid "
         "argument");
 

@@ -12,7 +12,7 @@
 
 namespace fw = fusewire;
 
-namespace archetype {
+namespace fusewire::test::archetype {
 
 struct reactor {};
 
@@ -154,7 +154,9 @@ struct copying_connection : connection<> {
   void async_read_some(H) {}
 };
 
-}  // namespace archetype
+}  // namespace fusewire::test::archetype
+
+namespace archetype = fusewire::test::archetype;
 
 // The archetypes model the concepts...
 static_assert(fw::connection<archetype::connection<>>);

@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "../../common/reactor_wait.hpp"
+#include "support/reactor_wait.hpp"
 
 namespace fw = fusewire;
 using namespace std::chrono_literals;

@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/dial.hpp"
+
 namespace fw = fusewire;
 using clock_type = std::chrono::steady_clock;
 
@@ -104,12 +106,8 @@ int listen_loopback(std::uint16_t& port) {
 }
 
 int connect_loopback(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  const int fd = fw::test::dial_loopback(port);
+  if (fd < 0) {
     std::perror("connect");
     std::exit(1);
   }

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <random>
 #include <tuple>
 
 namespace fw = fusewire;
@@ -21,15 +22,10 @@ static_assert(fw::transport<fw::uring_tcp>);
 static_assert(fw::handoff_transport<fw::uring_tcp>);
 #endif
 
+#include "support/tcp_transports.hpp"
 #include "transport_suite.hpp"
 
-namespace {
-#if FUSEWIRE_HAS_URING
-using tcp_transports = std::tuple<fw::asio_tcp, fw::uring_tcp>;
-#else
-using tcp_transports = std::tuple<fw::asio_tcp>;
-#endif
-}  // namespace
+using fusewire::test::tcp_transports;
 
 // Every test case of the suite for each TCP transport, the hand-off ones too: both are handoff_transports.
 TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, tcp_transports);
@@ -72,7 +68,7 @@ zc_run zero_copy_exchange(fw::zero_copy_policy policy, std::size_t n) {
   cfg.zc_threshold = 64 * 1024;
   harness<fw::uring_tcp> h(fw::reactor_mode::adaptive, fw::uring_tcp(cfg));
   const std::uint16_t port = h.serve_echo(0);
-  const auto src = pattern(n, 77);
+  const auto src = pattern_bytes(n, 77);
   std::vector<std::byte> dst(2 * n);
   std::promise<zc_run> done;
   h.group.submit_to(1, [&] {
@@ -212,7 +208,7 @@ TEST_CASE("uring_tcp works without provided buffers, multishot or zero copy (fal
   harness<fw::uring_tcp> h(fw::reactor_mode::adaptive, fw::uring_tcp(cfg));
   const std::uint16_t port = h.serve_echo(0);
   for (std::size_t n : {std::size_t{1}, std::size_t{70000}, std::size_t{3u << 20}}) {
-    const auto src = pattern(n, 5);
+    const auto src = pattern_bytes(n, 5);
     std::vector<std::byte> dst(n);
     const auto r = client_echo(h, 1, port, {fw::const_buffer(src)}, fw::mutable_buffer(dst));
     CHECK_FALSE(r.read_ec);
@@ -226,7 +222,7 @@ TEST_CASE("uring_tcp: a tiny provided-buffer ring held by a slow reader neither 
   engine.buffer_size = 4096;
   harness<fw::uring_tcp> h(fw::reactor_mode::adaptive, fw::uring_tcp(), engine);
   const std::size_t n = 1u << 20;
-  const auto src = pattern(n, 21);
+  const auto src = pattern_bytes(n, 21);
   std::promise<stream_result> got;
   const std::uint16_t port = h.serve(0, [&](fw::uring_tcp_connection c) {
     // Holds on to every buffer it receives, so the ring runs low.
@@ -272,7 +268,7 @@ TEST_CASE("uring_tcp: a stream of large frames lands in its destinations, not co
   // next payload into ring buffers, to be copied again.
   harness<fw::uring_tcp> h;
   constexpr std::size_t frames = 16, head = 16, payload = 256 * 1024;
-  const auto src = pattern(frames * (head + payload), 31);
+  const auto src = pattern_bytes(frames * (head + payload), 31);
   std::promise<stream_result> got;
   const std::uint16_t port = h.serve(0, [&](fw::uring_tcp_connection c) {
     struct reader : std::enable_shared_from_this<reader> {
@@ -329,7 +325,7 @@ TEST_CASE("uring_tcp: received buffers are handed over without a copy and may di
       });
     });
   });
-  const auto src = pattern(2000, 11);
+  const auto src = pattern_bytes(2000, 11);
   auto client = std::make_shared<fw::uring_tcp_connection>();  // touched on reactor 1 only
   std::vector<std::byte> never(1);
   h.group.submit_to(1, [&, client] {
@@ -372,7 +368,7 @@ TEST_CASE("asio_tcp: exact reads of mixed sizes are byte-exact with read-ahead o
     fw::asio_tcp::config cfg;
     cfg.read_ahead_below = below;
     harness<fw::asio_tcp> h(fw::reactor_mode::block, fw::asio_tcp(cfg));
-    const auto src = pattern(total, 11);
+    const auto src = pattern_bytes(total, 11);
     using conn_t = fw::asio_tcp::connection_type;
     std::promise<std::vector<std::byte>> got;
     const std::uint16_t port = h.serve(0, [&](conn_t c) {
@@ -527,7 +523,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   static_assert(fw::readahead_connection<typename T::connection_type>);
   harness<T> h(fw::reactor_mode::block);
   using conn_t = typename T::connection_type;
-  const auto src = pattern(100, 23);  // one write: one segment, read ahead whole behind the first 10 bytes
+  const auto src = pattern_bytes(100, 23);  // one write: one segment, read ahead whole behind the first 10 bytes
   struct outcome {
     bool too_many = true, empty = false, behind_queued_read = true, some = false, rest_read = false, drained = true,
          closed = true;
@@ -626,7 +622,7 @@ std::pair<spin_side<T>, spin_side<T>> spin_exchange(fw::reactor_mode mode, bool&
   std::mt19937 rng(99);
   for (std::size_t i = 0; i < frames; ++i) {
     const std::size_t n = i % 50 == 7 ? 20000 + rng() % 5000 : i % 10 == 3 ? 3000 + rng() % 3000 : rng() % 64;
-    payloads.push_back(pattern(n, static_cast<unsigned>(i)));
+    payloads.push_back(pattern_bytes(n, static_cast<unsigned>(i)));
     lens.push_back(static_cast<std::uint32_t>(n));
   }
   std::promise<side> server_done, client_done;
@@ -921,7 +917,7 @@ TEST_CASE_TEMPLATE_DEFINE("a write that fills the socket of a connection read by
   harness<T> h(fw::reactor_mode::poll);
   const bool spins = spin_capable(h);
   constexpr std::size_t pings = 20;
-  const std::vector<std::byte> big = pattern(std::size_t{24} << 20, 5);  // far above the socket buffers
+  const std::vector<std::byte> big = pattern_bytes(std::size_t{24} << 20, 5);  // far above the socket buffers
   struct server_side : std::enable_shared_from_this<server_side> {
     conn_t conn;
     const std::vector<std::byte>* big = nullptr;
@@ -1032,7 +1028,7 @@ TEST_CASE_TEMPLATE_DEFINE("a connection read by a spinning reactor's plain recvs
                           T, spin_handoff) {
   harness<T> h(fw::reactor_mode::poll);
   handoff_pair<T> p(h);
-  const auto a = pattern(16, 21), b = pattern(40, 22), c = pattern(3000, 23);
+  const auto a = pattern_bytes(16, 21), b = pattern_bytes(40, 22), c = pattern_bytes(3000, 23);
   for (int i = 0; i < 5; ++i) {  // each read waits first, so the spinning reactor reads the socket
     auto ra = p.read_exact(0, p.server, a.size());
     std::this_thread::sleep_for(2ms);

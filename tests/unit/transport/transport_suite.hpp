@@ -1,8 +1,8 @@
 // The transport test suite, written once: included by every instantiation
 // (tests/unit/transport/transport_suite.cpp for the TCP transports,
-// tests/rdma/verbs_suite.cpp for verbs). Each test case is defined here with
-// TEST_CASE_TEMPLATE_DEFINE under an id; an instantiation applies every id to
-// a std::tuple of its transports after including this file:
+// tests/unit/transport/verbs/verbs_suite.cpp for verbs). Each test case is
+// defined here with TEST_CASE_TEMPLATE_DEFINE under an id; an instantiation
+// applies every id to a std::tuple of its transports after including this file:
 //   using transports = std::tuple<fw::asio_tcp, fw::uring_tcp>;
 //   TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, transports);
 // the suite_* ids to every transport, the handoff_* ids (release/adopt) to
@@ -31,7 +31,6 @@
 #include <future>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <span>
 #include <string>
 #include <system_error>
@@ -40,10 +39,16 @@
 #include <utility>
 #include <vector>
 
+#include "support/patterns.hpp"
+#include "support/ports.hpp"
+
 namespace fw = fusewire;
 using namespace std::chrono_literals;
 
 namespace {
+
+using fusewire::test::free_port;
+using fusewire::test::pattern_bytes;
 
 /// How the suite makes and reaches a transport T. An instantiation whose
 /// transport needs other values specialises suite_traits for it, deriving
@@ -65,13 +70,6 @@ template <class T>
 T get(std::future<T>& f) {
   REQUIRE_MESSAGE(f.wait_for(120s) == std::future_status::ready, "timed out waiting for a reactor");
   return f.get();
-}
-
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
 }
 
 /// Two reactors (server on 0, client on 1) and a transport.
@@ -261,19 +259,6 @@ std::pair<std::error_code, std::size_t> connect_and_write(harness<T>& h, std::ui
   return get(f);
 }
 
-/// A port nobody listens on (bound, then closed).
-std::uint16_t closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 }  // namespace
 
 TEST_CASE_TEMPLATE_DEFINE("connect and accept on loopback", T, suite_connect_accept) {
@@ -313,7 +298,7 @@ TEST_CASE_TEMPLATE_DEFINE("echo 1 B .. 64 MiB byte for byte" * doctest::timeout(
     }
     for (std::size_t n : sizes) {
       CAPTURE(n);
-      const auto src = pattern(n, static_cast<unsigned>(n));
+      const auto src = pattern_bytes(n, static_cast<unsigned>(n));
       std::vector<std::byte> dst(n);
       const auto r = client_echo(h, 1, port, {fw::const_buffer(src)}, fw::mutable_buffer(dst));
       REQUIRE_FALSE(r.connect_ec);
@@ -334,7 +319,8 @@ TEST_CASE_TEMPLATE_DEFINE("a scatter-gather write of 10 buffers arrives in order
   const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
   std::vector<std::vector<std::byte>> pieces;
   std::vector<fw::const_buffer> sg;
-  for (std::size_t i = 0; i < sizes.size(); ++i) pieces.push_back(pattern(sizes[i], static_cast<unsigned>(i + 1)));
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    pieces.push_back(pattern_bytes(sizes[i], static_cast<unsigned>(i + 1)));
   for (auto& p : pieces) sg.emplace_back(p);
   std::vector<std::byte> expected;
   for (auto& p : pieces) expected.insert(expected.end(), p.begin(), p.end());
@@ -375,7 +361,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   std::vector<fw::const_buffer> sg;
   std::vector<std::byte> expected;
   for (unsigned i = 0; i < 3000; ++i) {
-    pieces.push_back(pattern(1 + (i * 2654435761u) % 2048, i));
+    pieces.push_back(pattern_bytes(1 + (i * 2654435761u) % 2048, i));
     expected.insert(expected.end(), pieces.back().begin(), pieces.back().end());
   }
   for (auto& p : pieces) sg.emplace_back(p);
@@ -432,7 +418,7 @@ TEST_CASE_TEMPLATE_DEFINE(
        {std::vector<std::size_t>{1500, 1500, 1500, 1500, 1500}, std::vector<std::size_t>{1500, 40000, 1500, 1500}}) {
     CAPTURE(sizes.size());
     const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
-    const auto src = pattern(total, ++seed);
+    const auto src = pattern_bytes(total, ++seed);
     std::vector<std::byte> got(total);
     std::promise<std::error_code> read_done;
     auto fr = read_done.get_future();
@@ -487,7 +473,7 @@ TEST_CASE_TEMPLATE_DEFINE(
 
 TEST_CASE_TEMPLATE_DEFINE("reads are served in call order across read_some and exact reads", T, suite_read_order) {
   harness<T> h;
-  const auto src = pattern(200000, 9);
+  const auto src = pattern_bytes(200000, 9);
   std::promise<std::vector<std::byte>> got;
   const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
     struct reader : std::enable_shared_from_this<reader> {
@@ -545,7 +531,7 @@ TEST_CASE_TEMPLATE_DEFINE("many concurrent connections on both reactors" * docte
   constexpr int n = 100;
   std::vector<std::vector<std::byte>> src, dst;
   for (int i = 0; i < n; ++i) {
-    src.push_back(pattern(1000 + static_cast<std::size_t>(i) * 37, static_cast<unsigned>(i)));
+    src.push_back(pattern_bytes(1000 + static_cast<std::size_t>(i) * 37, static_cast<unsigned>(i)));
     dst.emplace_back(src.back().size());
   }
   struct tally {
@@ -668,7 +654,7 @@ TEST_CASE_TEMPLATE_DEFINE("close completes every pending operation exactly once 
 TEST_CASE_TEMPLATE_DEFINE("the peer closing mid-read fails the read with errc::connection_closed", T,
                           suite_peer_closes) {
   harness<T> h;
-  const auto ten = pattern(10, 3);
+  const auto ten = pattern_bytes(10, 3);
   std::promise<std::error_code> sent;  // `ten` must outlive the server's write
   const std::uint16_t port = h.serve(0, [&](typename T::connection_type c) {
     auto conn = std::make_shared<typename T::connection_type>(std::move(c));
@@ -712,7 +698,7 @@ TEST_CASE_TEMPLATE_DEFINE("the peer closing mid-read fails the read with errc::c
 
 TEST_CASE_TEMPLATE_DEFINE("connecting to a closed port fails with errc::connection_refused", T, suite_connect_refused) {
   harness<T> h;
-  const std::uint16_t port = closed_port();
+  const std::uint16_t port = free_port();
   std::promise<std::pair<std::error_code, bool>> done;
   h.group.submit_to(1, [&] {
     h.transport.connect(harness<T>::here(), suite_traits<T>::host(), port,
@@ -1056,8 +1042,8 @@ TEST_CASE_TEMPLATE_DEFINE(
   harness<T> h;
   handoff_pair<T> p(h);
   // Before the move, on reactor 0: writes each way (one scatter-gather), reads of both kinds.
-  const auto a1 = pattern(1000, 1), a2 = pattern(300, 2), a3 = pattern(70000, 3);
-  const auto b1 = pattern(500, 4), b2 = pattern(20, 5), b3 = pattern(100000, 6);
+  const auto a1 = pattern_bytes(1000, 1), a2 = pattern_bytes(300, 2), a3 = pattern_bytes(70000, 3);
+  const auto b1 = pattern_bytes(500, 4), b2 = pattern_bytes(20, 5), b3 = pattern_bytes(100000, 6);
   auto wa1 = p.write(1, p.client, {fw::const_buffer(a1)});
   auto wa23 = p.write(1, p.client, {fw::const_buffer(a2), fw::const_buffer(a3)});
   auto ra1 = p.read_exact(0, p.server, a1.size());
@@ -1093,8 +1079,8 @@ TEST_CASE_TEMPLATE_DEFINE(
 
   // After the move, on reactor 1: writes each way, a multi-megabyte one in each
   // direction (the large-read paths), exact reads and read_some.
-  const auto c1 = pattern(100, 7), c2 = pattern(std::size_t{4} << 20, 8), c3 = pattern(777, 9);
-  const auto d1 = pattern(std::size_t{3} << 20, 10), d2 = pattern(50, 11);
+  const auto c1 = pattern_bytes(100, 7), c2 = pattern_bytes(std::size_t{4} << 20, 8), c3 = pattern_bytes(777, 9);
+  const auto d1 = pattern_bytes(std::size_t{3} << 20, 10), d2 = pattern_bytes(50, 11);
   auto wc1 = p.write(1, p.client, {fw::const_buffer(c1)});
   auto wc2 = p.write(1, p.client, {fw::const_buffer(c2)});
   auto wc3 = p.write(1, p.client, {fw::const_buffer(c3)});
@@ -1123,7 +1109,7 @@ TEST_CASE_TEMPLATE_DEFINE(
     T, handoff_read_ahead) {
   harness<T> h;
   handoff_pair<T> p(h);
-  const auto hundred = pattern(100, 12);
+  const auto hundred = pattern_bytes(100, 12);
   auto w = p.write(1, p.client, {fw::const_buffer(hundred)});
   check_wrote(w, hundred.size());
   // With all 100 bytes waiting, the receive behind a 1-byte read takes them all
@@ -1185,7 +1171,7 @@ TEST_CASE_TEMPLATE_DEFINE(
     CHECK(got.some_empty);
 
     // What the peer sends now arrives at the adopted connection, whole; and back.
-    exchange_moved(p, moved, pattern(5000, 13), pattern(10, 14));
+    exchange_moved(p, moved, pattern_bytes(5000, 13), pattern_bytes(10, 14));
   }
 }
 

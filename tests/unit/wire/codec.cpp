@@ -10,14 +10,14 @@
 
 #include <doctest/doctest.h>
 
-#include "seed_frames.hpp"
+#include "support/seed_frames.hpp"
 
 namespace wire = fusewire::wire;
 using fusewire::dtype;
 using fusewire::errc;
 using fusewire::tensor_descriptor;
-using fusewire_test::bytes;
-using fusewire_test::seed_frames;
+using fusewire::test::bytes;
+using fusewire::test::seed_frames;
 
 static_assert(wire::frame_meta<wire::hello_meta>);
 static_assert(wire::frame_meta<wire::hello_ack_meta>);

@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "seed_frames.hpp"
+#include "support/seed_frames.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
@@ -24,7 +24,7 @@ std::size_t run(const std::vector<std::byte>& input) {
 
 TEST_CASE("the fuzz target holds on every seed, truncation and single bit flip") {
   std::size_t runs = 0;
-  for (const auto& seed : fusewire_test::seed_frames()) {
+  for (const auto& seed : fusewire::test::seed_frames()) {
     CAPTURE(seed.name);
     for (std::size_t n = 0; n <= seed.frame.size(); ++n) {
       runs += run(std::vector<std::byte>(seed.frame.begin(), seed.frame.begin() + static_cast<std::ptrdiff_t>(n)));
@@ -50,7 +50,7 @@ TEST_CASE("the fuzz target holds on every seed, truncation and single bit flip")
 
 TEST_CASE("the fuzz target holds on seeded random mutations") {
   std::mt19937_64 rng(20240601);
-  const auto seeds = fusewire_test::seed_frames();
+  const auto seeds = fusewire::test::seed_frames();
   for (int round = 0; round < 50000; ++round) {
     auto input = seeds[rng() % seeds.size()].frame;
     const int edits = 1 + static_cast<int>(rng() % 4);

@@ -16,7 +16,7 @@
 
 #include <doctest/doctest.h>
 
-#include "seed_frames.hpp"
+#include "support/seed_frames.hpp"
 
 namespace {
 
@@ -115,7 +115,7 @@ TEST_CASE("a chunk announcing a 1 TB tensor decodes to an error and allocates no
   c.count = 1u << 18;
   c.key = "huge";
   c.descriptor = tensor_descriptor::make(dtype::uint8, {1ll << 40});
-  const auto frame = fusewire_test::encode_whole(c, 1, fusewire_test::pattern(4096));
+  const auto frame = fusewire::test::encode_whole(c, 1, fusewire::test::pattern_bytes(4096, 1));
 
   const std::size_t before = allocations();
   wire::decoded_frame f;
@@ -127,7 +127,7 @@ TEST_CASE("a chunk announcing a 1 TB tensor decodes to an error and allocates no
 }
 
 TEST_CASE("decoding every frame type, whole or cut, allocates nothing") {
-  const auto seeds = fusewire_test::seed_frames();
+  const auto seeds = fusewire::test::seed_frames();
   std::size_t decoded = 0;
   std::size_t truncated = 0;
 

@@ -1,0 +1,164 @@
+// ps::server and ps::client in one process over loopback TCP (threads; also run under TSan).
+#include <fusewire/ps/ps.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/loopback_cluster.hpp"
+#include "support/reference_optimizer.hpp"
+
+namespace fw = fusewire;
+namespace ps = fusewire::ps;
+using namespace std::chrono_literals;
+
+namespace {
+
+fw::options test_options() {
+  fw::options o;
+  o.mode = fw::reactor_mode::block;
+  o.pool_size = 4u << 20;
+  o.connect_timeout = 10000ms;
+  return o;
+}
+
+ps::model_spec model() {
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(0.1f);
+  m.min_slice_bytes = 64;
+  m.add_dense("w", {10, 4}, ps::initializer::normal(0.0f, 1.0f, 3));  // 160 bytes: 2 slices
+  m.add_dense("b", {4}, ps::initializer::constant(0.5f));
+  m.add_embedding("emb", 4, ps::initializer::uniform(-1.0f, 1.0f, 5), 1000, ps::optimizer_config::adagrad(0.2f));
+  return m;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::system_error& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors, checkpoint, shutdown") {
+  const auto spec = fw::test::loopback_cluster(2, 2);
+  const auto m = model();
+  const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_loopback_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
+  const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
+  ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, co);
+
+  // Initial values are the initializers', whichever PS holds them.
+  const std::vector<std::int64_t> ids{5, 17, 5, 999, 0};
+  ps::batch b;
+  const auto hw = b.pull("w");
+  const auto hb = b.pull("b");
+  const auto he = b.pull_rows("emb", ids);
+  cl.run(b);
+  REQUIRE(b.result(hw).size() == 40);
+  for (std::size_t i = 0; i < 40; ++i) CHECK(b.result(hw)[i] == m.variables[0].init.value("w", i / 4, i % 4));
+  CHECK(std::vector<float>(b.result(hb).begin(), b.result(hb).end()) == std::vector<float>(4, 0.5f));
+  REQUIRE(b.result(he).size() == 20);
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    for (std::size_t c = 0; c < 4; ++c) {
+      CHECK(b.result(he)[k * 4 + c] == m.variables[2].init.value("emb", static_cast<std::uint64_t>(ids[k]), c));
+    }
+  }
+  const std::vector<float> init_w(b.result(hw).begin(), b.result(hw).end());
+  const std::vector<float> init_e(b.result(he).begin(), b.result(he).end());
+  CHECK(cl.stats().requests == 2);  // one fused request per PS
+
+  // Push and pull in one batch: pushes apply first.
+  std::vector<float> gw(40), ge(20);
+  for (std::size_t i = 0; i < 40; ++i) gw[i] = fw::test::grad_at(0, i);
+  for (std::size_t i = 0; i < 20; ++i) ge[i] = 1.0f;
+  b.clear();
+  b.push("w", gw);
+  b.push_rows("emb", ids, ge);
+  const auto hw2 = b.pull("w");
+  const auto he2 = b.pull_rows("emb", ids);
+  cl.run(b);
+  for (std::size_t i = 0; i < 40; ++i) CHECK(b.result(hw2)[i] == doctest::Approx(init_w[i] - 0.1f * gw[i]));
+  // id 5 appears twice: gradient 2, adagrad: acc = 0.1 + 4, step 0.2 * 2 / sqrt(4.1)
+  const float step5 = 0.2f * 2.0f / (std::sqrt(4.1f) + 1e-7f);
+  const float step1 = 0.2f * 1.0f / (std::sqrt(1.1f) + 1e-7f);
+  for (std::size_t c = 0; c < 4; ++c) {
+    CHECK(b.result(he2)[0 * 4 + c] == doctest::Approx(init_e[0 * 4 + c] - step5));
+    CHECK(b.result(he2)[2 * 4 + c] == doctest::Approx(init_e[2 * 4 + c] - step5));
+    CHECK(b.result(he2)[1 * 4 + c] == doctest::Approx(init_e[1 * 4 + c] - step1));
+    CHECK(b.result(he2)[3 * 4 + c] == doctest::Approx(init_e[3 * 4 + c] - step1));
+  }
+  CHECK(cl.global_step() == 1);
+
+  // Unfused: one request per pull/push and PS, all in flight together; same semantics.
+  {
+    auto uo = co;
+    uo.fuse = false;
+    ps::client<fw::asio_tcp> unfused({"worker", 1}, spec, m, uo);
+    b.clear();
+    b.push("b", std::span<const float>(gw.data(), 4));
+    const auto hb3 = b.pull("b");
+    const auto hw3 = b.pull("w");
+    const auto he3 = b.pull_rows("emb", ids);
+    unfused.run(b);
+    CHECK(unfused.stats().requests == 1 + 1 + 2 + 2);  // b: one slice; w: 2 slices; emb ids on both PS
+    for (std::size_t i = 0; i < 4; ++i) CHECK(b.result(hb3)[i] == doctest::Approx(0.5f - 0.1f * gw[i]));
+    std::vector<float> wv(b.result(hw3).begin(), b.result(hw3).end());
+    for (std::size_t i = 0; i < 40; ++i) CHECK(wv[i] == doctest::Approx(init_w[i] - 0.1f * gw[i]));
+    CHECK(b.result(he3).size() == 20);
+    auto bad = uo;
+    bad.mode = ps::training_mode::sync;
+    CHECK(error_of([&] {
+            ps::client<fw::asio_tcp> c({"worker", 1}, spec, m, bad);
+          }) == "ps client: fuse = false needs async training (a sync step is one request per PS): invalid argument");
+  }
+
+  // Client-side checks name the variable.
+  CHECK(error_of([&] { (void)cl.pull("nope"); }) ==
+        "pull: unknown variable 'nope' (model has: w, b, emb): invalid argument");
+  const std::vector<float> short_grad(3);
+  CHECK(error_of([&] { cl.push("b", short_grad); }) ==
+        "push of 'b': gradient has 3 values, the variable has 4: payload size does not match the destination");
+  const std::vector<std::int64_t> bad_ids{1000};
+  CHECK(error_of([&] { (void)cl.pull_rows("emb", bad_ids); }) ==
+        "pull_rows of 'emb': id 1000 out of range [0, 1000): invalid argument");
+  CHECK(error_of([&] { (void)cl.pull_rows("w", bad_ids); }) ==
+        "pull_rows of 'w': the variable is dense (use pull/push): invalid argument");
+  std::error_code ec;
+  b.clear();
+  b.pull("emb");
+  cl.run(b, ec);
+  CHECK(ec == fw::make_error_code(fw::errc::invalid_argument));
+  CHECK(b.error_message() == "pull of 'emb': the variable is an embedding (use pull_rows/push_rows)");
+
+  // A worker built from another model is refused by the PS.
+  {
+    auto other = m;
+    other.optimizer.learning_rate = 0.2f;
+    ps::client<fw::asio_tcp> stranger({"worker", 1}, spec, other, co);
+    const std::string msg = error_of([&] { (void)stranger.pull("b"); });
+    CHECK(msg.find("model fingerprint mismatch") != std::string::npos);
+  }
+
+  // Checkpoint on request, then shutdown.
+  cl.save_checkpoint();
+  CHECK(std::filesystem::exists(ps::checkpoint_path(dir, 0, 2)));
+  CHECK(std::filesystem::exists(ps::checkpoint_path(dir, 1, 2)));
+  cl.shutdown_servers();
+  CHECK(ps0.wait_for(10s));
+  CHECK(ps1.wait_for(10s));
+  ps0.stop();
+  ps1.stop();
+  // the fused push step, plus the unfused client's push of 'b' on the PS that holds it
+  CHECK(ps0.state().global_step() + ps1.state().global_step() == 3);
+  std::filesystem::remove_all(dir);
+}
