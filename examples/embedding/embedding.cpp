@@ -31,10 +31,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "launcher.hpp"
-#include "cluster_cli.hpp"
-#include "ps_common.hpp"
-#include "trainer_common.hpp"
+#include "common/launcher.hpp"
+#include "common/cluster_cli.hpp"
+#include "common/ps_common.hpp"
+#include "common/trainer_common.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mlp.hpp"
-#include "ps_common.hpp"
+#include "common/ps_common.hpp"
 
 namespace example {
 

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "fashion_mnist.hpp"
-#include "launcher.hpp"
+#include "common/launcher.hpp"
 #include "mlp.hpp"
-#include "trainer_common.hpp"
-#include "cluster_cli.hpp"
+#include "common/trainer_common.hpp"
+#include "common/cluster_cli.hpp"
 #include "ps_glue.hpp"
 
 namespace {

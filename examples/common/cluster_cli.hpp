@@ -12,7 +12,7 @@
 
 #include <fusewire/core/cluster_spec.hpp>
 
-#include "ps_common.hpp"
+#include "common/ps_common.hpp"
 
 namespace example {
 
