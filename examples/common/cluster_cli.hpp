@@ -25,8 +25,8 @@ struct cluster_flags {
   unsigned ps = 2;
   unsigned workers = 2;
   bool sync = false;
-  std::string mode = "block";
-  std::string fusion = "on";
+  std::string mode;    // empty: the environment's reactor mode, else block
+  std::string fusion;  // empty: on, with transport coalescing as the environment says
   std::string transport = default_transport;
   unsigned log_every = 0;
   std::uint64_t seed = 1;
@@ -53,7 +53,7 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   app.add_flag("--sync,!--async", f.sync,
                "synchronous training (the PS aggregates every worker's push per step); "
                "default async");
-  app.add_option("--mode", f.mode, "reactor wait mode (default block)")
+  app.add_option("--mode", f.mode, "reactor wait mode (default: as FUSEWIRE_REACTOR_MODE or *_ENABLE_POLLING say, else block)")
       ->check(CLI::IsMember({"poll", "adaptive", "block"}));
   app.add_option("--fusion", f.fusion, fusion_help)->check(CLI::IsMember({"on", "off"}));
   app.add_option("--transport", f.transport, std::string("TCP transport (default ") + default_transport + ")")
@@ -72,6 +72,9 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   app.add_option("--role", f.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
   app.add_option("--task", f.task, "index of this task within its job");
   app.add_option("--cluster", f.cluster, "cluster spec \"ps=h:p,h:p;worker=h:p,...\" (default: TF_CONFIG)");
+  app.footer(
+      "Every task reads fusewire's environment knobs (docs/configuration.md), e.g. FUSEWIRE_CLUSTER_TOKEN;\n"
+      "--mode and --fusion, when given, win over them. Tasks the launcher starts inherit the environment.");
 }
 
 /// For --role: the cluster from --cluster or TF_CONFIG with this task as self

@@ -19,6 +19,7 @@
 
 #include "common/cluster_cli.hpp"
 #include "common/launcher.hpp"
+#include "common/options.hpp"
 #include "common/transport.hpp"
 
 namespace example {
@@ -30,16 +31,14 @@ inline ps::training_mode training_mode(const cluster_flags& f) {
   return f.sync ? ps::training_mode::sync : ps::training_mode::async;
 }
 
-/// The options of a task of role `r`: --mode and --fusion. The reactors block
-/// by default: with six processes on a small machine, busy-polling reactors
-/// take the CPU the others need.
-inline fusewire::options net_options(const cluster_flags& f, fusewire::role) {
-  fusewire::options o;
-  o.mode = *fusewire::reactor_mode_from_string(f.mode);
-  o.coalesce = f.fused();
-  o.tensor_fuse = f.fused();
-  o.connect_timeout = std::chrono::seconds(60);
-  return o;
+/// The options of a task of role `r`: the environment's knobs, then --mode and
+/// --fusion when given. The reactors block by default: with six processes on
+/// a small machine, busy-polling reactors take the CPU the others need.
+inline fusewire::options net_options(const cluster_flags& f, fusewire::role r) {
+  option_choices command_line;
+  if (!f.mode.empty()) command_line.mode = fusewire::reactor_mode_from_string(f.mode);
+  if (!f.fusion.empty()) command_line.coalesce = command_line.tensor_fuse = f.fused();
+  return task_options(r, command_line, {.mode = fusewire::reactor_mode::block});
 }
 
 /// How a PS task of this run serves.

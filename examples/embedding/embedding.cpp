@@ -450,6 +450,7 @@ int run_local(const config& c) {
 
 int run_launcher(const CLI::App& app, const config& c) {
   const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  (void)net_options(c, fusewire::role::worker);  // checks the environment's knobs once, before any task starts
   std::printf("embedding: %u parameter servers + %u workers on loopback (%s), transport %s, %s\n", c.ps, c.workers,
               cluster.c_str(), c.transport.c_str(), c.sync ? "sync" : "async");
   std::fflush(stdout);
@@ -488,7 +489,7 @@ int main(int argc, char** argv) {
       "Trains a click-through model (hashed categorical features -> sparse embedding -> MLP) with\n"
       "parameter servers over fusewire, on synthetic data from a seeded rule. Without --role it\n"
       "launches the whole cluster on loopback."};
-  add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS)",
+  add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS; default on)",
                     "seed of the data rule and the initial values");
   app.add_option("--steps", c.steps, "steps per worker")->check(CLI::Range(1u, 10000000u));
   app.add_option("--batch", c.batch, "examples per step")->check(CLI::Range(1u, 65536u));

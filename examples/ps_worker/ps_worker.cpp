@@ -281,6 +281,7 @@ int run_ps(const config& c, const fusewire::cluster_spec& spec) {
 /// Starts every task of a loopback cluster and prints the summary table.
 int run_launcher(const CLI::App& app, const config& c) {
   const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  // Also checks the environment's knobs once, before any task starts.
   const std::string mode(fusewire::to_string(net_options(c, fusewire::role::worker).mode));
   std::printf("ps_worker: %u parameter servers + %u workers on loopback (%s), transport %s, mode %s, fusion %s, %s\n",
               c.ps, c.workers, cluster.c_str(), c.transport.c_str(), mode.c_str(), c.fused() ? "on" : "off",
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
       "Trains a one-hidden-layer MLP on Fashion-MNIST with parameter servers and workers over fusewire.\n"
       "Without --role it launches the whole cluster on loopback; with --role it is one task of a cluster\n"
       "given by --cluster or TF_CONFIG."};
-  add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request",
+  add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request (default on)",
                     "seed of initialization and data order");
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1u, 1000u));
   app.add_option("--batch", c.batch, "examples per worker step")->check(CLI::Range(1u, 60000u));
