@@ -42,7 +42,7 @@ struct cluster_flags {
 };
 
 /// The flags only the launcher reads; it passes the others on to its tasks.
-inline const std::vector<std::string> launcher_flags{"--ps",   "--workers", "--local", "--timeout",
+inline const std::vector<std::string> launcher_flags{"--ps",   "--workers", "--local",  "--timeout",
                                                      "--role", "--task",    "--cluster"};
 
 /// Registers the shared flags on `app`; `fusion_help` and `seed_help` say what
@@ -53,7 +53,8 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   app.add_flag("--sync,!--async", f.sync,
                "synchronous training (the PS aggregates every worker's push per step); "
                "default async");
-  app.add_option("--mode", f.mode, "reactor wait mode (default: as FUSEWIRE_REACTOR_MODE or *_ENABLE_POLLING say, else block)")
+  app.add_option("--mode", f.mode,
+                 "reactor wait mode (default: as FUSEWIRE_REACTOR_MODE or *_ENABLE_POLLING say, else block)")
       ->check(CLI::IsMember({"poll", "adaptive", "block"}));
   app.add_option("--fusion", f.fusion, fusion_help)->check(CLI::IsMember({"on", "off"}));
   app.add_option("--transport", f.transport, std::string("TCP transport (default ") + default_transport + ")")
@@ -67,7 +68,8 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   app.add_option("--seed", f.seed, seed_help);
   app.add_flag("--local", f.local, "train in this one process, no parameter servers (for comparison)");
   app.add_flag("--check-loss", f.check_loss, "exit 1 unless the training loss went down");
-  app.add_option("--timeout", f.timeout, "launcher: kill every task still running after this many seconds (default 600)")
+  app.add_option("--timeout", f.timeout,
+                 "launcher: kill every task still running after this many seconds (default 600)")
       ->check(CLI::Range(1u, 86400u));
   app.add_option("--role", f.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
   app.add_option("--task", f.task, "index of this task within its job");

@@ -49,8 +49,8 @@ inline fusewire::options task_options(fusewire::role r, const option_choices& co
       field = *fallback;
     }
   };
-  const bool mode_set =
-      is_set("FUSEWIRE_REACTOR_MODE") || is_set(r == fusewire::role::ps ? "PS_ENABLE_POLLING" : "WORKER_ENABLE_POLLING");
+  const bool mode_set = is_set("FUSEWIRE_REACTOR_MODE") ||
+                        is_set(r == fusewire::role::ps ? "PS_ENABLE_POLLING" : "WORKER_ENABLE_POLLING");
   choose(o.mode, command_line.mode, example_defaults.mode, mode_set);
   choose(o.coalesce, command_line.coalesce, example_defaults.coalesce, is_set("FUSEWIRE_COALESCE"));
   choose(o.tensor_fuse, command_line.tensor_fuse, example_defaults.tensor_fuse, is_set("TENSOR_FUSE"));

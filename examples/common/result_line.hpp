@@ -46,8 +46,8 @@ struct worker_result {
 
   /// Prints the "@result ..." line, then `extra` (" key=value ..."), and flushes stdout.
   void print(const std::string& extra = "") const {
-    std::printf("@result task=%u samples=%zu steps=%zu seconds=%.4f comm=%.4f first_loss=%.5f last_loss=%.5f%s\n",
-                task, samples, steps, seconds, comm_seconds, first_loss, last_loss, extra.c_str());
+    std::printf("@result task=%u samples=%zu steps=%zu seconds=%.4f comm=%.4f first_loss=%.5f last_loss=%.5f%s\n", task,
+                samples, steps, seconds, comm_seconds, first_loss, last_loss, extra.c_str());
     std::fflush(stdout);
   }
 };

@@ -290,25 +290,24 @@ int run_launcher(const CLI::App& app, const config& c) {
   const auto t0 = steady::now();
   worker_totals totals;
   std::optional<double> accuracy;
-  const bool ok = launch_cluster(
-      app, c, "ps_worker", cluster,
-      [&](const child_process&, const std::string& line) {
-        const auto r = parse_result(line);
-        if (r.at("@") == "@result") {
-          totals.add(r);
-        } else if (r.at("@") == "@accuracy") {
-          accuracy = num(r, "value");
-        }
-      },
-      {"--compare-local", "--skip-if-no-data"});
+  const bool ok = launch_cluster(app, c, "ps_worker", cluster,
+                                 [&](const child_process&, const std::string& line) {
+                                   const auto r = parse_result(line);
+                                   if (r.at("@") == "@result") {
+                                     totals.add(r);
+                                   } else if (r.at("@") == "@accuracy") {
+                                     accuracy = num(r, "value");
+                                   }
+                                 },
+                                 {"--compare-local", "--skip-if-no-data"});
   const double wall = since(t0);
   std::printf("\n%-28s %s\n", "ps_worker summary", ok ? "" : "(FAILED)");
   if (totals.results > 0) {
     std::printf("  %-26s %.0f (all workers, training only)\n", "samples/s", totals.samples_per_second());
     std::printf("  %-26s %.1f%% (time in pull+push / step time, mean over workers)\n", "communication share",
                 totals.comm_percent());
-    std::printf("  %-26s %.4f -> %.4f (mean of first/last tenth of steps)\n", "training loss",
-                totals.mean_first_loss(), totals.mean_last_loss());
+    std::printf("  %-26s %.4f -> %.4f (mean of first/last tenth of steps)\n", "training loss", totals.mean_first_loss(),
+                totals.mean_last_loss());
   }
   if (accuracy) std::printf("  %-26s %.4f\n", "test accuracy", *accuracy);
   std::printf("  %-26s %.1f s\n", "wall time", wall);

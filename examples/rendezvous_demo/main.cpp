@@ -287,8 +287,7 @@ int main(int argc, char** argv) {
   try {
     (void)demo_options(sender_task);  // a bad environment knob is reported before anything starts
     (void)demo_options(receiver_task);
-    return example::with_transport(transport,
-                                   [&]<class T>() { return run<T>(sizes, counts, timeout_seconds); });
+    return example::with_transport(transport, [&]<class T>() { return run<T>(sizes, counts, timeout_seconds); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rendezvous_demo: %s\n", e.what());
     return 1;
