@@ -21,7 +21,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,10 +30,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "launcher.hpp"
-#include "cluster_cli.hpp"
-#include "ps_common.hpp"
-#include "trainer_common.hpp"
+#include "common/cluster_cli.hpp"
+#include "common/ports.hpp"
+#include "common/ps_cluster.hpp"
+#include "common/result_line.hpp"
+#include "common/timing.hpp"
 
 namespace {
 
@@ -251,10 +251,7 @@ template <class Transport>
 class remote_params {
  public:
   remote_params(const config& c, const fusewire::cluster_spec& spec, const ps::model_spec& model)
-      : client_({"worker", c.task}, spec, model,
-                {.options = net_options(c.mode, c.fusion == "on"),
-                 .mode = training_mode(c.sync),
-                 .step_timeout = std::chrono::seconds(60)}) {}
+      : client_({"worker", c.task}, spec, model, client_config<Transport>(c)) {}
 
   void run(const exchange& x, ctr_model& m, std::vector<float>& rows) {
     b_.clear();
@@ -392,9 +389,8 @@ int train(const config& c, Params& params, Finish&& finish) {
   const double secs = since(t0);
   first /= static_cast<double>(window);
   last /= static_cast<double>(window);
-  std::printf("@result task=%u samples=%zu steps=%u seconds=%.4f comm=%.4f first_loss=%.5f last_loss=%.5f rows=%zu\n",
-              c.task, std::size_t{c.steps} * c.batch, c.steps, secs, comm, first, last, rows_pulled);
-  std::fflush(stdout);
+  worker_result{c.task, std::size_t{c.steps} * c.batch, c.steps, secs, comm, first, last}.print(
+      " rows=" + std::to_string(rows_pulled));
   int rc = 0;
   if (c.check_loss && !(last < first)) {
     std::printf("worker %u: FAILED: the loss did not go down (%.4f -> %.4f)\n", c.task, first, last);
@@ -452,84 +448,29 @@ int run_local(const config& c) {
   return train(c, params, [] { return true; });
 }
 
-std::vector<std::string> forwarded(const config& c) {
-  char lr[32];
-  std::snprintf(lr, sizeof lr, "%.9g", static_cast<double>(c.lr));
-  std::vector<std::string> a{"--steps",
-                             std::to_string(c.steps),
-                             "--batch",
-                             std::to_string(c.batch),
-                             "--fields",
-                             std::to_string(c.fields),
-                             "--vocab",
-                             std::to_string(c.vocab),
-                             "--dim",
-                             std::to_string(c.dim),
-                             "--hidden",
-                             std::to_string(c.hidden),
-                             "--lr",
-                             lr,
-                             "--mode",
-                             c.mode,
-                             "--fusion",
-                             c.fusion,
-                             "--transport",
-                             c.transport,
-                             "--eval-examples",
-                             std::to_string(c.eval_examples),
-                             "--log-every",
-                             std::to_string(c.log_every),
-                             "--seed",
-                             std::to_string(c.seed),
-                             c.sync ? "--sync" : "--async"};
-  if (c.check_loss) a.push_back("--check-loss");
-  if (c.min_auc > 0) a.insert(a.end(), {"--min-auc", std::to_string(c.min_auc)});
-  return a;
-}
-
-int run_launcher(const config& c) {
-  const std::string cluster = loopback_cluster(c.ps, c.workers);
+int run_launcher(const CLI::App& app, const config& c) {
+  const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  (void)net_options(c, fusewire::role::worker);  // checks the environment's knobs once, before any task starts
   std::printf("embedding: %u parameter servers + %u workers on loopback (%s), transport %s, %s\n", c.ps, c.workers,
               cluster.c_str(), c.transport.c_str(), c.sync ? "sync" : "async");
   std::fflush(stdout);
   const auto t0 = steady::now();
-  std::vector<child_process> kids;
-  const auto args = forwarded(c);
-  for (unsigned i = 0; i < c.ps + c.workers; ++i) {
-    const bool worker = i >= c.ps;
-    const unsigned task = worker ? i - c.ps : i;
-    std::vector<std::string> a{"embedding", "--role", worker ? "worker" : "ps", "--task", std::to_string(task),
-                               "--cluster", cluster};
-    a.insert(a.end(), args.begin(), args.end());
-    kids.push_back(spawn_self((worker ? "worker:" : "ps:") + std::to_string(task), worker, a));
-  }
-  double samples = 0, max_secs = 0, comm = 0, secs = 0, first = 0, last = 0;
-  unsigned results = 0;
-  std::optional<std::map<std::string, std::string>> final_auc;
-  const bool ok = supervise(
-      kids,
-      [&](const child_process&, const std::string& line) {
-        const auto r = parse_result(line);
-        if (r.at("@") == "@result") {
-          ++results;
-          samples += num(r, "samples");
-          secs += num(r, "seconds");
-          max_secs = std::max(max_secs, num(r, "seconds"));
-          comm += num(r, "comm");
-          first += num(r, "first_loss");
-          last += num(r, "last_loss");
-        } else if (r.at("@") == "@auc") {
-          final_auc = r;
-        }
-      },
-      std::chrono::seconds(c.timeout));
+  worker_totals totals;
+  std::optional<result_fields> final_auc;
+  const bool ok = launch_cluster(app, c, "embedding", cluster, [&](const child_process&, const std::string& line) {
+    const auto r = parse_result(line);
+    if (r.at("@") == "@result") {
+      totals.add(r);
+    } else if (r.at("@") == "@auc") {
+      final_auc = r;
+    }
+  });
   std::printf("\nembedding summary %s\n", ok ? "" : "(FAILED)");
-  if (results > 0) {
-    std::printf("  %-24s %.0f (all workers)\n", "examples/s", max_secs > 0 ? samples / max_secs : 0.0);
-    std::printf("  %-24s %.1f%% (time in pull+push / step time)\n", "communication share",
-                secs > 0 ? 100.0 * comm / secs : 0.0);
-    std::printf("  %-24s %.4f -> %.4f (first/last tenth of steps)\n", "training log loss", first / results,
-                last / results);
+  if (totals.results > 0) {
+    std::printf("  %-24s %.0f (all workers)\n", "examples/s", totals.samples_per_second());
+    std::printf("  %-24s %.1f%% (time in pull+push / step time)\n", "communication share", totals.comm_percent());
+    std::printf("  %-24s %.4f -> %.4f (first/last tenth of steps)\n", "training log loss", totals.mean_first_loss(),
+                totals.mean_last_loss());
   }
   if (final_auc) {
     std::printf("  %-24s %.4f (the true rule: %.4f; log loss %.4f on %s examples)\n", "held-out AUC",
@@ -548,7 +489,7 @@ int main(int argc, char** argv) {
       "Trains a click-through model (hashed categorical features -> sparse embedding -> MLP) with\n"
       "parameter servers over fusewire, on synthetic data from a seeded rule. Without --role it\n"
       "launches the whole cluster on loopback."};
-  add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS)",
+  add_cluster_flags(app, c, "coalesce small sends (the step is always one request per PS; default on)",
                     "seed of the data rule and the initial values");
   app.add_option("--steps", c.steps, "steps per worker")->check(CLI::Range(1u, 10000000u));
   app.add_option("--batch", c.batch, "examples per step")->check(CLI::Range(1u, 65536u));
@@ -564,17 +505,13 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   try {
     if (c.local) return run_local(c);
-    if (c.role.empty()) return run_launcher(c);
-    const std::optional<fusewire::cluster_spec> spec = task_cluster(app, c, "embedding");
-    if (!spec) return 2;
-    return with_transport(c.transport, [&]<class Transport>() {
+    if (c.role.empty()) return run_launcher(app, c);
+    return run_task(app, c, "embedding", [&]<class Transport>(const fusewire::cluster_spec& spec) {
       if (c.role == "ps") {
-        ps::serve_until_signal<Transport>(
-            {"ps", c.task}, *spec, make_model(c),
-            {.options = net_options(c.mode, c.fusion == "on"), .mode = training_mode(c.sync)});
+        ps::serve_until_signal<Transport>({"ps", c.task}, spec, make_model(c), server_config<Transport>(c));
         return 0;
       }
-      return run_worker<Transport>(c, *spec);
+      return run_worker<Transport>(c, spec);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "embedding: %s\n", e.what());

@@ -4,25 +4,24 @@
 #pragma once
 
 #include <fusewire/core/cluster_spec.hpp>
-#include <fusewire/core/options.hpp>
 #include <fusewire/ps/ps.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlp.hpp"
-#include "ps_common.hpp"
 
 namespace example {
 
+namespace ps = fusewire::ps;
+
 /// What the PS-side choices of a run are; every process of the run gets the same.
 struct glue_options {
-  std::string mode = "block";
   bool fusion = true;
   std::string optimizer = "adam";
   float lr = 1e-3f;
@@ -85,17 +84,13 @@ class local_optimizer {
   tensors slots_;
 };
 
-inline fusewire::options net_options(const glue_options& g) { return net_options(g.mode, g.fusion); }
-
 /// One worker's connection to the parameter servers.
 template <class Transport>
 class ps_session {
  public:
-  ps_session(const fusewire::cluster_spec& spec, unsigned task, const mlp_shape& s, const glue_options& g)
-      : g_(g),
-        model_(make_model(s, g)),
-        client_({"worker", task}, spec, model_,
-                {.options = net_options(g), .mode = training_mode(g.sync), .step_timeout = std::chrono::seconds(60)}) {
+  ps_session(const fusewire::cluster_spec& spec, unsigned task, const mlp_shape& s, const glue_options& g,
+             ps::client_config<Transport> config)
+      : g_(g), model_(make_model(s, g)), client_({"worker", task}, spec, model_, std::move(config)) {
     if (g.sync && !g.fusion) {
       throw std::invalid_argument(
           "--fusion off needs --async: in sync mode each worker step must be one request "

@@ -18,13 +18,16 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/cluster_cli.hpp"
+#include "common/ports.hpp"
+#include "common/ps_cluster.hpp"
+#include "common/result_line.hpp"
+#include "common/timing.hpp"
 #include "fashion_mnist.hpp"
-#include "launcher.hpp"
 #include "mlp.hpp"
-#include "trainer_common.hpp"
-#include "cluster_cli.hpp"
 #include "ps_glue.hpp"
 
 namespace {
@@ -46,43 +49,7 @@ struct config : cluster_flags {
   double min_accuracy = 0.0;
 };
 
-glue_options glue(const config& c) { return glue_options{c.mode, c.fusion == "on", c.optimizer, c.lr, c.sync, c.seed}; }
-
-/// The options every role understands, forwarded by the launcher to its children.
-std::vector<std::string> forwarded(const config& c) {
-  char lr[32];
-  std::snprintf(lr, sizeof lr, "%.9g", static_cast<double>(c.lr));
-  std::vector<std::string> a{"--epochs",
-                             std::to_string(c.epochs),
-                             "--batch",
-                             std::to_string(c.batch),
-                             "--lr",
-                             lr,
-                             "--optimizer",
-                             c.optimizer,
-                             "--mode",
-                             c.mode,
-                             "--fusion",
-                             c.fusion,
-                             "--transport",
-                             c.transport,
-                             "--data",
-                             c.data,
-                             "--hidden",
-                             std::to_string(c.hidden),
-                             "--seed",
-                             std::to_string(c.seed),
-                             "--train-limit",
-                             std::to_string(c.train_limit),
-                             "--test-limit",
-                             std::to_string(c.test_limit),
-                             "--log-every",
-                             std::to_string(c.log_every),
-                             c.sync ? "--sync" : "--async"};
-  if (c.check_loss) a.push_back("--check-loss");
-  if (c.min_accuracy > 0) a.insert(a.end(), {"--min-accuracy", std::to_string(c.min_accuracy)});
-  return a;
-}
+glue_options glue(const config& c) { return glue_options{c.fused(), c.optimizer, c.lr, c.sync, c.seed}; }
 
 /// The training data this worker sees: a fixed global shuffle, then every W-th example.
 struct shard {
@@ -127,16 +94,6 @@ fashion_mnist load(const config& c) {
   trim(d.test, c.test_limit);
   return d;
 }
-
-/// What one worker measured.
-struct worker_stats {
-  std::size_t samples = 0;
-  std::size_t steps = 0;
-  double seconds = 0;
-  double comm_seconds = 0;
-  double first_loss = 0;
-  double last_loss = 0;
-};
 
 /// The mean loss of the first and last tenth of the steps decide "loss went down".
 class loss_tracker {
@@ -234,20 +191,23 @@ int run_worker(const config& c, const fusewire::cluster_spec& spec) {
                 workers, c.batch);
     return 1;
   }
-  ps_session<Transport> session(spec, c.task, shape, glue(c));
+  ps::client_config<Transport> net = client_config<Transport>(c);
+  const std::string mode(fusewire::to_string(net.options.mode));
+  ps_session<Transport> session(spec, c.task, shape, glue(c), std::move(net));
   if (c.task == 0) {
     std::printf(
         "worker 0: %zu training images in %u shards, %zu steps each, MLP %zu-%zu-%zu, %s lr %g, %s, "
         "batch %u, %u epochs, transport %s, mode %s, fusion %s, %s\n",
         d.train.count, workers, total, shape.inputs, shape.hidden, shape.classes, c.optimizer.c_str(),
-        static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs, c.transport.c_str(), c.mode.c_str(),
-        c.fusion.c_str(), blas_name());
+        static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs, c.transport.c_str(), mode.c_str(),
+        c.fused() ? "on" : "off", blas_name());
     std::fflush(stdout);
   }
 
   const unsigned log_every = c.log_every ? c.log_every : static_cast<unsigned>(std::max<std::size_t>(1, total / 8));
   loss_tracker lt(total);
-  worker_stats st;
+  worker_result st;
+  st.task = c.task;
   tensors params, grads;
   std::vector<float> x;
   std::vector<std::uint8_t> y;
@@ -285,9 +245,9 @@ int run_worker(const config& c, const fusewire::cluster_spec& spec) {
   st.seconds = since(t0);
   st.steps = total;
   st.samples = total * c.batch;
-  std::printf("@result task=%u samples=%zu steps=%zu seconds=%.4f comm=%.4f first_loss=%.5f last_loss=%.5f\n", c.task,
-              st.samples, st.steps, st.seconds, st.comm_seconds, lt.first(), lt.last());
-  std::fflush(stdout);
+  st.first_loss = lt.first();
+  st.last_loss = lt.last();
+  st.print();
   int rc = 0;
   if (c.check_loss && !(lt.last() < lt.first())) {
     std::printf("worker %u: FAILED: the loss did not go down (%.4f -> %.4f)\n", c.task, lt.first(), lt.last());
@@ -314,60 +274,40 @@ int run_ps(const config& c, const fusewire::cluster_spec& spec) {
   // The PS needs the model's shape only: the image size is fixed by the dataset format.
   mlp_shape shape;
   shape.hidden = c.hidden;
-  const glue_options g = glue(c);
-  ps::serve_until_signal<Transport>({"ps", c.task}, spec, make_model(shape, g),
-                                    {.options = net_options(g), .mode = training_mode(c.sync)});
+  ps::serve_until_signal<Transport>({"ps", c.task}, spec, make_model(shape, glue(c)), server_config<Transport>(c));
   return 0;
 }
 
 /// Starts every task of a loopback cluster and prints the summary table.
-int run_launcher(const config& c) {
-  const std::string cluster = loopback_cluster(c.ps, c.workers);
+int run_launcher(const CLI::App& app, const config& c) {
+  const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  // Also checks the environment's knobs once, before any task starts.
+  const std::string mode(fusewire::to_string(net_options(c, fusewire::role::worker).mode));
   std::printf("ps_worker: %u parameter servers + %u workers on loopback (%s), transport %s, mode %s, fusion %s, %s\n",
-              c.ps, c.workers, cluster.c_str(), c.transport.c_str(), c.mode.c_str(), c.fusion.c_str(),
+              c.ps, c.workers, cluster.c_str(), c.transport.c_str(), mode.c_str(), c.fused() ? "on" : "off",
               c.sync ? "sync" : "async");
   std::fflush(stdout);
   const auto t0 = steady::now();
-  std::vector<child_process> kids;
-  auto args = forwarded(c);
-  for (unsigned i = 0; i < c.ps; ++i) {
-    std::vector<std::string> a{"ps_worker", "--role", "ps", "--task", std::to_string(i), "--cluster", cluster};
-    a.insert(a.end(), args.begin(), args.end());
-    kids.push_back(spawn_self("ps:" + std::to_string(i), false, a));
-  }
-  for (unsigned i = 0; i < c.workers; ++i) {
-    std::vector<std::string> a{"ps_worker", "--role", "worker", "--task", std::to_string(i), "--cluster", cluster};
-    a.insert(a.end(), args.begin(), args.end());
-    kids.push_back(spawn_self("worker:" + std::to_string(i), true, a));
-  }
-  double samples = 0, max_secs = 0, comm = 0, secs = 0, first = 0, last = 0;
-  unsigned results = 0;
+  worker_totals totals;
   std::optional<double> accuracy;
-  const bool ok = supervise(
-      kids,
-      [&](const child_process&, const std::string& line) {
-        const auto r = parse_result(line);
-        if (r.at("@") == "@result") {
-          ++results;
-          samples += num(r, "samples");
-          secs += num(r, "seconds");
-          max_secs = std::max(max_secs, num(r, "seconds"));
-          comm += num(r, "comm");
-          first += num(r, "first_loss");
-          last += num(r, "last_loss");
-        } else if (r.at("@") == "@accuracy") {
-          accuracy = num(r, "value");
-        }
-      },
-      std::chrono::seconds(c.timeout));
+  const bool ok = launch_cluster(app, c, "ps_worker", cluster,
+                                 [&](const child_process&, const std::string& line) {
+                                   const auto r = parse_result(line);
+                                   if (r.at("@") == "@result") {
+                                     totals.add(r);
+                                   } else if (r.at("@") == "@accuracy") {
+                                     accuracy = num(r, "value");
+                                   }
+                                 },
+                                 {"--compare-local", "--skip-if-no-data"});
   const double wall = since(t0);
   std::printf("\n%-28s %s\n", "ps_worker summary", ok ? "" : "(FAILED)");
-  if (results > 0) {
-    std::printf("  %-26s %.0f (all workers, training only)\n", "samples/s", max_secs > 0 ? samples / max_secs : 0.0);
+  if (totals.results > 0) {
+    std::printf("  %-26s %.0f (all workers, training only)\n", "samples/s", totals.samples_per_second());
     std::printf("  %-26s %.1f%% (time in pull+push / step time, mean over workers)\n", "communication share",
-                secs > 0 ? 100.0 * comm / secs : 0.0);
-    std::printf("  %-26s %.4f -> %.4f (mean of first/last tenth of steps)\n", "training loss", first / results,
-                last / results);
+                totals.comm_percent());
+    std::printf("  %-26s %.4f -> %.4f (mean of first/last tenth of steps)\n", "training loss", totals.mean_first_loss(),
+                totals.mean_last_loss());
   }
   if (accuracy) std::printf("  %-26s %.4f\n", "test accuracy", *accuracy);
   std::printf("  %-26s %.1f s\n", "wall time", wall);
@@ -391,7 +331,7 @@ int main(int argc, char** argv) {
       "Trains a one-hidden-layer MLP on Fashion-MNIST with parameter servers and workers over fusewire.\n"
       "Without --role it launches the whole cluster on loopback; with --role it is one task of a cluster\n"
       "given by --cluster or TF_CONFIG."};
-  add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request",
+  add_cluster_flags(app, c, "fuse each step's pulls/pushes to one PS into one request (default on)",
                     "seed of initialization and data order");
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1u, 1000u));
   app.add_option("--batch", c.batch, "examples per worker step")->check(CLI::Range(1u, 60000u));
@@ -408,7 +348,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", c.min_accuracy, "exit 1 if the final test accuracy is below this");
   CLI11_PARSE(app, argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
-  if (c.sync && c.fusion == "off") {
+  if (c.sync && !c.fused()) {
     std::fprintf(stderr, "ps_worker: --fusion off needs --async (a sync step must be one request per PS)\n");
     return 2;
   }
@@ -422,11 +362,9 @@ int main(int argc, char** argv) {
       }
     }
     if (c.local) return run_local(c);
-    if (c.role.empty()) return run_launcher(c);
-    const std::optional<fusewire::cluster_spec> spec = task_cluster(app, c, "ps_worker");
-    if (!spec) return 2;
-    return with_transport(c.transport, [&]<class Transport>() {
-      return c.role == "ps" ? run_ps<Transport>(c, *spec) : run_worker<Transport>(c, *spec);
+    if (c.role.empty()) return run_launcher(app, c);
+    return run_task(app, c, "ps_worker", [&]<class Transport>(const fusewire::cluster_spec& spec) {
+      return c.role == "ps" ? run_ps<Transport>(c, spec) : run_worker<Transport>(c, spec);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ps_worker: %s\n", e.what());

@@ -5,15 +5,8 @@
 // ps:0 (it receives into posted destination buffers, checks every tensor and
 // answers with how many were intact). Exit status 0 = every tensor verified.
 #include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,10 +16,16 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/launcher.hpp"
+#include "common/options.hpp"
+#include "common/ports.hpp"
+#include "common/transport.hpp"
 
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
@@ -35,12 +34,13 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto op_timeout = 60s;
+constexpr unsigned default_timeout_seconds = 600;
 const fw::task_id sender_task{"worker", 0};
 const fw::task_id receiver_task{"ps", 0};
 
 void usage(std::FILE* out, const char* argv0) {
   std::fprintf(out,
-               "usage: %s [--transport asio|uring] [--sizes LIST] [--count N]\n"
+               "usage: %s [--transport asio|uring] [--sizes LIST] [--count N] [--timeout S]\n"
                "\n"
                "Forks a second process and moves tensors to it over loopback TCP with\n"
                "fusewire's rendezvous send/recv, verifying every byte.\n"
@@ -49,8 +49,12 @@ void usage(std::FILE* out, const char* argv0) {
                "  --sizes LIST            comma-separated tensor sizes, with optional K/M suffix\n"
                "                          (default: 1,1K,64K,1M,16M; each at most 256M)\n"
                "  --count N               tensors per size (default: enough for ~64 MiB, 4..2000)\n"
-               "  --help                  this text\n",
-               argv0);
+               "  --timeout S             stop the receiving process if it still runs S seconds after\n"
+               "                          it started (default %u)\n"
+               "  --help                  this text\n"
+               "\n"
+               "fusewire's environment knobs apply (docs/configuration.md), e.g. FUSEWIRE_CLUSTER_TOKEN.\n",
+               argv0, default_timeout_seconds);
 }
 
 std::optional<std::size_t> parse_size(std::string_view s) {
@@ -69,20 +73,6 @@ std::optional<std::size_t> parse_size(std::string_view s) {
   return v * mult;
 }
 
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    throw std::system_error(errno, std::system_category(), "cannot find a free loopback port");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 fw::tensor_buffer pattern(std::size_t n, std::uint32_t seed) {
   auto b = fw::tensor_buffer::allocate(n);
   std::uint32_t x = seed * 2654435761u + 1;
@@ -99,35 +89,46 @@ std::string human(std::size_t n) {
   return std::to_string(n) + " B";
 }
 
-fw::options demo_options() {
-  fw::options o;
-  o.mode = fw::reactor_mode::adaptive;
-  o.connect_timeout = 20000ms;
-  return o;
+/// The environment's options for task `t`; a peer that cannot be reached fails after 20 s
+/// unless FUSEWIRE_CONNECT_TIMEOUT_MS says otherwise.
+fw::options demo_options(const fw::task_id& t) {
+  return example::task_options(example::role_of_job(t.job), {}, {.connect_timeout = 20000ms});
 }
 
 /// The child: receives `count` tensors of each size, checks them, answers with the number intact.
 template <class T>
 int receiver(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts) {
-  rv::endpoint<T> ep(receiver_task, spec, {.options = demo_options()});
+  rv::endpoint<T> ep(receiver_task, spec, {.options = demo_options(receiver_task)});
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const std::size_t n = sizes[s];
-    const auto expect = pattern(n, static_cast<std::uint32_t>(n));
-    std::atomic<unsigned> left{counts[s]}, intact{0};
-    std::promise<void> all;
+    // Shared with the callbacks: one that fires after the bounded wait below gave up still finds it.
+    struct tally {
+      fw::tensor_buffer expect;
+      std::atomic<unsigned> left{0}, intact{0};
+      std::promise<void> all;
+    };
+    auto t = std::make_shared<tally>();
+    t->expect = pattern(n, static_cast<std::uint32_t>(n));
+    t->left = counts[s];
+    std::future<void> all = t->all.get_future();
     for (unsigned i = 0; i < counts[s]; ++i) {
       ep.recv(
           sender_task, "t/" + std::to_string(n) + "/" + std::to_string(i), fw::tensor_buffer::allocate(n),
-          [&](std::error_code ec, fw::tensor_buffer b) {
-            if (!ec && b.size() == n && (n == 0 || std::memcmp(b.data(), expect.data(), n) == 0)) ++intact;
+          [t, n](std::error_code ec, fw::tensor_buffer b) {
+            if (!ec && b.size() == n && (n == 0 || std::memcmp(b.data(), t->expect.data(), n) == 0)) ++t->intact;
             if (ec) std::fprintf(stderr, "receiver: a %s tensor failed: %s\n", human(n).c_str(), ec.message().c_str());
-            if (--left == 0) all.set_value();
+            if (--t->left == 0) t->all.set_value();
           },
           op_timeout);
     }
-    all.get_future().wait();
+    // Every recv completes within op_timeout, with its tensor or an error; a few seconds more is a bug.
+    if (all.wait_for(op_timeout + 5s) != std::future_status::ready) {
+      std::fprintf(stderr, "receiver: %u of %u %s tensors still pending after %lld s\n", t->left.load(), counts[s],
+                   human(n).c_str(), static_cast<long long>((op_timeout + 5s).count()));
+      return 1;
+    }
     auto answer = fw::tensor_buffer::allocate(sizeof(std::uint32_t));
-    const std::uint32_t good = intact.load();
+    const std::uint32_t good = t->intact.load();
     std::memcpy(answer.data(), &good, sizeof good);
     if (auto ec = ep.send_sync(sender_task, "ack/" + std::to_string(n), std::move(answer), op_timeout)) {
       std::fprintf(stderr, "receiver: cannot answer: %s\n", ec.message().c_str());
@@ -147,7 +148,7 @@ struct row {
 /// The parent: sends, waits for each size's answer, prints the table.
 template <class T>
 int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts) {
-  rv::endpoint<T> ep(sender_task, spec, {.options = demo_options()});
+  rv::endpoint<T> ep(sender_task, spec, {.options = demo_options(sender_task)});
   std::vector<row> rows;
   bool ok = true;
   for (std::size_t s = 0; s < sizes.size(); ++s) {
@@ -187,44 +188,28 @@ int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, 
 }
 
 template <class T>
-int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts) {
-  const std::uint16_t ps_port = free_port();
-  std::uint16_t worker_port = free_port();
-  while (worker_port == ps_port) worker_port = free_port();
-  const auto spec = fw::cluster_spec::from_string("ps=127.0.0.1:" + std::to_string(ps_port) +
-                                                  ";worker=127.0.0.1:" + std::to_string(worker_port));
+int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts, unsigned timeout_seconds) {
+  const auto spec = fw::cluster_spec::from_string(example::loopback_cluster({{"ps", 1}, {"worker", 1}}));
   std::printf("rendezvous_demo: worker:0 (pid %d) -> ps:0 over %s on 127.0.0.1 (ports %u, %u)\n", ::getpid(),
-              T::name().data(), worker_port, ps_port);
+              T::name().data(), spec.control_endpoint(sender_task).port, spec.control_endpoint(receiver_task).port);
   std::fflush(stdout);
-  const pid_t child = ::fork();
-  if (child < 0) {
-    std::perror("rendezvous_demo: fork");
-    return 1;
-  }
-  if (child == 0) {
-    ::alarm(600);
-    int rc = 1;
+  std::vector<example::child_process> kids;
+  kids.push_back(example::spawn_function(receiver_task.to_string(), example::child_kind::task, [&] {
     try {
-      rc = receiver<T>(spec, sizes, counts);
+      return receiver<T>(spec, sizes, counts);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rendezvous_demo (receiver): %s\n", e.what());
+      return 1;
     }
-    std::fflush(stderr);
-    ::_exit(rc);
-  }
+  }));
   int rc = 1;
   try {
     rc = sender<T>(spec, sizes, counts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rendezvous_demo: %s\n", e.what());
   }
-  if (rc != 0) ::kill(child, SIGTERM);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "rendezvous_demo: the receiving process failed (status %d)\n", status);
-    rc = 1;
-  }
+  if (rc != 0) example::stop(kids.front());
+  if (!example::supervise(kids, {}, {.deadline = std::chrono::seconds(timeout_seconds)}, "rendezvous_demo")) rc = 1;
   std::printf("%s\n", rc == 0 ? "rendezvous_demo: all tensors verified byte for byte" : "rendezvous_demo: FAILED");
   return rc;
 }
@@ -232,14 +217,10 @@ int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& coun
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string transport =
-#if FUSEWIRE_HAS_URING
-      "uring";
-#else
-      "asio";
-#endif
+  std::string transport = example::default_transport;
   std::vector<std::size_t> sizes{1, 1024, 64 * 1024, 1 << 20, 16 << 20};
   std::optional<unsigned> count;
+  unsigned timeout_seconds = default_timeout_seconds;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     auto value = [&](const char* name) -> std::string_view {
@@ -280,6 +261,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       count = static_cast<unsigned>(*n);
+    } else if (arg == "--timeout") {
+      const auto n = parse_size(value("--timeout"));
+      if (!n || *n == 0 || *n > 86400) {
+        std::fprintf(stderr, "rendezvous_demo: --timeout must be a number of seconds from 1 to 86400\n");
+        return 2;
+      }
+      timeout_seconds = static_cast<unsigned>(*n);
     } else {
       std::fprintf(stderr, "rendezvous_demo: unknown argument '%s' (see --help)\n", argv[i]);
       return 2;
@@ -291,17 +279,17 @@ int main(int argc, char** argv) {
         count ? *count
               : static_cast<unsigned>(std::clamp<std::size_t>((64u << 20) / std::max<std::size_t>(n, 1), 4, 2000)));
   }
-  ::signal(SIGPIPE, SIG_IGN);
-  if (transport == "asio") return run<fw::asio_tcp>(sizes, counts);
-  if (transport == "uring") {
-#if FUSEWIRE_HAS_URING
-    return run<fw::uring_tcp>(sizes, counts);
-#else
-    std::fprintf(stderr,
-                 "rendezvous_demo: this build has no io_uring transport (liburing not found); use --transport asio\n");
+  if (auto problem = example::transport_problem(transport)) {
+    std::fprintf(stderr, "rendezvous_demo: --transport %s: %s (see --help)\n", transport.c_str(), problem->c_str());
     return 2;
-#endif
   }
-  std::fprintf(stderr, "rendezvous_demo: --transport '%s' is not one of: asio, uring\n", transport.c_str());
-  return 2;
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    (void)demo_options(sender_task);  // a bad environment knob is reported before anything starts
+    (void)demo_options(receiver_task);
+    return example::with_transport(transport, [&]<class T>() { return run<T>(sizes, counts, timeout_seconds); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous_demo: %s\n", e.what());
+    return 1;
+  }
 }

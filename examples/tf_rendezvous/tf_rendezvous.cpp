@@ -31,18 +31,14 @@
 #include <fusewire/graph/rendezvous_channel.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/tf/tf.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstring>
+
+#include "common/launcher.hpp"
+#include "common/options.hpp"
+#include "common/ports.hpp"
+#include "common/result_line.hpp"
+#include "common/transport.hpp"
 
 namespace fg = fusewire::graph;
 namespace tf = fusewire::tf;
@@ -51,7 +47,7 @@ namespace {
 
 constexpr std::string_view usage_text =
     "usage: tf_rendezvous [--protocol NAME] [--tensor-fuse[=BOOL]] [--steps N] [--loop] [--key KEY]\n"
-    "                     [--processes asio|uring]\n"
+    "                     [--processes asio|uring] [--timeout S]\n"
     "\n"
     "Shows what a TensorFlow fork's rendezvous manager asks of fusewire: the session's\n"
     "protocol and tensor_fuse, the partition plan of a placed wide-and-deep graph, a few\n"
@@ -68,7 +64,12 @@ constexpr std::string_view usage_text =
     "  --key KEY            also map this rendezvous key (src_device;incarnation;dst_device;name;frame:iter)\n"
     "  --processes NAME     run every task in its own process, messages over loopback TCP with\n"
     "                       fusewire's asio or uring transport (default: all tasks in this process)\n"
+    "  --timeout S          with --processes: stop every process still running S seconds after\n"
+    "                       the first started, 1 to 3600 (default 60)\n"
     "  --help               print this text\n"
+    "\n"
+    "With --processes every task reads fusewire's environment knobs (docs/configuration.md),\n"
+    "e.g. FUSEWIRE_CLUSTER_TOKEN.\n"
     "\n"
     "exit status: 0 done, 1 the plan or a step failed, 2 bad command line\n";
 
@@ -84,8 +85,19 @@ struct settings {
   bool loop = false;
   std::optional<std::string> key;
   std::optional<std::string> processes;
+  int timeout_seconds = 60;
   bool help = false;
 };
+
+/// `text` as a whole number from 1 to `max`, else a usage_error naming `flag`.
+int whole_number(std::string_view flag, const std::string& text, long max) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n < 1 || n > max) {
+    throw usage_error{std::string(flag) + " " + text + ": expected a whole number from 1 to " + std::to_string(max)};
+  }
+  return static_cast<int>(n);
+}
 
 settings parse_args(int argc, char** argv) {
   settings s;
@@ -113,17 +125,12 @@ settings parse_args(int argc, char** argv) {
     } else if (auto k = value_of(i, arg, "--key")) {
       s.key = *k;
     } else if (auto t = value_of(i, arg, "--processes")) {
-      if (*t != "asio" && *t != "uring") throw usage_error{"--processes " + *t + ": expected asio or uring"};
-#if !FUSEWIRE_HAS_URING
-      if (*t == "uring") throw usage_error{"--processes uring: this build has no uring transport; use asio"};
-#endif
+      if (auto problem = example::transport_problem(*t)) throw usage_error{"--processes " + *t + ": " + *problem};
       s.processes = *t;
     } else if (auto n = value_of(i, arg, "--steps")) {
-      char* end = nullptr;
-      const long steps = std::strtol(n->c_str(), &end, 10);
-      if (n->empty() || *end != '\0' || steps < 1 || steps > 1000)
-        throw usage_error{"--steps " + *n + ": expected a whole number from 1 to 1000"};
-      s.steps = static_cast<int>(steps);
+      s.steps = whole_number("--steps", *n, 1000);
+    } else if (auto n = value_of(i, arg, "--timeout")) {
+      s.timeout_seconds = whole_number("--timeout", *n, 3600);
     } else {
       throw usage_error{"unknown option '" + std::string(arg) + "'"};
     }
@@ -251,31 +258,22 @@ struct step_row {
   bool same = true;
 };
 
-/// A loopback port the kernel just handed out (and took back).
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    throw std::runtime_error("no free loopback port");
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+/// The options of the process of task `t`: the environment's knobs; unless they
+/// say otherwise, reactors that sleep when idle (three processes share the
+/// machine) and 20 s to reach a peer.
+fusewire::options task_options(const fusewire::task_id& t) {
+  return example::task_options(example::role_of_job(t.job), {},
+                               {.mode = fusewire::reactor_mode::block, .connect_timeout = std::chrono::seconds(20)});
 }
 
 /// What one task's process does: its partition, step after step, over an
 /// endpoint; reports per step what it sent (and, on the worker, the loss and
-/// whether its fetches equal the one-process run) through `out`.
+/// whether its fetches equal the one-process run) in an "@step" line.
 template <class Transport>
 int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluster_spec& cluster, int steps,
-                 const std::vector<std::map<std::string, fg::tensor>>& want, int out) {
+                 const std::vector<std::map<std::string, fg::tensor>>& want) {
   const auto& part = plan.partitions[index];
-  fusewire::options opts;
-  opts.mode = fusewire::reactor_mode::block;
-  opts.connect_timeout = std::chrono::seconds(20);
-  fusewire::rendezvous::endpoint<Transport> ep(part.task, cluster, {.options = opts});
+  fusewire::rendezvous::endpoint<Transport> ep(part.task, cluster, {.options = task_options(part.task)});
   fg::rendezvous_channel<Transport> channel(ep, {.recv_timeout = std::chrono::seconds(20), .on_send_error = {}});
   fg::executor ex(part.graph);
   const auto inputs = feeds();
@@ -287,87 +285,93 @@ int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluste
     for (const auto& f : fetches) row.same = row.same && got.at(f) == want[static_cast<std::size_t>(step - 1)].at(f);
     if (got.count("loss")) row.loss = got.at("loss").values.at(0);
     const auto sent = channel.sent(static_cast<std::uint64_t>(step));
-    row.messages = sent.messages;
-    row.tensors = sent.tensors;
-    row.bytes = sent.bytes;
-    if (::write(out, &row, sizeof row) != static_cast<ssize_t>(sizeof row)) return 1;
+    // %.17g: the launcher adds up the very same double.
+    std::printf("@step n=%d loss=%.17g messages=%llu tensors=%llu bytes=%llu same=%d\n", step, row.loss,
+                static_cast<unsigned long long>(sent.messages), static_cast<unsigned long long>(sent.tensors),
+                static_cast<unsigned long long>(sent.bytes), row.same ? 1 : 0);
+    std::fflush(stdout);
   }
-  if (!channel.flush() || channel.error()) return 1;
+  if (!channel.flush()) {
+    std::fprintf(stderr, "tf_rendezvous: sends still in flight after 30 s\n");
+    return 1;
+  }
+  if (const std::error_code ec = channel.error()) {
+    std::fprintf(stderr, "tf_rendezvous: a send failed: %s\n", ec.message().c_str());
+    return 1;
+  }
   // Nobody closes its endpoint before every task is done.
   const auto& first = plan.partitions.front().task;
-  if (index == 0) {
-    for (std::size_t t = 1; t < plan.partitions.size(); ++t)
-      if (ep.recv_sync(plan.partitions[t].task, "done", std::chrono::seconds(20)).ec) return 1;
-    for (std::size_t t = 1; t < plan.partitions.size(); ++t)
-      if (ep.send_sync(plan.partitions[t].task, "release", fusewire::tensor_buffer::allocate(1),
-                       std::chrono::seconds(20)))
-        return 1;
-  } else if (ep.send_sync(first, "done", fusewire::tensor_buffer::allocate(1), std::chrono::seconds(20)) ||
-             ep.recv_sync(first, "release", std::chrono::seconds(20)).ec) {
+  constexpr auto wait = std::chrono::seconds(20);
+  auto failed = [&](const char* what, const fusewire::task_id& peer, std::error_code ec) {
+    std::fprintf(stderr, "tf_rendezvous: '%s' with %s did not complete within %lld s: %s\n", what,
+                 peer.to_string().c_str(), static_cast<long long>(wait.count()), ec.message().c_str());
     return 1;
+  };
+  if (index == 0) {
+    for (std::size_t t = 1; t < plan.partitions.size(); ++t) {
+      const auto& peer = plan.partitions[t].task;
+      if (auto r = ep.recv_sync(peer, "done", wait); r.ec) return failed("done", peer, r.ec);
+    }
+    for (std::size_t t = 1; t < plan.partitions.size(); ++t) {
+      const auto& peer = plan.partitions[t].task;
+      if (auto ec = ep.send_sync(peer, "release", fusewire::tensor_buffer::allocate(1), wait))
+        return failed("release", peer, ec);
+    }
+  } else {
+    if (auto ec = ep.send_sync(first, "done", fusewire::tensor_buffer::allocate(1), wait))
+      return failed("done", first, ec);
+    if (auto r = ep.recv_sync(first, "release", wait); r.ec) return failed("release", first, r.ec);
   }
   return 0;
 }
 
 /// Runs `steps` steps with one forked process per task; rows summed over tasks.
+/// Every process still running `timeout` after the first started is killed.
 template <class Transport>
-std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const fg::placed_graph& graph, int steps) {
+std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const fg::placed_graph& graph, int steps,
+                                                   std::chrono::seconds timeout) {
   // The one-process answer, computed before forking so every task can compare.
   fg::executor whole(graph);
   std::vector<std::map<std::string, fg::tensor>> want;
   for (int step = 1; step <= steps; ++step) want.push_back(whole.run(feeds(), {"loss", "wide/update"}));
   // Fresh loopback ports: the example's own cluster string names ports that may be taken.
-  std::string text = "worker=127.0.0.1:" + std::to_string(free_port()) +
-                     ";ps=127.0.0.1:" + std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(free_port());
-  const auto cluster = fusewire::cluster_spec::from_string(text);
-  std::vector<pid_t> pids;
-  std::vector<int> pipes;
+  const auto cluster = fusewire::cluster_spec::from_string(example::loopback_cluster({{"worker", 1}, {"ps", 2}}));
+  for (const auto& part : plan.partitions) (void)task_options(part.task);  // a bad knob fails before any fork
+  std::vector<example::child_process> kids;
   for (std::size_t i = 0; i < plan.partitions.size(); ++i) {
-    int fds[2];
-    if (::pipe(fds) != 0) return std::nullopt;
-    std::cout.flush();
-    const pid_t pid = ::fork();
-    if (pid < 0) return std::nullopt;
-    if (pid == 0) {
-      ::close(fds[0]);
-      ::alarm(60);
-      int rc = 1;
+    kids.push_back(example::spawn_function(plan.partitions[i].task.to_string(), example::child_kind::task, [&, i] {
       try {
-        rc = task_process<Transport>(plan, i, cluster, steps, want, fds[1]);
+        return task_process<Transport>(plan, i, cluster, steps, want);
       } catch (const std::exception& e) {
-        std::cerr << "tf_rendezvous: " << plan.partitions[i].task.to_string() << ": " << e.what() << "\n";
+        std::fprintf(stderr, "tf_rendezvous: %s\n", e.what());
+        return 1;
       }
-      std::cerr.flush();
-      ::_exit(rc);
-    }
-    ::close(fds[1]);
-    pids.push_back(pid);
-    pipes.push_back(fds[0]);
+    }));
   }
   std::vector<step_row> rows(static_cast<std::size_t>(steps));
-  bool ok = true;
-  for (std::size_t i = 0; i < pids.size(); ++i) {
-    for (auto& row : rows) {
-      step_row r;
-      if (::read(pipes[i], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
-        ok = false;
-        break;
-      }
-      row.loss += r.loss;
-      row.messages += r.messages;
-      row.tensors += r.tensors;
-      row.bytes += r.bytes;
-      row.same = row.same && r.same;
-    }
-    ::close(pipes[i]);
-    int status = 0;
-    ::waitpid(pids[i], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::cerr << "tf_rendezvous: the process of " << plan.partitions[i].task.to_string() << " failed\n";
-      ok = false;
-    }
+  std::map<std::string, int> reported;  // "@step" lines per task
+  const bool ok = example::supervise(
+      kids,
+      [&](const example::child_process& c, const std::string& line) {
+        const example::result_fields r = example::parse_result(line);
+        const auto n = static_cast<std::size_t>(example::num(r, "n"));
+        if (r.at("@") != "@step" || n < 1 || n > rows.size()) return;
+        step_row& row = rows[n - 1];
+        row.loss += example::num(r, "loss");
+        row.messages += static_cast<std::uint64_t>(example::num(r, "messages"));
+        row.tensors += static_cast<std::uint64_t>(example::num(r, "tensors"));
+        row.bytes += static_cast<std::uint64_t>(example::num(r, "bytes"));
+        row.same = row.same && example::num(r, "same") != 0;
+        ++reported[c.name];
+      },
+      {.deadline = timeout}, "tf_rendezvous");
+  bool all_reported = true;
+  for (const auto& c : kids) {
+    if (reported[c.name] == steps) continue;
+    std::cerr << "tf_rendezvous: " << c.name << " reported " << reported[c.name] << " of " << steps << " steps\n";
+    all_reported = false;
   }
-  if (!ok) return std::nullopt;
+  if (!ok || !all_reported) return std::nullopt;
   return rows;
 }
 
@@ -415,18 +419,18 @@ int run(const settings& s) {
   const std::vector<std::string> fetches{"loss", "wide/update"};
   std::vector<step_row> rows;
   if (s.processes) {
-    std::optional<std::vector<step_row>> got;
-#if FUSEWIRE_HAS_URING
-    if (*s.processes == "uring") got = run_processes<fusewire::uring_tcp>(*plan, graph, s.steps);
-#endif
-    if (*s.processes == "asio") got = run_processes<fusewire::asio_tcp>(*plan, graph, s.steps);
+    std::string transport;
+    std::optional<std::vector<step_row>> got = example::with_transport(*s.processes, [&]<class Transport>() {
+      transport = Transport::name();
+      return run_processes<Transport>(*plan, graph, s.steps, std::chrono::seconds(s.timeout_seconds));
+    });
     if (!got) {
       std::cerr << "tf_rendezvous: the steps failed across processes\n";
       return 1;
     }
     rows = std::move(*got);
-    std::cout << "steps: " << plan->partitions.size() << " processes, one per task, over loopback TCP ("
-              << (*s.processes == "asio" ? "asio_tcp" : "uring_tcp") << ")\n";
+    std::cout << "steps: " << plan->partitions.size() << " processes, one per task, over loopback TCP (" << transport
+              << ")\n";
   } else {
     fg::local_cluster tasks(*plan);
     fg::executor whole(graph);
