@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include <fusewire/protocol/local_token.hpp>
+
 namespace example {
 
 /// How a child ends: a task finishes on its own; a server runs until the
@@ -70,6 +72,9 @@ namespace detail {
 /// stderr are then the pipes. The child gets SIGTERM if the launcher dies, so
 /// no task outlives it.
 inline child_process fork_child(std::string name, child_kind kind) {
+  // Every task of a job this program launches runs on this machine: without a
+  // configured token they share a fresh one, through the environment.
+  fusewire::protocol::provide_local_token();
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw std::system_error(errno, std::system_category(), "pipe");
   if (::pipe2(err, O_CLOEXEC) != 0) {
