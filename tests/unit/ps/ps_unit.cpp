@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -663,4 +664,137 @@ TEST_CASE("shard: barrier answers every worker once all arrived, counts a resend
   REQUIRE(late.size() == 1);
   CHECK(late[0].reply.status == 0);
   CHECK(h.shard.barrier_generation() == 2);
+}
+
+TEST_CASE("shard: a request may not cost more than the PS holds") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  shard_harness h(m, me, 2);
+  // The same dense slice twice: refused, naming the repeat.
+  auto rb = request(m, 2, 1);
+  rb.pull_dense(0, 0);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::invalid_argument));
+  CHECK(out[0].reply.message.find("already in entry 0") != std::string::npos);
+  // The same row many times: the reply would outgrow everything the PS holds.
+  const std::vector<std::int64_t> mine = [&] {
+    std::vector<std::int64_t> ids;
+    for (std::int64_t id = 0; id < 100 && ids.size() < 1; ++id) {
+      if (ps::placement(m, 2).ps_of_id(id) == me) ids.push_back(id);
+    }
+    return ids;
+  }();
+  REQUIRE(mine.size() == 1);
+  rb = request(m, 2, 2);
+  rb.pull_rows(2, std::vector<std::int64_t>(5000, mine[0]));
+  out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::invalid_argument));
+  CHECK(out[0].reply.message.find("more than this PS holds") != std::string::npos);
+  // A few repeats within what it holds are still answered.
+  rb = request(m, 2, 3);
+  rb.pull_rows(2, std::vector<std::int64_t>(2, mine[0]));
+  out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == 0);
+}
+
+TEST_CASE("shard: max_new_rows bounds the rows one request creates") {
+  auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  ps::server_options so;
+  so.max_new_rows = 3;
+  shard_harness h(m, me, 2, so);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t id = 0; id < 100 && ids.size() < 4; ++id) {
+    if (ps::placement(m, 2).ps_of_id(id) == me) ids.push_back(id);
+  }
+  REQUIRE(ids.size() == 4);
+  auto rb = request(m, 2, 1);
+  rb.pull_rows(2, ids);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.message.find("would create 4 embedding rows") != std::string::npos);
+  CHECK(h.shard.row_count(2) == 0);
+  rb = request(m, 2, 2);
+  rb.pull_rows(2, std::span<const std::int64_t>(ids).first(3));
+  out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == 0);
+  CHECK(h.shard.row_count(2) == 3);
+}
+
+TEST_CASE("shard: replies say whether the PS restored a checkpoint") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  shard_harness h(m, me, 2);
+  auto rb = request(m, 2, 1);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK((out[0].reply.flags & ps::reply_flags::fresh) != 0);
+}
+
+TEST_CASE("shard: a lost worker fails the sync step and the barrier that wait for it, naming it") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  ps::server_options so;
+  so.mode = ps::training_mode::sync;
+  shard_harness h(m, me, 2, so, 2);
+  const std::uint32_t sync_push = ps::request_flags::sync | ps::request_flags::contributes;
+  auto rb = request(m, 2, 1, sync_push, 0, 1);
+  rb.push_dense(0, 0, std::vector<float>{1, 1, 1, 1});
+  rb.pull_dense(0, 0);
+  CHECK(h.send(0, rb).empty());  // waits for worker 1
+  h.replies.clear();
+  h.shard.worker_lost(1, "connection reset by peer");
+  REQUIRE(h.replies.size() == 1);
+  CHECK(h.replies[0].worker == 0);
+  CHECK(h.replies[0].reply.status == static_cast<std::uint32_t>(fw::errc::peer_lost));
+  CHECK(h.replies[0].reply.message.find("worker:1 was lost (connection reset by peer)") != std::string::npos);
+  // A new request for that step is answered at once, until worker 1 is back.
+  rb = request(m, 2, 2, sync_push, 0, 1);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::peer_lost));
+  rb = request(m, 2, 1, sync_push, 0, 1, 11);  // worker 1 restarted: a new incarnation
+  rb.push_dense(0, 0, std::vector<float>{3, 3, 3, 3});
+  rb.pull_dense(0, 0);
+  out = h.send(1, rb);
+  REQUIRE(out.size() == 1);  // its own pull: the step completed with both pushes
+  CHECK(out[0].reply.status == 0);
+  CHECK(h.shard.global_step() == 1);
+
+  // The barrier: worker 0 waits, worker 1 is lost.
+  ps::server_options ao;
+  shard_harness b(m, me, 2, ao, 2);
+  rb = request(m, 2, 1, ps::request_flags::barrier, 0);
+  CHECK(b.send(0, rb).empty());
+  b.replies.clear();
+  b.shard.worker_lost(1, "keepalive");
+  REQUIRE(b.replies.size() == 1);
+  CHECK(b.replies[0].reply.status == static_cast<std::uint32_t>(fw::errc::peer_lost));
+  CHECK(b.replies[0].reply.message.find("barrier: worker:1 was lost") != std::string::npos);
+}
+
+TEST_CASE("shard: sync requests waiting for their step are bounded per worker") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  ps::server_options so;
+  so.mode = ps::training_mode::sync;
+  so.max_waiting_per_worker = 2;
+  shard_harness h(m, me, 2, so, 2);
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) {
+    auto rb = request(m, 2, seq, ps::request_flags::sync, 0, 1);
+    rb.pull_dense(0, 0);
+    CHECK(h.send(0, rb).empty());
+  }
+  auto rb = request(m, 2, 3, ps::request_flags::sync, 0, 1);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.message.find("max_waiting_per_worker") != std::string::npos);
 }
