@@ -6,7 +6,7 @@
 //          min/p50/mean and bandwidth = 2 x payload / p50 round trip, per transport
 //          (and ZeroMQ's multipart zero-copy PAIR sockets side by side).
 //   fuse   1,000 tensors of 64 B per step to one peer, fused vs unfused: steps/s.
-//          Both runs start each step's operations through one endpoint::batch
+//          Both runs start each step's operations through one endpoint::op_batch
 //          per side, handed over at submit() (--stream N: in groups of N
 //          as they are added); --no-batch: one send/recv call per operation.
 //   idle   memory per extra connected peer (one connection each way): RSS and
@@ -61,7 +61,7 @@ struct settings {
   bool quick = false;
   std::string only;
   std::string transport = "all";
-  bool batch = true;          ///< fuse: start a step's operations through endpoint::batch
+  bool batch = true;          ///< fuse: start a step's operations through endpoint::op_batch
   std::size_t stream = 0;     ///< fuse: the batches hand over every `stream` operations (0: at submit() only)
   std::string side = "both";  ///< fuse: run the fused run, the unfused run, or both (profiling one alone)
   unsigned rounds = 3;        ///< fuse: fused and unfused runs alternate this many times (the host's load drifts)
@@ -295,7 +295,7 @@ rt_result zmq_round_trip(const settings& s) {
 
 /// 1,000 tensors of 64 B per step, worker -> PS; steps per second. With
 /// `batched` each side starts its step's operations through one
-/// endpoint::batch (one hand-off to the reactor), else one call per operation.
+/// endpoint::op_batch (one hand-off to the reactor), else one call per operation.
 template <class T>
 double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_stats* stats_out) {
   auto spec = cluster(1);
@@ -322,10 +322,10 @@ double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_sta
       if (ec) errors.fetch_add(1);
     };
     if (batched) {
-      typename rv::endpoint<T>::batch recvs(ps, s.stream);
+      typename rv::endpoint<T>::op_batch recvs(ps, s.stream);
       for (int k = 0; k < per_step; ++k) recvs.recv(w0, keys[k], on_recv);
       recvs.submit();
-      typename rv::endpoint<T>::batch sends(worker, s.stream);
+      typename rv::endpoint<T>::op_batch sends(worker, s.stream);
       for (int k = 0; k < per_step; ++k) sends.send(ps0, keys[k], payload.share(), on_send);
       sends.submit();
     } else {
@@ -502,8 +502,8 @@ void run_transport(const settings& s) {
   }
   if (s.only.empty() || s.only == "fuse") {
     const std::string how = !s.batch        ? std::string("one call per operation")
-                            : s.stream == 0 ? std::string("one endpoint::batch per side and step")
-                                            : "one endpoint::batch per side and step, handed over every " +
+                            : s.stream == 0 ? std::string("one endpoint::op_batch per side and step")
+                                            : "one endpoint::op_batch per side and step, handed over every " +
                                                   std::to_string(s.stream) + " operations";
     std::printf("1,000 x 64 B per step to one peer (%s, %s)\n", name, how.c_str());
     // Fused and unfused alternate, each round a ratio of two runs a second
@@ -583,7 +583,7 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]\n"
           "                        [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
-          "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::batch per step\n"
+          "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::op_batch per step\n"
           "  --rounds N  fuse: alternate the fused and unfused runs N times (default 3), report the median round\n"
           "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
           "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() "

@@ -16,7 +16,7 @@
 #if defined(FUSEWIRE_HAS_RDMA) && __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
 #include <fusewire/transport/verbs.hpp>
 #endif
-#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/ps/ps.hpp>
 #include <fusewire/graph/partition.hpp>

@@ -25,7 +25,7 @@
 
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/error.hpp>
-#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/protocol/detail/hmac.hpp>
 #include <fusewire/util/text.hpp>
 #include <fusewire/wire/meta.hpp>

@@ -142,7 +142,7 @@
 #include <fusewire/core/security.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>
-#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/protocol/handshake.hpp>
 #include <fusewire/util/unique_function.hpp>
 #include <fusewire/util/timer_queue.hpp>
@@ -188,7 +188,7 @@ class endpoint {
   using reactor_type = typename Transport::reactor_type;
   using group_type = basic_reactor_group<typename reactor_type::engine_type>;
   using connection_type = typename Transport::connection_type;
-  using channel_type = protocol::channel<connection_type>;
+  using channel_type = protocol::frame_channel<connection_type>;
   using send_handler = fusewire::util::unique_function<void(std::error_code)>;
   using recv_handler = fusewire::util::unique_function<void(std::error_code, tensor_buffer)>;
 
@@ -420,8 +420,8 @@ class endpoint {
 
  public:
   /// Sends and recvs collected on one thread and handed to the reactors in one
-  /// task (see rendezvous/batch.hpp).
-  class batch;
+  /// task (see rendezvous/op_batch.hpp).
+  class op_batch;
 
   /// Closes the listener and every connection; every pending operation
   /// completes with errc::cancelled (exactly once), later ones too. Idempotent;
@@ -524,4 +524,4 @@ class endpoint {
 #include <fusewire/rendezvous/detail/operations.hpp>
 #include <fusewire/rendezvous/detail/shard.hpp>
 #include <fusewire/rendezvous/detail/dispatch.hpp>
-#include <fusewire/rendezvous/batch.hpp>
+#include <fusewire/rendezvous/op_batch.hpp>

@@ -1,5 +1,5 @@
-// protocol::channel and the handshake over both transports, on two reactors of one group.
-#include <fusewire/protocol/channel.hpp>
+// protocol::frame_channel and the handshake over both transports, on two reactors of one group.
+#include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/protocol/handshake.hpp>
 
 #include <doctest/doctest.h>
@@ -25,7 +25,7 @@ struct pair_harness {
   using reactor_t = typename T::reactor_type;
   using group_t = fw::basic_reactor_group<typename reactor_t::engine_type>;
   using conn_t = typename T::connection_type;
-  using channel_t = proto::channel<conn_t>;
+  using channel_t = proto::frame_channel<conn_t>;
 
   static fw::reactor_config config() {
     fw::reactor_config c;

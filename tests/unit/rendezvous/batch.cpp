@@ -1,4 +1,4 @@
-// rendezvous::endpoint::batch (many operations, one hand-off to the reactor) and
+// rendezvous::endpoint::op_batch (many operations, one hand-off to the reactor) and
 // the endpoint's reused per-operation state, over both transports.
 
 #include <doctest/doctest.h>
@@ -72,7 +72,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: per-key FIFO across batches and direct calls, 
     received got(n);
     countdown recvs(n);
     {
-      typename rv::endpoint<T>::batch b(ps);
+      typename rv::endpoint<T>::op_batch b(ps);
       for (std::uint32_t i = 0; i < n; ++i) {
         auto h = [&, i](std::error_code ec, fw::tensor_buffer buf) {
           got.set(i, ec, std::move(buf));
@@ -99,7 +99,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: per-key FIFO across batches and direct calls, 
     std::vector<fw::tensor_buffer> parts;  // scatter-gather pieces, alive until the sends completed
     worker.send(ps0, "k0", pattern(1, 0), on_sent, 30s);
     {
-      typename rv::endpoint<T>::batch b(worker);
+      typename rv::endpoint<T>::op_batch b(worker);
       for (std::uint32_t i = 1; i + 1 < n; ++i) {
         const std::size_t size = 1 + i * 5;
         if (i % 4 == 1) {
@@ -141,7 +141,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: bad operations fail alone, with the same error
   std::vector<std::promise<std::error_code>> sent(4);
   std::vector<std::promise<rv::recv_result>> recvd(3);
   {
-    typename rv::endpoint<T>::batch b(worker);
+    typename rv::endpoint<T>::op_batch b(worker);
     b.send({"chief", 0}, "k", pattern(1, 1), [&](std::error_code ec) { sent[0].set_value(ec); });
     b.send(ps0, std::string(70000, 'x'), pattern(1, 1), [&](std::error_code ec) { sent[1].set_value(ec); });
     b.send(ps0, "big", pattern(1 << 17, 1), [&](std::error_code ec) { sent[2].set_value(ec); });
@@ -149,7 +149,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: bad operations fail alone, with the same error
     b.submit();
   }
   {
-    typename rv::endpoint<T>::batch b(ps);
+    typename rv::endpoint<T>::op_batch b(ps);
     b.recv({"worker", 9}, "k", [&](std::error_code ec, fw::tensor_buffer x) {
       recvd[0].set_value({ec, std::move(x)});
     });
@@ -185,7 +185,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: deadlines of batched operations", T, batch_dea
   std::promise<std::error_code> late, lost;
   std::promise<rv::recv_result> on_time;
   {
-    typename rv::endpoint<T>::batch b(ps);
+    typename rv::endpoint<T>::op_batch b(ps);
     b.recv(
         w0, "never", [&](std::error_code ec, fw::tensor_buffer) { late.set_value(ec); }, 50ms);
     b.recv(
@@ -197,7 +197,7 @@ TEST_CASE_TEMPLATE_DEFINE("batch: deadlines of batched operations", T, batch_dea
   }
   {
     // worker:1 never starts: the send fails at its deadline (or once connect_timeout passed).
-    typename rv::endpoint<T>::batch b(worker);
+    typename rv::endpoint<T>::op_batch b(worker);
     b.send(
         w1, "k", pattern(1, 1), [&](std::error_code ec) { lost.set_value(ec); }, 100ms);
   }
@@ -230,7 +230,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   received got(n);
   countdown all(n);
   {
-    typename rv::endpoint<T>::batch b(ps);
+    typename rv::endpoint<T>::op_batch b(ps);
     for (int i = 0; i < n; ++i) {
       b.recv(w1, "pending" + std::to_string(i), [&, i](std::error_code ec, fw::tensor_buffer x) {
         got.set(static_cast<std::size_t>(i), ec, std::move(x));
@@ -246,7 +246,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   }
   // After close: inline, in order, before submit() returns.
   std::vector<int> order;
-  typename rv::endpoint<T>::batch b(ps);
+  typename rv::endpoint<T>::op_batch b(ps);
   b.recv(w0, "a", [&](std::error_code ec, fw::tensor_buffer) {
     CHECK(ec == fw::make_error_code(fw::errc::cancelled));
     order.push_back(1);
@@ -275,7 +275,7 @@ TEST_CASE_TEMPLATE_DEFINE(
     received got(per_step);
     countdown recvs(per_step), sends(per_step);
     std::atomic<int> send_errors{0};
-    typename rv::endpoint<T>::batch r(ps), s(worker);
+    typename rv::endpoint<T>::op_batch r(ps), s(worker);
     for (int k = 0; k < per_step; ++k) {
       r.recv(w0, "step_key_" + std::to_string(k), [&, k](std::error_code ec, fw::tensor_buffer b) {
         got.set(static_cast<std::size_t>(k), ec, std::move(b));
@@ -307,7 +307,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   constexpr int distinct = 5000;
   {
     countdown sends(distinct);
-    typename rv::endpoint<T>::batch s(worker);
+    typename rv::endpoint<T>::op_batch s(worker);
     for (int k = 0; k < distinct; ++k) {
       s.send(ps0, "once_" + std::to_string(k), pattern(8, static_cast<std::uint32_t>(k)),
              [&](std::error_code) { sends.hit(); });
@@ -321,7 +321,7 @@ TEST_CASE_TEMPLATE_DEFINE(
   received got(distinct);
   countdown recvs(distinct);
   {
-    typename rv::endpoint<T>::batch r(ps);
+    typename rv::endpoint<T>::op_batch r(ps);
     for (int k = 0; k < distinct; ++k) {
       r.recv(w0, "once_" + std::to_string(k), [&, k](std::error_code ec, fw::tensor_buffer b) {
         got.set(static_cast<std::size_t>(k), ec, std::move(b));
@@ -352,7 +352,7 @@ TEST_CASE_TEMPLATE_DEFINE("hundreds of tensors queued on one key keep their orde
     received got(n);
     countdown recvs(n), sends(n);
     std::atomic<int> send_errors{0};
-    typename rv::endpoint<T>::batch r(ps), s(worker);
+    typename rv::endpoint<T>::op_batch r(ps), s(worker);
     for (int i = 0; i < n; ++i) {
       r.recv(w0, "deep", [&, i](std::error_code ec, fw::tensor_buffer b) {
         got.set(static_cast<std::size_t>(i), ec, std::move(b));
@@ -397,7 +397,7 @@ TEST_CASE_TEMPLATE_DEFINE("a batched operation that completes releases its handl
   auto token = std::make_shared<int>(0);
   countdown first(1), rest(1);
   {
-    typename rv::endpoint<T>::batch r(ps);
+    typename rv::endpoint<T>::op_batch r(ps);
     r.recv(w0, "now", [&, t = token](std::error_code ec, fw::tensor_buffer) {
       CHECK_FALSE(ec);
       first.hit();
@@ -429,7 +429,7 @@ TEST_CASE_TEMPLATE_DEFINE("a streaming batch hands over every N operations; per-
   received got(n);
   countdown first_eight(8), last_two(2);
   std::atomic<int> late_calls{0};
-  typename rv::endpoint<T>::batch r(ps, 4);
+  typename rv::endpoint<T>::op_batch r(ps, 4);
   for (int i = 0; i < n; ++i) {
     r.recv(w0, "fifo", [&, i](std::error_code ec, fw::tensor_buffer b) {
       got.set(static_cast<std::size_t>(i), ec, std::move(b));
@@ -445,7 +445,7 @@ TEST_CASE_TEMPLATE_DEFINE("a streaming batch hands over every N operations; per-
   // Sends in groups of 3 (the destructor hands over the last one).
   countdown sent(n);
   {
-    typename rv::endpoint<T>::batch s(worker, 3);
+    typename rv::endpoint<T>::op_batch s(worker, 3);
     for (int i = 0; i < n; ++i) {
       s.send(ps0, "fifo", pattern(16 + static_cast<std::size_t>(i), static_cast<std::uint32_t>(i)),
              [&](std::error_code ec) {

@@ -380,7 +380,7 @@ TEST_CASE_TEMPLATE_DEFINE("operations started from a handler start at once, neve
             handler_scope inner(nested);
             if (e) failed.fetch_add(1);
           };
-          typename rv::endpoint<T>::batch b(*worker);
+          typename rv::endpoint<T>::op_batch b(*worker);
           for (std::uint32_t i = 0; i < n; ++i) {
             if (i % 3 == 0) {
               b.submit();

@@ -169,7 +169,7 @@ TEST_CASE_TEMPLATE_DEFINE("two reactors: a handler starts operations for peers o
   constexpr unsigned per_worker = 30;
   std::vector<std::future<std::error_code>> sends;
   {
-    typename rv::endpoint<T>::batch b(ps);
+    typename rv::endpoint<T>::op_batch b(ps);
     for (unsigned j = 0; j < per_worker; ++j) {
       for (unsigned i = 0; i < workers; ++i) {
         auto p = std::make_shared<std::promise<std::error_code>>();

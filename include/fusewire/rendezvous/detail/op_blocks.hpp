@@ -1,5 +1,5 @@
 #pragma once
-/// Operation records of endpoint::batch carved from blocks, and blocks reused:
+/// Operation records of endpoint::op_batch carved from blocks, and blocks reused:
 /// a step that starts hundreds of operations pays no allocation per operation,
 /// and the memory of one step is the next step's (freeing it instead lets the
 /// allocator trim the heap, and the next step page-faults it back: ~15 % of the

@@ -60,7 +60,7 @@
 #include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
-#include <fusewire/protocol/channel.hpp>
+#include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/util/timer_queue.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/wire/meta.hpp>
@@ -326,7 +326,7 @@ class rdma_direct {
     bool timed_out = false;       ///< `op`'s deadline passed: it is out of the FIFO, held for the answer
   };
   struct rx_peer {
-    std::shared_ptr<protocol::channel<typename Transport::connection_type>> ordered;
+    std::shared_ptr<protocol::frame_channel<typename Transport::connection_type>> ordered;
     std::unordered_map<std::string, rx_key, direct_string_hash, std::equal_to<>> keys;
     std::uint32_t unsettled = 0;  ///< sum of the keys' `unsettled`
   };

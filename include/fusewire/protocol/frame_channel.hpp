@@ -1,5 +1,5 @@
 #pragma once
-/// protocol::channel: framed messages over one `fusewire::connection`.
+/// protocol::frame_channel: framed messages over one `fusewire::connection`.
 ///
 /// Writes: header + meta + payload go out as ONE scatter-gather async_write;
 /// the payload buffers are passed through, never gathered. Reads: the 32-byte
@@ -84,13 +84,13 @@ inline tensor_buffer payload_buffer(buffer_pool* pool, unsigned shard, std::size
 /// Framed messages over connection type `Connection`; shared by the handlers
 /// of its in-flight operations (create with std::make_shared).
 template <connection Connection>
-class channel : public std::enable_shared_from_this<channel<Connection>> {
+class frame_channel : public std::enable_shared_from_this<frame_channel<Connection>> {
  public:
   /// Takes over `conn`; frames read are checked against `lim`.
-  channel(Connection conn, wire::limits lim) : conn_(std::move(conn)), limits_(lim) {}
+  frame_channel(Connection conn, wire::limits lim) : conn_(std::move(conn)), limits_(lim) {}
 
-  channel(const channel&) = delete;
-  channel& operator=(const channel&) = delete;
+  frame_channel(const frame_channel&) = delete;
+  frame_channel& operator=(const frame_channel&) = delete;
 
   const wire::limits& limits() const noexcept { return limits_; }
   /// Applies `lim` to the frames read from now on (e.g. once the peer authenticated).

@@ -1,5 +1,5 @@
 #pragma once
-/// endpoint::batch: sends and recvs collected on one thread, handed to the reactors in one task.
+/// endpoint::op_batch: sends and recvs collected on one thread, handed to the reactors in one task.
 
 #include <fusewire/rendezvous/endpoint.hpp>
 
@@ -24,14 +24,14 @@ namespace rendezvous {
 /// Everything else above holds, per group (`rendezvous_bench --stream N`
 /// measures it).
 template <transport Transport>
-class endpoint<Transport>::batch {
+class endpoint<Transport>::op_batch {
  public:
   /// A batch of `ep`'s operations; `hand_off` = 0 submits only at submit(), else in groups of that many.
-  explicit batch(endpoint& ep, std::size_t hand_off = 0)
+  explicit op_batch(endpoint& ep, std::size_t hand_off = 0)
       : ep_(&ep), hand_off_(hand_off), sends_(ep.send_blocks_), recvs_(ep.recv_blocks_) {}
-  batch(const batch&) = delete;
-  batch& operator=(const batch&) = delete;
-  ~batch() { submit(); }
+  op_batch(const op_batch&) = delete;
+  op_batch& operator=(const op_batch&) = delete;
+  ~op_batch() { submit(); }
 
   /// As endpoint::send (tensor form).
   template <send_completion H>
