@@ -11,6 +11,9 @@
 //   adversarial newline_job               a job name with a newline and an escape: no forged log line, few lines
 //   adversarial wrong_token               a worker with another token fails fast with auth_failed, few handshakes
 //   adversarial duplicate_slice           one request pulls the same slice 1000 times: refused, PS memory bounded
+//   adversarial ps_restart_no_checkpoint  the PS is killed and restarts empty: the worker's run() fails, state_lost
+//   adversarial sync_worker_killed        sync, one of 2 workers killed: the other fails with peer_lost naming it
+//   adversarial async_worker_killed       one worker killed while the other waits at barrier(): peer_lost naming it
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
@@ -132,13 +135,14 @@ std::string fresh_log(const std::string& name) {
 /// Runs ps:0 until a worker shuts it down; `ready` is told once it listens.
 /// `before` runs first in the child (e.g. to lower its descriptor limit).
 pid_t spawn_ps(const fw::cluster_spec& spec, fw::options o, const std::string& log_path, const signal_pipe& ready,
-               std::function<void()> before = {}) {
+               std::function<void()> before = {}, ps::training_mode mode = ps::training_mode::async) {
   return spawn(
       60,
-      [&spec, o, &log_path, &ready, before] {
+      [&spec, o, &log_path, &ready, before, mode] {
         if (before) before();
         ps::server_config<transport> so;
         so.options = o;
+        so.mode = mode;
         so.log = file_sink(log_path);
         ps::server<transport> server(ps0, spec, model(), std::move(so));
         ready.notify();
@@ -593,6 +597,161 @@ int duplicate_slice() {
   return 0;
 }
 
+// ---- lost peers -------------------------------------------------------------------
+
+/// One pull and one push of "w" through `cl`; `ec` says how it ended.
+void one_step(ps::client<transport>& cl, ps::batch& b, std::error_code& ec) {
+  static const std::vector<float> grad(256 * 256, 0.5f);
+  b.clear();
+  (void)b.pull("w");
+  b.push("w", grad);
+  cl.run(b, ec);
+}
+
+// The PS is SIGKILLed mid-training and comes back without a checkpoint: the
+// worker's next run() fails with state_lost naming it, instead of training on
+// from freshly initialised values.
+int ps_restart_no_checkpoint() {
+  const auto spec = fw::test::loopback_cluster(1, 1);
+  const std::string log = fresh_log("restart");
+  signal_pipe ready, trained, restarted;
+  const pid_t p = spawn_ps(spec, base_options(), log, ready);
+  EXPECT(ready.wait(20000));
+  const pid_t w = spawn(
+      60,
+      [&] {
+        ps::client<transport> cl(w0, spec, model(),
+                                 {.options = base_options(), .step_timeout = 20000ms, .retry_interval = 500ms});
+        ps::batch b;
+        std::error_code ec;
+        for (int s = 0; s < 3; ++s) {
+          one_step(cl, b, ec);
+          EXPECT(!ec);
+        }
+        trained.notify();
+        EXPECT(restarted.wait(30000));
+        const auto start = clock_type::now();
+        one_step(cl, b, ec);
+        std::printf("worker:0 after the PS restarted without a checkpoint: run() failed after %.2f s: %s (%s)\n",
+                    seconds_since(start), ec.message().c_str(), b.error_message().c_str());
+        EXPECT(ec == fw::make_error_code(fw::errc::state_lost));
+        EXPECT(b.error_message().find("ps:0") != std::string::npos);
+        return 0;
+      },
+      "worker:0");
+  EXPECT(trained.wait(30000));
+  fusewire::test::kill_and_reap(p);
+  signal_pipe ready_again;
+  const pid_t p2 = spawn_ps(spec, base_options(), log, ready_again);
+  EXPECT(ready_again.wait(20000));
+  restarted.notify();
+  const bool ok = succeeded(w, "worker:0");
+  fusewire::test::kill_and_reap(p2);
+  return ok ? 0 : 1;
+}
+
+// Sync training, two workers, one SIGKILLed after a few steps: the other's
+// next run() fails with peer_lost naming worker:1, well before step_timeout.
+int sync_worker_killed() {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const std::string log = fresh_log("sync_killed");
+  signal_pipe ready;
+  const pid_t p = spawn_ps(spec, base_options(), log, ready, {}, ps::training_mode::sync);
+  EXPECT(ready.wait(20000));
+  const auto sync_worker = [&spec](std::uint32_t index) {
+    return [&spec, index] {
+      ps::client<transport> cl({"worker", index}, spec, model(),
+                               {.options = base_options(),
+                                .mode = ps::training_mode::sync,
+                                .step_timeout = 30000ms,
+                                .retry_interval = 500ms});
+      ps::batch b;
+      std::error_code ec;
+      for (int s = 0; s < 3; ++s) {
+        one_step(cl, b, ec);
+        EXPECT(!ec);
+      }
+      if (index == 1) {
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      const auto start = clock_type::now();
+      for (int s = 0; s < 5 && !ec; ++s) one_step(cl, b, ec);
+      const double took = seconds_since(start);
+      std::printf("worker:0 after worker:1 died: run() failed after %.2f s: %s (%s)\n", took, ec.message().c_str(),
+                  b.error_message().c_str());
+      EXPECT(ec == fw::make_error_code(fw::errc::peer_lost));
+      EXPECT(b.error_message().find("worker:1") != std::string::npos);
+      EXPECT(took < 15.0);  // step_timeout is 30 s
+      return 0;
+    };
+  };
+  const pid_t w0p = spawn(60, sync_worker(0), "worker:0");
+  const pid_t w1p = spawn(60, sync_worker(1), "worker:1");
+  const bool ok = fusewire::test::died_of_sigkill(w1p, "worker:1") && succeeded(w0p, "worker:0");
+  fusewire::test::kill_and_reap(p);
+  return ok ? 0 : 1;
+}
+
+// Async training: worker:0 waits at barrier() when worker:1 is SIGKILLed before
+// it arrives: the barrier fails with peer_lost naming worker:1, well before its
+// timeout.
+int async_worker_killed() {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const std::string log = fresh_log("async_killed");
+  signal_pipe ready, stepped, at_barrier;
+  const pid_t p = spawn_ps(spec, base_options(), log, ready);
+  EXPECT(ready.wait(20000));
+  const auto client_for = [&spec](std::uint32_t index) {
+    return ps::client<transport>({"worker", index}, spec, model(),
+                                 {.options = base_options(), .step_timeout = 30000ms, .retry_interval = 500ms});
+  };
+  const pid_t w1 = spawn(
+      60,
+      [&] {
+        auto cl = client_for(1);
+        ps::batch b;
+        std::error_code ec;
+        one_step(cl, b, ec);
+        EXPECT(!ec);
+        stepped.notify();
+        ::pause();  // until the driver kills it
+        return 0;
+      },
+      "worker:1");
+  const pid_t w0p = spawn(
+      60,
+      [&] {
+        auto cl = client_for(0);
+        ps::batch b;
+        std::error_code ec;
+        one_step(cl, b, ec);
+        EXPECT(!ec);
+        at_barrier.notify();
+        const auto start = clock_type::now();
+        try {
+          cl.barrier(30000ms);
+        } catch (const std::system_error& e) {
+          const double took = seconds_since(start);
+          std::printf("worker:0 at the barrier after worker:1 died: failed after %.2f s: %s\n", took, e.what());
+          EXPECT(e.code() == fw::make_error_code(fw::errc::peer_lost));
+          EXPECT(std::string(e.what()).find("worker:1") != std::string::npos);
+          EXPECT(took < 15.0);  // the barrier's timeout is 30 s
+          return 0;
+        }
+        std::fprintf(stderr, "worker:0 passed a barrier worker:1 never reached\n");
+        return 1;
+      },
+      "worker:0");
+  EXPECT(stepped.wait(30000));
+  EXPECT(at_barrier.wait(30000));
+  std::this_thread::sleep_for(500ms);  // worker:0's barrier request is at the PS
+  fusewire::test::kill_and_reap(w1);
+  const bool ok = succeeded(w0p, "worker:0");
+  fusewire::test::kill_and_reap(p);
+  return ok ? 0 : 1;
+}
+
 const std::map<std::string, int (*)()> scenarios{
     {"shutdown_unauthenticated", shutdown_unauthenticated},
     {"impostor_first", impostor_first},
@@ -602,6 +761,9 @@ const std::map<std::string, int (*)()> scenarios{
     {"newline_job", newline_job},
     {"wrong_token", wrong_token},
     {"duplicate_slice", duplicate_slice},
+    {"ps_restart_no_checkpoint", ps_restart_no_checkpoint},
+    {"sync_worker_killed", sync_worker_killed},
+    {"async_worker_killed", async_worker_killed},
 };
 
 }  // namespace
