@@ -27,7 +27,6 @@
 #include <fusewire/core/error.hpp>
 #include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/protocol/detail/hmac.hpp>
-#include <fusewire/util/text.hpp>
 #include <fusewire/wire/meta.hpp>
 
 namespace fusewire {
@@ -198,8 +197,7 @@ class acceptor_handshake : public std::enable_shared_from_this<acceptor_handshak
     peer_.incarnation = hello->incarnation;
     peer_.features = hello->features;
     if (!spec_->contains(peer_.task)) {
-      return fail(make_error_code(errc::handshake_failed),
-                  "task " + util::printable(peer_.task.to_string(), 64) + " is not in the cluster");
+      return fail(make_error_code(errc::handshake_failed), "task " + peer_.task.to_string() + " is not in the cluster");
     }
     if (me_.token.empty()) return send_ack(wire::nonce_bytes{});
     wire::auth_challenge_meta challenge;
