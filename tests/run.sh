@@ -8,7 +8,8 @@
 #   4. the 'rdma' suite (verbs) inside a QEMU guest with soft-RoCE (tests/qemu),
 #      and the verbs transport suite again under ASan + UBSan there
 #   5. the package consumers (CMake, Meson, pkg-config) against a fresh install
-#   6. the wire decoder fuzzer for a bounded time (FUZZ_SECONDS, default 60)
+#   6. the fuzzers (wire decoder, PS messages, handshake, graph payload) for a
+#      bounded time each (FUZZ_SECONDS, default 60)
 #
 # Installs the Debian packages it needs (as root). Build trees go to
 # $FUSEWIRE_BUILD_DIR (default: build/tests under the repo).
@@ -144,13 +145,13 @@ else
   fail "tests/package/run.sh missing"
 fi
 
-# 6. fuzz the wire decoder for a bounded time
-note "fuzz: wire decoder (${FUZZ_SECONDS:-60} s)"
+# 6. fuzz the decoders and the handshake for a bounded time each
+note "fuzz: wire, ps message, handshake, graph payload (${FUZZ_SECONDS:-60} s each)"
 if [ -x tests/fuzz/run.sh ]; then
   if tests/fuzz/run.sh >"$out/fuzz.log" 2>&1; then
-    tail -1 "$out/fuzz.log"; pass "fuzz: wire decoder"
+    grep '^fuzz' "$out/fuzz.log"; pass "fuzz: wire, ps message, handshake, graph payload"
   else
-    tail -20 "$out/fuzz.log"; fail "fuzz: wire decoder"
+    tail -40 "$out/fuzz.log"; fail "fuzz: wire, ps message, handshake, graph payload"
   fi
 else
   fail "tests/fuzz/run.sh missing"

@@ -292,6 +292,8 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
     v.value_count = detail::get<std::uint64_t>(e + 24);
     if (!is_rows(v.kind) && v.id_count != 0)
       return (void)in.fail(errc::malformed_frame, where + ": a dense op carries ids");
+    if (is_rows(v.kind) && v.slice != 0)
+      return (void)in.fail(errc::malformed_frame, where + ": a rows op carries a slice");
     if (!is_push(v.kind) && v.value_count != 0)
       return (void)in.fail(errc::malformed_frame, where + ": a pull carries values");
     if (!in.items(v.id_count, 8, where, "ids", v.ids) || !in.items(v.value_count, 4, where, "values", v.values)) return;
