@@ -23,6 +23,7 @@ struct endpoint_stats {
   std::uint64_t connections_made = 0;      ///< connections this endpoint made (handshake done)
   std::uint64_t connections_accepted = 0;  ///< connections peers made to it (handshake done)
   std::uint64_t connections_reused = 0;    ///< times it sent to a peer on a connection that peer made
+  std::uint64_t frames_too_large = 0;  ///< frames or transfers above max_frame_bytes / max_transfer_bytes (closed)
 };
 
 /// Endpoint settings that `options` does not carry.

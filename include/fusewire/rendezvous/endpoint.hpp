@@ -79,7 +79,7 @@
 ///   over without a copy, or copied once into a destination posted later). A
 ///   chunk whose head arrives before chunk 0's leaves its payload (and its
 ///   lane's later frames) unread until chunk 0 has been matched.
-///   A chunked tensor may be up to wire::limits::max_transfer_bytes; an
+///   A chunked tensor may be up to options.max_transfer_bytes; an
 ///   unchunked one up to options.max_frame_bytes. All lanes of a peer run on
 ///   that peer's reactor (the kernel copies them in parallel).
 /// - Reactors (endpoint_tuning::reactors: 0, the default, means options.cores
@@ -270,10 +270,18 @@ class endpoint {
   const task_id& self() const noexcept { return self_; }
   /// Frame counters (see endpoint_stats).
   endpoint_stats stats() const noexcept {
-    return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
-            tensors_fused_.load(std::memory_order_relaxed), chunk_frames_.load(std::memory_order_relaxed),
-            pings_.load(std::memory_order_relaxed),         made_.load(std::memory_order_relaxed),
-            accepted_.load(std::memory_order_relaxed),      reused_.load(std::memory_order_relaxed)};
+    constexpr auto relaxed = std::memory_order_relaxed;
+    endpoint_stats s;
+    s.tensor_frames_sent = tensor_frames_.load(relaxed);
+    s.fused_frames_sent = fused_frames_.load(relaxed);
+    s.tensors_fused = tensors_fused_.load(relaxed);
+    s.chunk_frames_sent = chunk_frames_.load(relaxed);
+    s.keepalive_pings = pings_.load(relaxed);
+    s.connections_made = made_.load(relaxed);
+    s.connections_accepted = accepted_.load(relaxed);
+    s.connections_reused = reused_.load(relaxed);
+    s.frames_too_large = frames_too_large_.load(relaxed);
+    return s;
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   /// Reactors (threads) it runs (endpoint_tuning::reactors).
@@ -501,6 +509,7 @@ class endpoint {
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
+  std::atomic<std::uint64_t> frames_too_large_{0};
   unsigned shards_ = 1;                    ///< reactors in group_, one shard each
   const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
     std::random_device rd;

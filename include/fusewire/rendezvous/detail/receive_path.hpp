@@ -18,7 +18,17 @@ template <transport Transport>
 inline void endpoint<Transport>::shard::on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec,
                                                  protocol::frame_head head) {
   if (closing_) return;
-  if (ec) return inbound_failed(ch, ec);
+  if (ec) {
+    if (ec == make_error_code(errc::frame_too_large)) {
+      ep_.frames_too_large_.fetch_add(1, std::memory_order_relaxed);
+      return inbound_failed(
+          ch, ec,
+          "it announced a frame above FUSEWIRE_MAX_FRAME_BYTES = " + std::to_string(ep_.opts_.max_frame_bytes) +
+              " or a transfer above FUSEWIRE_MAX_TRANSFER_BYTES = " + std::to_string(ep_.opts_.max_transfer_bytes) +
+              "; nothing was allocated for it");
+    }
+    return inbound_failed(ch, ec);
+  }
   auto it = in_.find(ch.get());
   if (it == in_.end()) return;
   it->second.last_frame = util::coarse_now();
@@ -366,8 +376,8 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
   if (out != nullptr) drop_outbound(*out, ch);
   const bool orderly = ec == make_error_code(errc::connection_closed);
   if (!orderly) {
-    log("closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
-        "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
+    log_limited("closing", "closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" +
+                               remote(*ch) + "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
   }
   if (peer.empty()) return;
   const auto same_process = [&](const auto& in) { return in.peer == peer && in.incarnation == incarnation; };
