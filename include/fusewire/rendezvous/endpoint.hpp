@@ -82,6 +82,12 @@
 ///   A chunked tensor may be up to options.max_transfer_bytes; an
 ///   unchunked one up to options.max_frame_bytes. All lanes of a peer run on
 ///   that peer's reactor (the kernel copies them in parallel).
+/// - Limits (rendezvous/detail/recv_budget.hpp): tensors that arrived before
+///   their recv, and chunked ones read into the endpoint's own buffer, are
+///   held within options.recv_peer_budget per peer and options.recv_budget in
+///   all (the reactors share it). A frame that does not fit is left unread,
+///   and so is its connection (TCP backpressure), until receives take enough
+///   or a recv for that very tensor is posted. Counted in stats().
 /// - Reactors (endpoint_tuning::reactors: 0, the default, means options.cores
 ///   when set, else 1; at most one per peer, and always 1 on a transport whose
 ///   connections cannot move between reactors): with several, the cluster's
@@ -280,6 +286,8 @@ class endpoint {
     s.connections_made = made_.load(relaxed);
     s.connections_accepted = accepted_.load(relaxed);
     s.connections_reused = reused_.load(relaxed);
+    s.recv_held_bytes = held_.load(relaxed);
+    s.recv_pauses = recv_pauses_.load(relaxed);
     s.frames_too_large = frames_too_large_.load(relaxed);
     return s;
   }
@@ -466,6 +474,9 @@ class endpoint {
   // The records a shard keeps (rendezvous/detail/operations.hpp; send_op and
   // recv_op are declared above).
   struct out_peer;
+  struct recv_account;
+  struct held_bytes;
+  class held_ref;
   struct incoming;
   struct arrival;
   struct slot;
@@ -510,6 +521,11 @@ class endpoint {
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
   std::atomic<std::uint64_t> frames_too_large_{0};
+  /// Bytes the shards hold for early arrivals and their own transfer buffers
+  /// (options.recv_budget; rendezvous/detail/recv_budget.hpp). A line of its
+  /// own: a fused frame's arrival reads it, the send counters above change per frame.
+  alignas(64) std::atomic<std::size_t> held_{0};
+  alignas(64) std::atomic<std::uint64_t> recv_pauses_{0};
   unsigned shards_ = 1;                    ///< reactors in group_, one shard each
   const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
     std::random_device rd;

@@ -122,6 +122,7 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
   inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
   in.peer = peer.task.to_string();
   in.incarnation = peer.incarnation;
+  in.account = &account_of(in.peer);
   in.last_frame = util::coarse_now();
   in.reverse = (peer.features & protocol::feature_reverse) != 0;
   down_.erase(in.peer);
