@@ -87,7 +87,11 @@
 ///   held within options.recv_peer_budget per peer and options.recv_budget in
 ///   all (the reactors share it). A frame that does not fit is left unread,
 ///   and so is its connection (TCP backpressure), until receives take enough
-///   or a recv for that very tensor is posted. Counted in stats().
+///   or a recv for that very tensor is posted. A partial transfer with no
+///   chunk for options.transfer_idle fails (errc::timed_out) and closes the
+///   peer's connections; a tensor no recv took within
+///   options.unmatched_max_age, and whatever a restarted peer's previous
+///   process left, are dropped. Each is counted in stats().
 /// - Reactors (endpoint_tuning::reactors: 0, the default, means options.cores
 ///   when set, else 1; at most one per peer, and always 1 on a transport whose
 ///   connections cannot move between reactors): with several, the cluster's
@@ -288,6 +292,10 @@ class endpoint {
     s.connections_reused = reused_.load(relaxed);
     s.recv_held_bytes = held_.load(relaxed);
     s.recv_pauses = recv_pauses_.load(relaxed);
+    s.transfers_dropped_idle = transfers_dropped_idle_.load(relaxed);
+    s.transfers_dropped_restart = transfers_dropped_restart_.load(relaxed);
+    s.arrivals_dropped_restart = arrivals_dropped_restart_.load(relaxed);
+    s.arrivals_dropped_age = arrivals_dropped_age_.load(relaxed);
     s.frames_too_large = frames_too_large_.load(relaxed);
     return s;
   }
@@ -526,6 +534,8 @@ class endpoint {
   /// own: a fused frame's arrival reads it, the send counters above change per frame.
   alignas(64) std::atomic<std::size_t> held_{0};
   alignas(64) std::atomic<std::uint64_t> recv_pauses_{0};
+  std::atomic<std::uint64_t> transfers_dropped_idle_{0}, transfers_dropped_restart_{0};
+  std::atomic<std::uint64_t> arrivals_dropped_restart_{0}, arrivals_dropped_age_{0};
   unsigned shards_ = 1;                    ///< reactors in group_, one shard each
   const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
     std::random_device rd;

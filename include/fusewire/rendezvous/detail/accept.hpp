@@ -126,6 +126,7 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
   in.last_frame = util::coarse_now();
   in.reverse = (peer.features & protocol::feature_reverse) != 0;
   down_.erase(in.peer);
+  note_incarnation(*in.account, in.incarnation);
   protocol::write_ack(*ch, ack, [this, ch](std::error_code e) {
     if (closing_) return;
     // Lost before its first frame: its receives fail as on any lost connection.

@@ -119,6 +119,7 @@ inline void endpoint<Transport>::shard::watch_lane(out_peer& p, std::shared_ptr<
       in.last_frame = util::coarse_now();
       in.out = pp;
       down_.erase(in.peer);
+      note_incarnation(*in.account, incarnation);
       return on_frame(ch, ec, std::move(head));
     }
     drop_outbound(*pp, ch);

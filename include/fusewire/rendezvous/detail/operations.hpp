@@ -97,6 +97,7 @@ template <transport Transport>
 struct endpoint<Transport>::recv_account {
   std::string peer;
   std::size_t held = 0;           ///< bytes charged to it now
+  std::uint64_t incarnation = 0;  ///< of the peer process last seen on an inbound connection (0: none yet)
   unsigned parked = 0;            ///< its connections not read until memory is released
 };
 
@@ -163,6 +164,7 @@ struct endpoint<Transport>::incoming {
   std::shared_ptr<recv_op> op;
   recv_account* account = nullptr;
   held_ref held{};                 ///< set while buf is the endpoint's own (not a receive's destination)
+  clock::time_point last_chunk{};  ///< when its last chunk head or payload came (options.transfer_idle)
   /// Chunks whose head arrived before chunk 0: their payloads wait in their
   /// lanes' sockets until chunk 0 says where the tensor goes.
   struct parked_chunk {

@@ -177,7 +177,10 @@ inline void endpoint<Transport>::shard::deliver_fused(const std::shared_ptr<chan
     bookkeeping += arrival_cost(entry.key);
     a->held = held;
   }
-  if (held) charge_more(held, bookkeeping);
+  if (held) {
+    charge_more(held, bookkeeping);
+    note_arrival(held);
+  }
   if (!closing_) read_next(ch);
 }
 
@@ -200,12 +203,14 @@ inline void endpoint<Transport>::shard::on_chunk(const std::shared_ptr<channel_t
     x->chunks_left = c.count;
     x->account = in.account;
     transfers_.emplace(std::move(k), x);
+    arm_sweep();
   } else {
     x = it->second;
     if (x->key != c.key || x->total != c.total_len || x->count != c.count || x->failed) {
       return inbound_failed(ch, make_error_code(errc::malformed_frame), "chunk does not match its transfer");
     }
   }
+  x->last_chunk = util::coarse_now();
   if (!x->ordered) {
     if (c.index != 0) {
       // Chunk 0 (on the ordered lane) decides which recv, and so which
@@ -267,7 +272,10 @@ inline void endpoint<Transport>::shard::read_chunk(const std::shared_ptr<channel
       x->failed = true;
       x->error = make_error_code(closing_ ? errc::cancelled : errc::connection_reset);
     }
-    if (!e) --x->chunks_left;
+    if (!e) {
+      --x->chunks_left;
+      x->last_chunk = util::coarse_now();
+    }
     finish_transfer(x);
     if (closing_) return;
     if (e) return inbound_failed(ch, e);
@@ -327,7 +335,10 @@ inline void endpoint<Transport>::shard::finish_transfer(const std::shared_ptr<in
     if (a.pending == x) {
       a.pending.reset();
       a.buf = std::move(buf);
+      // Unmatched from now on: its age counts from here (options.unmatched_max_age).
       if (!held) held = charge(*x->account, arrival_cost(x->key), true, std::get<1>(x->id));
+      held->since = util::coarse_now();
+      note_arrival(held);
       a.held = std::move(held);
       return;
     }
@@ -390,7 +401,7 @@ inline void endpoint<Transport>::shard::deliver_late(const std::shared_ptr<chann
                                                      std::string_view key, tensor_buffer b) {
   const auto it = in_.find(ch.get());
   recv_account& account = it != in_.end() && it->second.account != nullptr ? *it->second.account : account_of(peer);
-  const std::uint64_t incarnation = it != in_.end() ? it->second.incarnation : 0;
+  const std::uint64_t incarnation = it != in_.end() ? it->second.incarnation : account.incarnation;
   hold(deliver(peer, key, std::move(b)), account, incarnation, key, held_ref());
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 /// A shard's receive budget: what tensors no receive took yet and the
 /// endpoint's own transfer buffers may hold (options.recv_budget,
-/// recv_peer_budget), and the connections left unread while it is full.
+/// recv_peer_budget), the connections left unread while it is full, and what
+/// is dropped (idle partial transfers, a restarted peer's leftovers, arrivals
+/// kept too long).
 
 #include <fusewire/rendezvous/detail/shard.hpp>
 #include <fusewire/util/text.hpp>
@@ -78,6 +80,7 @@ inline auto endpoint<Transport>::shard::charge(recv_account& a, std::size_t n, b
   charges_ = p;
   a.held += n;
   held_here_ += n;
+  arm_sweep();
   return held_ref(p);
 }
 
@@ -88,6 +91,7 @@ inline void endpoint<Transport>::shard::charge_more(held_ref& held, std::size_t 
   held->account->held += n;
   held_here_ += n;
   if (n != 0) ep_.held_.fetch_add(n, std::memory_order_relaxed);
+  arm_sweep();
 }
 
 template <transport Transport>
@@ -118,7 +122,14 @@ inline void endpoint<Transport>::shard::hold(arrival* a, recv_account& account, 
                                              std::string_view key, held_ref held) {
   if (a == nullptr) return;  // a receive took it: `held` goes
   if (!held) held = charge(account, a->buf.size() + arrival_cost(key), true, incarnation);
+  note_arrival(held);
   a->held = std::move(held);
+}
+
+template <transport Transport>
+inline void endpoint<Transport>::shard::note_arrival(const held_ref& held) noexcept {
+  const auto age = ep_.opts_.unmatched_max_age;
+  if (age.count() != 0) next_age_check_ = std::min(next_age_check_, held->since + age);
 }
 
 // A receive waits for one of a fused frame's tensors.
@@ -239,6 +250,148 @@ inline void endpoint<Transport>::shard::wake_starved_shards() {
       s->starved_by_total_.store(true);  // refused (stopping, or its inbox is full): the next release tries
     }
   }
+}
+
+// A peer process we had not seen before on an inbound connection of task
+// `a.peer`: the previous one is gone, and what it left (tensors no receive
+// took, partial transfers, its connections) with it.
+template <transport Transport>
+inline void endpoint<Transport>::shard::note_incarnation(recv_account& a, std::uint64_t incarnation) {
+  if (a.incarnation == incarnation) return;
+  const std::uint64_t previous = a.incarnation;
+  a.incarnation = incarnation;
+  if (previous == 0) return;
+  std::vector<std::shared_ptr<incoming>> transfers;
+  for (auto& [k, x] : transfers_) {
+    if (std::get<0>(k) == a.peer && std::get<1>(k) != incarnation && !x->failed) transfers.push_back(x);
+  }
+  std::uint64_t arrivals = 0;
+  slots_.for_each([&](std::string_view peer, std::string_view, slot& s) {
+    if (peer != a.peer || s.arrived.empty()) return;
+    s.arrived.erase_if([&](const arrival& x) {
+      const bool stale = !x.pending && x.held && x.held->incarnation != incarnation;
+      arrivals += stale ? 1 : 0;
+      return stale;
+    });
+  });
+  for (const std::shared_ptr<incoming>& x : transfers) {
+    x->failed = true;
+    x->error = make_error_code(errc::connection_reset);
+    finish_transfer(x);
+  }
+  ep_.arrivals_dropped_restart_.fetch_add(arrivals, std::memory_order_relaxed);
+  ep_.transfers_dropped_restart_.fetch_add(transfers.size(), std::memory_order_relaxed);
+  if (arrivals != 0 || !transfers.empty()) {
+    log_limited("restart", a.peer + " restarted: dropped " + std::to_string(arrivals) +
+                               " tensors no receive took and " + std::to_string(transfers.size()) +
+                               " partial transfers of its previous process");
+  }
+  std::shared_ptr<channel_type> old;
+  for (auto& [raw, in] : in_) {
+    if (in.peer == a.peer && in.incarnation != incarnation) old = in.ch;
+  }
+  // Failing one fails all of that process's connections.
+  if (old) inbound_failed(old, make_error_code(errc::connection_reset), "the peer restarted");
+}
+
+// One timer per shard, running only while something is held or a transfer is
+// under way (not one per arrival).
+template <transport Transport>
+inline void endpoint<Transport>::shard::arm_sweep() {
+  if (sweep_timer_ || closing_ || reactor_ == nullptr) return;
+  const options& o = ep_.opts_;
+  clock::duration shortest = clock::duration::max();
+  if (o.transfer_idle.count() != 0) shortest = std::min<clock::duration>(shortest, o.transfer_idle);
+  if (o.unmatched_max_age.count() != 0) shortest = std::min<clock::duration>(shortest, o.unmatched_max_age);
+  if (shortest == clock::duration::max()) return;
+  using std::chrono::milliseconds;
+  const clock::duration period = std::clamp<clock::duration>(shortest / 4, milliseconds(10), milliseconds(1000));
+  sweep_timer_ = reactor_->run_after(period, [this](std::error_code ec) {
+    sweep_timer_ = {};
+    if (ec || closing_) return;
+    sweep();
+    const options& opts = ep_.opts_;
+    if ((opts.transfer_idle.count() != 0 && !transfers_.empty()) ||
+        (opts.unmatched_max_age.count() != 0 && held_here_ != 0)) {
+      arm_sweep();
+    }
+  });
+}
+
+template <transport Transport>
+inline void endpoint<Transport>::shard::sweep() {
+  const options& o = ep_.opts_;
+  const auto now = util::coarse_now();
+  if (o.transfer_idle.count() != 0 && !transfers_.empty()) {
+    std::vector<std::shared_ptr<incoming>> idle;
+    for (auto& [k, x] : transfers_) {
+      if (x->failed) continue;
+      // Unread because of us (the budget is full), not the peer.
+      if (x->account->parked != 0) x->last_chunk = now;
+      if (now - x->last_chunk >= o.transfer_idle) idle.push_back(x);
+    }
+    if (!idle.empty()) drop_idle(idle, now);
+  }
+  if (o.unmatched_max_age.count() != 0 && now >= next_age_check_) drop_aged(now);
+}
+
+// Partial transfers that got no chunk for options.transfer_idle: their
+// receives fail with errc::timed_out, their memory goes, and so do their
+// peers' connections (later chunks would have no transfer to go to).
+template <transport Transport>
+inline void endpoint<Transport>::shard::drop_idle(const std::vector<std::shared_ptr<incoming>>& idle,
+                                                  clock::time_point now) {
+  using std::chrono::milliseconds;
+  std::vector<std::pair<std::shared_ptr<incoming>, std::string>> dropped;
+  for (const std::shared_ptr<incoming>& x : idle) {
+    x->failed = true;
+    x->error = make_error_code(errc::timed_out);
+    const auto quiet = std::chrono::duration_cast<milliseconds>(now - x->last_chunk).count();
+    dropped.emplace_back(x, "dropped its partial transfer of key '" + util::printable(x->key) + "' (" +
+                                std::to_string(x->count - x->chunks_left) + " of " + std::to_string(x->count) +
+                                " chunks of " + std::to_string(x->total) + " bytes): no chunk for " +
+                                std::to_string(quiet) + " ms (FUSEWIRE_TRANSFER_IDLE_MS)");
+  }
+  ep_.transfers_dropped_idle_.fetch_add(idle.size(), std::memory_order_relaxed);
+  for (auto& [x, why] : dropped) {
+    std::shared_ptr<channel_type> lane;
+    for (auto& [raw, in] : in_) {
+      if (in.peer == std::get<0>(x->id) && in.incarnation == std::get<1>(x->id)) lane = in.ch;
+    }
+    if (lane) {
+      inbound_failed(lane, make_error_code(errc::timed_out), why);
+    } else {
+      log_limited("transfer-idle", "peer " + std::get<0>(x->id) + ": " + why);
+    }
+    finish_transfer(x);
+  }
+}
+
+// Tensors no receive took within options.unmatched_max_age.
+template <transport Transport>
+inline void endpoint<Transport>::shard::drop_aged(clock::time_point now) {
+  const auto age = ep_.opts_.unmatched_max_age;
+  clock::time_point next = clock::time_point::max();
+  std::uint64_t dropped = 0;
+  std::string first;
+  slots_.for_each([&](std::string_view peer, std::string_view key, slot& s) {
+    if (s.arrived.empty()) return;
+    s.arrived.erase_if([&](const arrival& a) {
+      if (a.pending || !a.held) return false;
+      if (now - a.held->since < age) {
+        next = std::min(next, a.held->since + age);
+        return false;
+      }
+      if (dropped++ == 0) first = std::string(peer) + ", key '" + util::printable(key) + "'";
+      return true;
+    });
+  });
+  next_age_check_ = next;
+  if (dropped == 0) return;
+  ep_.arrivals_dropped_age_.fetch_add(dropped, std::memory_order_relaxed);
+  log_limited("unmatched-age", "dropped " + std::to_string(dropped) + " tensors no receive took within " +
+                                   std::to_string(age.count()) +
+                                   " ms (FUSEWIRE_UNMATCHED_MAX_AGE_MS); the first from " + first);
 }
 
 }  // namespace rendezvous

@@ -66,6 +66,7 @@ class endpoint<Transport>::shard {
     if (reactor_ == nullptr) return;  // never started (another reactor failed to)
     listener_.close();
     if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
+    if (sweep_timer_) reactor_->cancel(sweep_timer_);
     starved_.clear();
     for (auto& [name, p] : out_) {
       if (p.ch) p.ch->close();
@@ -312,7 +313,7 @@ class endpoint<Transport>::shard {
   void on_recv_deadline(const std::shared_ptr<recv_op>& op);
   void inbound_failed(const std::shared_ptr<channel_type>& ch, std::error_code ec, std::string why = {});
 
-  // receive budget (rendezvous/detail/recv_budget.hpp)
+  // receive budget and what is dropped (rendezvous/detail/recv_budget.hpp)
   recv_account& account_of(std::string_view peer);
   static std::size_t arrival_cost(std::string_view key) noexcept;
   bool room(const recv_account& a, std::size_t n);
@@ -321,6 +322,7 @@ class endpoint<Transport>::shard {
   void charge_more(held_ref& held, std::size_t n);
   void release(held_bytes& p) noexcept;
   void hold(arrival* a, recv_account& account, std::uint64_t incarnation, std::string_view key, held_ref held);
+  void note_arrival(const held_ref& held) noexcept;
   bool awaited(std::string_view peer, const protocol::frame_head& head);
   void park(inbound& in, protocol::frame_head& head);
   void starve(const std::shared_ptr<incoming>& x);
@@ -330,6 +332,11 @@ class endpoint<Transport>::shard {
   void schedule_resume();
   void resume_parked();
   void wake_starved_shards();
+  void note_incarnation(recv_account& a, std::uint64_t incarnation);
+  void arm_sweep();
+  void sweep();
+  void drop_idle(const std::vector<std::shared_ptr<incoming>>& idle, clock::time_point now);
+  void drop_aged(clock::time_point now);
 
   // keepalive (rendezvous/detail/keepalive.hpp)
   void arm_keepalive();
@@ -365,6 +372,8 @@ class endpoint<Transport>::shard {
   bool resuming_ = false;  ///< resume_parked() runs: a frame parked again is no new pause
   /// Set when a charge failed on the process total: another shard's release wakes this one.
   std::atomic<bool> starved_by_total_{false};
+  timer_id sweep_timer_;
+  clock::time_point next_age_check_ = clock::time_point::max();  ///< when an unmatched arrival may first be too old
   std::map<channel_type*, inbound> in_;
   /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
   detail::slot_table<slot> slots_;
