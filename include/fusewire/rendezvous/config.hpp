@@ -23,6 +23,16 @@ struct endpoint_stats {
   std::uint64_t connections_made = 0;      ///< connections this endpoint made (handshake done)
   std::uint64_t connections_accepted = 0;  ///< connections peers made to it (handshake done)
   std::uint64_t connections_reused = 0;    ///< times it sent to a peer on a connection that peer made
+  /// Receive budget (docs/rendezvous.md, "Limits"): bytes held now for tensors
+  /// that arrived before their receive and for chunked transfers into the
+  /// endpoint's own buffers (options.recv_budget, recv_peer_budget).
+  std::uint64_t recv_held_bytes = 0;
+  std::uint64_t recv_pauses = 0;                ///< times a connection stopped being read because a budget was full
+  std::uint64_t transfers_dropped_idle = 0;     ///< partial chunked transfers dropped after options.transfer_idle
+  std::uint64_t transfers_dropped_restart = 0;  ///< partial transfers dropped because their peer restarted
+  std::uint64_t arrivals_dropped_restart = 0;   ///< unreceived tensors dropped because their peer restarted
+  std::uint64_t arrivals_dropped_age = 0;       ///< unreceived tensors dropped after options.unmatched_max_age
+  std::uint64_t frames_too_large = 0;  ///< frames or transfers above max_frame_bytes / max_transfer_bytes (closed)
 };
 
 /// Endpoint settings that `options` does not carry.

@@ -79,9 +79,19 @@
 ///   over without a copy, or copied once into a destination posted later). A
 ///   chunk whose head arrives before chunk 0's leaves its payload (and its
 ///   lane's later frames) unread until chunk 0 has been matched.
-///   A chunked tensor may be up to wire::limits::max_transfer_bytes; an
+///   A chunked tensor may be up to options.max_transfer_bytes; an
 ///   unchunked one up to options.max_frame_bytes. All lanes of a peer run on
 ///   that peer's reactor (the kernel copies them in parallel).
+/// - Limits (rendezvous/detail/recv_budget.hpp): tensors that arrived before
+///   their recv, and chunked ones read into the endpoint's own buffer, are
+///   held within options.recv_peer_budget per peer and options.recv_budget in
+///   all (the reactors share it). A frame that does not fit is left unread,
+///   and so is its connection (TCP backpressure), until receives take enough
+///   or a recv for that very tensor is posted. A partial transfer with no
+///   chunk for options.transfer_idle fails (errc::timed_out) and closes the
+///   peer's connections; a tensor no recv took within
+///   options.unmatched_max_age, and whatever a restarted peer's previous
+///   process left, are dropped. Each is counted in stats().
 /// - Reactors (endpoint_tuning::reactors: 0, the default, means options.cores
 ///   when set, else 1; at most one per peer, and always 1 on a transport whose
 ///   connections cannot move between reactors): with several, the cluster's
@@ -270,10 +280,24 @@ class endpoint {
   const task_id& self() const noexcept { return self_; }
   /// Frame counters (see endpoint_stats).
   endpoint_stats stats() const noexcept {
-    return {tensor_frames_.load(std::memory_order_relaxed), fused_frames_.load(std::memory_order_relaxed),
-            tensors_fused_.load(std::memory_order_relaxed), chunk_frames_.load(std::memory_order_relaxed),
-            pings_.load(std::memory_order_relaxed),         made_.load(std::memory_order_relaxed),
-            accepted_.load(std::memory_order_relaxed),      reused_.load(std::memory_order_relaxed)};
+    constexpr auto relaxed = std::memory_order_relaxed;
+    endpoint_stats s;
+    s.tensor_frames_sent = tensor_frames_.load(relaxed);
+    s.fused_frames_sent = fused_frames_.load(relaxed);
+    s.tensors_fused = tensors_fused_.load(relaxed);
+    s.chunk_frames_sent = chunk_frames_.load(relaxed);
+    s.keepalive_pings = pings_.load(relaxed);
+    s.connections_made = made_.load(relaxed);
+    s.connections_accepted = accepted_.load(relaxed);
+    s.connections_reused = reused_.load(relaxed);
+    s.recv_held_bytes = held_.load(relaxed);
+    s.recv_pauses = recv_pauses_.load(relaxed);
+    s.transfers_dropped_idle = transfers_dropped_idle_.load(relaxed);
+    s.transfers_dropped_restart = transfers_dropped_restart_.load(relaxed);
+    s.arrivals_dropped_restart = arrivals_dropped_restart_.load(relaxed);
+    s.arrivals_dropped_age = arrivals_dropped_age_.load(relaxed);
+    s.frames_too_large = frames_too_large_.load(relaxed);
+    return s;
   }
   const cluster_spec& spec() const noexcept { return spec_; }
   /// Reactors (threads) it runs (endpoint_tuning::reactors).
@@ -458,6 +482,9 @@ class endpoint {
   // The records a shard keeps (rendezvous/detail/operations.hpp; send_op and
   // recv_op are declared above).
   struct out_peer;
+  struct recv_account;
+  struct held_bytes;
+  class held_ref;
   struct incoming;
   struct arrival;
   struct slot;
@@ -501,6 +528,14 @@ class endpoint {
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::uint64_t> tensor_frames_{0}, fused_frames_{0}, tensors_fused_{0}, chunk_frames_{0}, pings_{0};
   std::atomic<std::uint64_t> made_{0}, accepted_{0}, reused_{0};
+  std::atomic<std::uint64_t> frames_too_large_{0};
+  /// Bytes the shards hold for early arrivals and their own transfer buffers
+  /// (options.recv_budget; rendezvous/detail/recv_budget.hpp). A line of its
+  /// own: a fused frame's arrival reads it, the send counters above change per frame.
+  alignas(64) std::atomic<std::size_t> held_{0};
+  alignas(64) std::atomic<std::uint64_t> recv_pauses_{0};
+  std::atomic<std::uint64_t> transfers_dropped_idle_{0}, transfers_dropped_restart_{0};
+  std::atomic<std::uint64_t> arrivals_dropped_restart_{0}, arrivals_dropped_age_{0};
   unsigned shards_ = 1;                    ///< reactors in group_, one shard each
   const std::uint64_t incarnation_ = [] {  ///< random per endpoint: what its handshakes present
     std::random_device rd;

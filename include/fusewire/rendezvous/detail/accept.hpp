@@ -122,11 +122,20 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
   inbound& in = in_.try_emplace(ch.get(), inbound{ch, {}}).first->second;
   in.peer = peer.task.to_string();
   in.incarnation = peer.incarnation;
+  in.account = &account_of(in.peer);
   in.last_frame = util::coarse_now();
   in.reverse = (peer.features & protocol::feature_reverse) != 0;
   down_.erase(in.peer);
   // After it is in in_: receives waiting for this task keep waiting, for the newcomer.
   replace_incarnation(ch.get(), in.peer, in.incarnation);
+  // What the previous process left (tensors nobody took, partial transfers)
+  // is dropped, unless an unauthenticated newcomer claims the name of a task
+  // whose connections are still open (replace_incarnation kept them).
+  const bool old_still_open = std::any_of(in_.begin(), in_.end(), [&](const auto& other) {
+    return other.first != ch.get() && other.second.peer == in.peer && other.second.incarnation != in.incarnation &&
+           other.second.ch->is_open();
+  });
+  if (!old_still_open) note_incarnation(*in.account, in.incarnation);
   protocol::write_ack(*ch, ack, [this, ch](std::error_code e) {
     if (closing_) return;
     // Lost before its first frame: its receives fail as on any lost connection.

@@ -115,9 +115,11 @@ inline void endpoint<Transport>::shard::watch_lane(out_peer& p, std::shared_ptr<
       in.ch = ch;
       in.peer = pp->task.to_string();
       in.incarnation = incarnation;
+      in.account = &account_of(in.peer);
       in.last_frame = util::coarse_now();
       in.out = pp;
       down_.erase(in.peer);
+      note_incarnation(*in.account, incarnation);
       return on_frame(ch, ec, std::move(head));
     }
     drop_outbound(*pp, ch);

@@ -74,7 +74,9 @@ inline std::error_code endpoint<Transport>::check_send(const peer_info& peer, co
   if (op.sg.size() > wire::limits{}.max_segments) return make_error_code(errc::invalid_argument);
   const std::uint64_t n = total_size(op.sg.view());
   const bool chunked = opts_.chunking && n > opts_.chunk_size;
-  if (n > (chunked ? wire::limits{}.max_transfer_bytes : opts_.max_frame_bytes)) {
+  // The peer refuses (and closes the connection on) a transfer above its
+  // max_transfer_bytes; a cluster shares its options, so ours says it first.
+  if (n > (chunked ? opts_.max_transfer_bytes : opts_.max_frame_bytes)) {
     return make_error_code(errc::frame_too_large);
   }
   return {};

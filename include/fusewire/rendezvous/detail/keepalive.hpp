@@ -56,13 +56,23 @@ template <transport Transport>
 inline void endpoint<Transport>::shard::judge_silence() {
   const auto k = ep_.opts_.keepalive;
   const auto now = util::coarse_now();
+  // A peer we stopped reading (receive budget) is not silent: its frames,
+  // pongs among them, wait in the socket for us.
+  const auto paused = [&](const std::string& peer) {
+    if (parked_ == 0) return false;
+    const auto a = accounts_.find(peer);
+    return a != accounts_.end() && a->second.parked != 0;
+  };
   for (auto& [name, p] : out_) {
     if (!p.ready || !p.ch) continue;
     std::vector<std::shared_ptr<channel_type>> lanes{p.ch};
     lanes.insert(lanes.end(), p.extra.begin(), p.extra.end());
+    const bool unread = paused(name);
     for (auto& lane : lanes) {
       auto u = unanswered_.find(lane.get());
-      if (u == unanswered_.end() || now - u->second < 2 * k) continue;
+      if (u == unanswered_.end()) continue;
+      if (unread) u->second = now;
+      if (now - u->second < 2 * k) continue;
       log("peer " + name + " did not answer keepalive pings for " +
           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - u->second).count()) +
           " ms; dropping its connections");
@@ -72,6 +82,7 @@ inline void endpoint<Transport>::shard::judge_silence() {
   }
   std::vector<std::shared_ptr<channel_type>> silent;
   for (auto& [raw, in] : in_) {
+    if (in.account != nullptr && in.account->parked != 0) in.last_frame = now;
     if (!in.peer.empty() && now - in.last_frame >= 3 * k) silent.push_back(in.ch);
   }
   for (auto& ch : silent) {

@@ -91,6 +91,62 @@ struct endpoint<Transport>::out_peer {
   std::error_code refused;
 };
 
+/// One peer's share of the receive budget (options.recv_peer_budget): what its
+/// early arrivals and the transfers the endpoint allocated for it hold.
+template <transport Transport>
+struct endpoint<Transport>::recv_account {
+  std::string peer;
+  std::size_t held = 0;           ///< bytes charged to it now
+  std::uint64_t incarnation = 0;  ///< of the peer process last seen on an inbound connection (0: none yet)
+  unsigned parked = 0;            ///< its connections not read until memory is released
+};
+
+/// Bytes charged to a peer's account and to the process total
+/// (options.recv_budget) while an early arrival, the stored tensors of one
+/// fused frame, or a transfer's own buffer hold them.
+template <transport Transport>
+struct endpoint<Transport>::held_bytes {
+  shard* owner = nullptr;  ///< nullptr once detached (the shard is being destroyed)
+  recv_account* account = nullptr;
+  std::size_t bytes = 0;
+  clock::time_point since{};      ///< when it was charged, or when its transfer completed unmatched
+  std::uint64_t incarnation = 0;  ///< of the peer process that sent it
+  unsigned refs = 1;
+  held_bytes* prev = nullptr;  ///< in its shard's list of charges (detached when the shard goes)
+  held_bytes* next = nullptr;
+};
+
+/// A counted reference to a held_bytes: the last one to go releases the bytes.
+/// A plain count: every reference lives on its shard's reactor thread (or is
+/// destroyed after the reactors stopped).
+template <transport Transport>
+class endpoint<Transport>::held_ref {
+ public:
+  held_ref() noexcept = default;
+  explicit held_ref(held_bytes* p) noexcept : p_(p) {}
+  held_ref(const held_ref& o) noexcept : p_(o.p_) {
+    if (p_ != nullptr) ++p_->refs;
+  }
+  held_ref(held_ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  held_ref& operator=(held_ref o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~held_ref() { reset(); }
+
+  void reset() noexcept {
+    held_bytes* p = std::exchange(p_, nullptr);
+    if (p == nullptr || --p->refs != 0) return;
+    if (p->owner != nullptr) p->owner->release(*p);  // shard::release, rendezvous/detail/recv_budget.hpp
+    delete p;
+  }
+  held_bytes* operator->() const noexcept { return p_; }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+
+ private:
+  held_bytes* p_ = nullptr;
+};
+
 /// A chunked tensor being received: its chunks may arrive on any lane of the peer.
 template <transport Transport>
 struct endpoint<Transport>::incoming {
@@ -102,9 +158,13 @@ struct endpoint<Transport>::incoming {
   unsigned reads = 0;    ///< chunk payload reads in progress into buf
   bool ordered = false;  ///< chunk 0 (sent on the peer's ordered lane) seen: matched to a recv
   bool failed = false;
+  bool starved = false;  ///< its buffer waits for the receive budget (in shard::starved_)
   std::error_code error;
   tensor_buffer buf;
   std::shared_ptr<recv_op> op;
+  recv_account* account = nullptr;
+  held_ref held{};                 ///< set while buf is the endpoint's own (not a receive's destination)
+  clock::time_point last_chunk{};  ///< when its last chunk head or payload came (options.transfer_idle)
   /// Chunks whose head arrived before chunk 0: their payloads wait in their
   /// lanes' sockets until chunk 0 says where the tensor goes.
   struct parked_chunk {
@@ -120,6 +180,7 @@ template <transport Transport>
 struct endpoint<Transport>::arrival {
   tensor_buffer buf;
   std::shared_ptr<incoming> pending;
+  held_ref held{};  ///< what buf is charged (unset while pending: the transfer holds it)
 };
 
 template <transport Transport>
@@ -137,8 +198,15 @@ struct endpoint<Transport>::inbound {
   std::string peer;  ///< empty until the handshake named it
   std::uint64_t incarnation = 0;
   clock::time_point last_frame{};
-  bool reverse = false;     ///< the peer reads our frames on it (it offered protocol::feature_reverse)
-  out_peer* out = nullptr;  ///< set while it is one of our send lanes to that peer too
+  bool reverse = false;             ///< the peer reads our frames on it (it offered protocol::feature_reverse)
+  out_peer* out = nullptr;          ///< set while it is one of our send lanes to that peer too
+  recv_account* account = nullptr;  ///< the peer's, set with `peer`
+  /// Not read until memory is released: its frame's payload waits in the
+  /// socket (the head in parked_head when head_parked, else a chunk in its
+  /// transfer's `parked`).
+  bool parked = false;
+  bool head_parked = false;
+  protocol::frame_head parked_head{};
 };
 
 }  // namespace rendezvous

@@ -458,7 +458,7 @@ class rdma_direct {
     }
     if (copy.size() != 0) std::memcpy(copy.data(), op->dst.data(), copy.size());
     shard.complete(*op, make_error_code(errc::timed_out), tensor_buffer());
-    shard.deliver(peer, m.key, std::move(copy));
+    shard.deliver_late(ch, peer, m.key, std::move(copy));  // held within the receive budget like any arrival
     shard.read_next(ch);
   }
 

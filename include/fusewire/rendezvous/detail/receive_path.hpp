@@ -18,17 +18,34 @@ template <transport Transport>
 inline void endpoint<Transport>::shard::on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec,
                                                  protocol::frame_head head) {
   if (closing_) return;
-  if (ec) return inbound_failed(ch, ec);
+  if (ec) {
+    if (ec == make_error_code(errc::frame_too_large)) {
+      ep_.frames_too_large_.fetch_add(1, std::memory_order_relaxed);
+      return inbound_failed(
+          ch, ec,
+          "it announced a frame above FUSEWIRE_MAX_FRAME_BYTES = " + std::to_string(ep_.opts_.max_frame_bytes) +
+              " or a transfer above FUSEWIRE_MAX_TRANSFER_BYTES = " + std::to_string(ep_.opts_.max_transfer_bytes) +
+              "; nothing was allocated for it");
+    }
+    return inbound_failed(ch, ec);
+  }
   auto it = in_.find(ch.get());
   if (it == in_.end()) return;
   it->second.last_frame = util::coarse_now();
   if constexpr (rdma_transport<Transport>) {  // RDMA direct placement: count tensors, take placed frames
     if (direct_.on_inbound_frame(*this, ch, it->second, head)) return;
   }
-  const std::string peer = it->second.peer;
-  if (const auto* t = std::get_if<wire::tensor_meta>(&head.body)) return on_tensor(ch, peer, *t, head.header);
-  if (std::holds_alternative<wire::fused_meta>(head.body)) return on_fused(ch, peer, std::move(head));
-  if (const auto* c = std::get_if<wire::chunk_meta>(&head.body)) return on_chunk(ch, it->second, *c, head.header);
+  dispatch(ch, it->second, head);
+}
+
+// A frame's head, read (or parked for memory and taken up again): what it carries decides the rest.
+template <transport Transport>
+inline void endpoint<Transport>::shard::dispatch(const std::shared_ptr<channel_type>& ch, inbound& in,
+                                                 protocol::frame_head& head) {
+  const std::string peer = in.peer;
+  if (std::holds_alternative<wire::tensor_meta>(head.body)) return on_tensor(ch, in, peer, head);
+  if (std::holds_alternative<wire::fused_meta>(head.body)) return on_fused(ch, in, peer, head);
+  if (const auto* c = std::get_if<wire::chunk_meta>(&head.body)) return on_chunk(ch, in, *c, head.header);
   switch (head.header.type) {
     case wire::frame_type::ping: {
       wire::pong_meta pong;
@@ -49,12 +66,15 @@ inline void endpoint<Transport>::shard::on_frame(const std::shared_ptr<channel_t
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_type>& ch, const std::string& peer,
-                                                  const wire::tensor_meta& t, const wire::frame_header& h) {
-  const std::size_t n = static_cast<std::size_t>(h.payload_len);
+inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_type>& ch, inbound& in,
+                                                  const std::string& peer, protocol::frame_head& head) {
+  const wire::tensor_meta& t = std::get<wire::tensor_meta>(head.body);
+  const std::size_t n = static_cast<std::size_t>(head.header.payload_len);
+  bool wanted = false;  // a receive waits for it: nothing is held for long
   if (slot* s = find_slot(peer, t.key)) {
     auto& waiting = s->waiting;
     while (!waiting.empty() && waiting.front()->done) waiting.pop_front();
+    wanted = !waiting.empty();
     if (!waiting.empty() && waiting.front()->has_dst && waiting.front()->dst.size() == n) {
       // Zero copy: the payload goes from the socket into the posted destination.
       std::shared_ptr<recv_op> op = std::move(waiting.front());
@@ -85,6 +105,12 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
       return;
     }
   }
+  // An early arrival: it is held until its receive comes, within the budget.
+  held_ref held;
+  if (!wanted) {
+    held = charge(*in.account, n + arrival_cost(t.key), false, in.incarnation);
+    if (!held) return park(in, head);
+  }
   tensor_buffer buf;
   try {
     buf = protocol::payload_buffer(&pool_, 0, n);
@@ -93,25 +119,30 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
   }
   const mutable_buffer dst = buf.bytes();
   if (ch->try_read_payload(dst)) {
-    deliver(peer, t.key, std::move(buf));
+    hold(deliver(peer, t.key, std::move(buf)), *in.account, in.incarnation, t.key, std::move(held));
     if (!closing_) read_next(ch);
     return;
   }
-  ch->read_payload(
-      dst, [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf)](std::error_code e) mutable {
-        if (closing_) return;
-        if (e) return inbound_failed(ch, e);
-        deliver(peer, key, std::move(buf));
-        read_next(ch);
-      });
+  ch->read_payload(dst,
+                   [this, ch = ch, peer = peer, key = std::string(t.key), buf = std::move(buf), account = in.account,
+                    incarnation = in.incarnation, held = std::move(held)](std::error_code e) mutable {
+                     if (closing_) return;
+                     if (e) return inbound_failed(ch, e);
+                     hold(deliver(peer, key, std::move(buf)), *account, incarnation, key, std::move(held));
+                     read_next(ch);
+                   });
 }
 
 // A fused frame: its payload is read into one buffer, and each entry is
 // handed over as an alias of its bytes (no copy).
 template <transport Transport>
-inline void endpoint<Transport>::shard::on_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer,
-                                                 protocol::frame_head head) {
+inline void endpoint<Transport>::shard::on_fused(const std::shared_ptr<channel_type>& ch, inbound& in,
+                                                 const std::string& peer, protocol::frame_head& head) {
   const std::size_t n = static_cast<std::size_t>(head.header.payload_len);
+  // What it holds is charged once its tensors were delivered (a frame's
+  // worth past the budget at most); here it only waits while the budget is
+  // full, unless a receive waits for one of its tensors.
+  if (!room(*in.account, n) && !awaited(peer, head)) return park(in, head);
   tensor_buffer buf;
   try {
     buf = protocol::payload_buffer(&pool_, 0, n);
@@ -119,22 +150,36 @@ inline void endpoint<Transport>::shard::on_fused(const std::shared_ptr<channel_t
     return inbound_failed(ch, make_error_code(errc::out_of_memory), "no memory for " + std::to_string(n) + " bytes");
   }
   const mutable_buffer dst = buf.bytes();
-  if (ch->try_read_payload(dst)) return deliver_fused(ch, peer, head, buf);
-  ch->read_payload(
-      dst, [this, ch = ch, peer = peer, head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
-        if (closing_) return;
-        if (e) return inbound_failed(ch, e);
-        deliver_fused(ch, peer, head, buf);
-      });
+  if (ch->try_read_payload(dst)) return deliver_fused(ch, peer, *in.account, in.incarnation, head, buf);
+  ch->read_payload(dst, [this, ch = ch, peer = peer, account = in.account, incarnation = in.incarnation,
+                         head = std::move(head), buf = std::move(buf)](std::error_code e) mutable {
+    if (closing_) return;
+    if (e) return inbound_failed(ch, e);
+    deliver_fused(ch, peer, *account, incarnation, head, buf);
+  });
 }
 
+// The tensors no receive took share one charge: the whole payload (each
+// keeps all of it alive), plus each one's bookkeeping.
 template <transport Transport>
 inline void endpoint<Transport>::shard::deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer,
+                                                      recv_account& account, std::uint64_t incarnation,
                                                       const protocol::frame_head& head, const tensor_buffer& buf) {
   const std::uint64_t peer_hash = detail::peer_hash_of(peer);
+  held_ref held;
+  std::size_t bookkeeping = 0;
   for (const wire::fused_entry& entry : std::get<wire::fused_meta>(head.body)) {
-    deliver(peer, entry.key, buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)),
-            detail::slot_hash_of(peer_hash, entry.key));
+    arrival* a = deliver(peer, entry.key,
+                         buf.share(static_cast<std::size_t>(entry.offset), static_cast<std::size_t>(entry.size)),
+                         detail::slot_hash_of(peer_hash, entry.key));
+    if (a == nullptr) continue;
+    if (!held) held = charge(account, buf.size(), true, incarnation);
+    bookkeeping += arrival_cost(entry.key);
+    a->held = held;
+  }
+  if (held) {
+    charge_more(held, bookkeeping);
+    note_arrival(held);
   }
   if (!closing_) read_next(ch);
 }
@@ -156,13 +201,16 @@ inline void endpoint<Transport>::shard::on_chunk(const std::shared_ptr<channel_t
     x->total = c.total_len;
     x->count = c.count;
     x->chunks_left = c.count;
+    x->account = in.account;
     transfers_.emplace(std::move(k), x);
+    arm_sweep();
   } else {
     x = it->second;
     if (x->key != c.key || x->total != c.total_len || x->count != c.count || x->failed) {
       return inbound_failed(ch, make_error_code(errc::malformed_frame), "chunk does not match its transfer");
     }
   }
+  x->last_chunk = util::coarse_now();
   if (!x->ordered) {
     if (c.index != 0) {
       // Chunk 0 (on the ordered lane) decides which recv, and so which
@@ -174,9 +222,38 @@ inline void endpoint<Transport>::shard::on_chunk(const std::shared_ptr<channel_t
     }
     bind_transfer(x);
   }
-  read_chunk(ch, x, c.offset, h.payload_len);
-  for (auto& pc : std::exchange(x->parked, {})) {  // empty unless chunk 0 was just bound
-    read_chunk(std::static_pointer_cast<channel_type>(pc.lane), x, pc.offset, pc.len);
+  x->parked.push_back({ch, c.offset, h.payload_len});
+  read_parked_chunks(x);
+}
+
+// Reads the chunks parked on `x` (this one, and those whose head came before
+// chunk 0's) once its buffer is there: the receive's destination, else one of
+// its own within the budget; until then their lanes stay unread.
+template <transport Transport>
+inline void endpoint<Transport>::shard::read_parked_chunks(const std::shared_ptr<incoming>& x) {
+  if (x->failed) return;
+  if (x->buf.empty() && x->total != 0) {
+    if (x->op && x->op->has_dst && x->op->dst.size() == x->total) {
+      x->buf = x->op->dst.share();
+    } else {
+      // A receive that waits for it (with no destination) takes it whatever the budget.
+      held_ref held = charge(*x->account, static_cast<std::size_t>(x->total) + arrival_cost(x->key), x->op != nullptr,
+                             std::get<1>(x->id));
+      if (!held) return starve(x);
+      try {
+        x->buf = tensor_buffer::allocate(static_cast<std::size_t>(x->total));
+      } catch (const std::bad_alloc&) {
+        auto lane = std::static_pointer_cast<channel_type>(x->parked.front().lane);
+        return inbound_failed(lane, make_error_code(errc::out_of_memory),
+                              "no memory for " + std::to_string(x->total) + " bytes");
+      }
+      x->held = std::move(held);
+    }
+  }
+  for (auto& pc : std::exchange(x->parked, {})) {
+    auto lane = std::static_pointer_cast<channel_type>(pc.lane);
+    unpark(lane.get());
+    read_chunk(lane, x, pc.offset, pc.len);
   }
 }
 
@@ -187,14 +264,6 @@ inline void endpoint<Transport>::shard::read_chunk(const std::shared_ptr<channel
                                                    const std::shared_ptr<incoming>& x, std::uint64_t offset,
                                                    std::uint64_t len) {
   if (x->failed || !ch->is_open()) return;
-  if (x->buf.empty() && x->total != 0) {
-    try {
-      x->buf = tensor_buffer::allocate(static_cast<std::size_t>(x->total));
-    } catch (const std::bad_alloc&) {
-      return inbound_failed(ch, make_error_code(errc::out_of_memory),
-                            "no memory for " + std::to_string(x->total) + " bytes");
-    }
-  }
   const mutable_buffer dst = x->buf.bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(len));
   ++x->reads;
   ch->read_payload(dst, [this, ch = ch, x = x](std::error_code e) {
@@ -203,7 +272,10 @@ inline void endpoint<Transport>::shard::read_chunk(const std::shared_ptr<channel
       x->failed = true;
       x->error = make_error_code(closing_ ? errc::cancelled : errc::connection_reset);
     }
-    if (!e) --x->chunks_left;
+    if (!e) {
+      --x->chunks_left;
+      x->last_chunk = util::coarse_now();
+    }
     finish_transfer(x);
     if (closing_) return;
     if (e) return inbound_failed(ch, e);
@@ -240,13 +312,17 @@ inline void endpoint<Transport>::shard::finish_transfer(const std::shared_ptr<in
   transfers_.erase(it);
   std::shared_ptr<recv_op> op = std::move(x->op);
   if (op) op->xfer.reset();
+  held_ref held = std::move(x->held);
   if (x->failed) {
+    x->buf.reset();
+    held.reset();
     if (op) return complete(*op, op->timed_out ? make_error_code(errc::timed_out) : x->error, tensor_buffer());
     drop_arrival(x);
     return;
   }
   tensor_buffer buf = std::move(x->buf);
   if (op) {
+    held.reset();
     if (op->has_dst && op->dst.size() == buf.size() && op->dst.data() == buf.data()) {
       tensor_buffer out = op->dst.share();
       return complete(*op, {}, std::move(out));
@@ -259,6 +335,11 @@ inline void endpoint<Transport>::shard::finish_transfer(const std::shared_ptr<in
     if (a.pending == x) {
       a.pending.reset();
       a.buf = std::move(buf);
+      // Unmatched from now on: its age counts from here (options.unmatched_max_age).
+      if (!held) held = charge(*x->account, arrival_cost(x->key), true, std::get<1>(x->id));
+      held->since = util::coarse_now();
+      note_arrival(held);
+      a.held = std::move(held);
       return;
     }
   }
@@ -287,15 +368,19 @@ inline void endpoint<Transport>::shard::fail_transfers(const std::string& peer, 
   }
 }
 
+/// Hands `b` to the first receive waiting on (peer, key) and returns nullptr,
+/// or, with none, stores it and returns the arrival (valid until the next
+/// change to that slot): the caller charges it (hold()).
 template <transport Transport>
-inline void endpoint<Transport>::shard::deliver(std::string_view peer, std::string_view key, tensor_buffer b) {
-  deliver(peer, key, std::move(b), detail::slot_hash_of(peer, key));
+inline auto endpoint<Transport>::shard::deliver(std::string_view peer, std::string_view key, tensor_buffer b)
+    -> arrival* {
+  return deliver(peer, key, std::move(b), detail::slot_hash_of(peer, key));
 }
 
 /// deliver() with `h` = detail::slot_hash_of(peer, key).
 template <transport Transport>
-inline void endpoint<Transport>::shard::deliver(std::string_view peer, std::string_view key, tensor_buffer b,
-                                                std::uint64_t h) {
+inline auto endpoint<Transport>::shard::deliver(std::string_view peer, std::string_view key, tensor_buffer b,
+                                                std::uint64_t h) -> arrival* {
   if constexpr (rdma_transport<Transport>) direct_.on_delivered(peer, key);  // RDMA direct placement
   slot& s = slot_for(peer, key, h);
   while (!s.waiting.empty()) {
@@ -303,9 +388,21 @@ inline void endpoint<Transport>::shard::deliver(std::string_view peer, std::stri
     s.waiting.pop_front();
     if (op->done) continue;
     hand_over(*op, std::move(b));
-    return;
+    return nullptr;
   }
-  s.arrived.push_back(arrival{std::move(b), nullptr});
+  s.arrived.push_back(arrival{std::move(b), nullptr, held_ref()});
+  return &*std::prev(s.arrived.end());
+}
+
+// A tensor written into a destination whose receive timed out meanwhile (RDMA
+// direct placement), copied out: delivered and held like any arrival.
+template <transport Transport>
+inline void endpoint<Transport>::shard::deliver_late(const std::shared_ptr<channel_type>& ch, std::string_view peer,
+                                                     std::string_view key, tensor_buffer b) {
+  const auto it = in_.find(ch.get());
+  recv_account& account = it != in_.end() && it->second.account != nullptr ? *it->second.account : account_of(peer);
+  const std::uint64_t incarnation = it != in_.end() ? it->second.incarnation : account.incarnation;
+  hold(deliver(peer, key, std::move(b)), account, incarnation, key, held_ref());
 }
 
 template <transport Transport>
@@ -360,14 +457,15 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
   const std::string peer = it->second.peer;
   const std::uint64_t incarnation = it->second.incarnation;
   out_peer* const out = it->second.out;
+  unpark(ch.get());
   in_.erase(it);
   ch->close();
   // A lane we send on too (reverse lanes) takes our lanes to that peer down with it.
   if (out != nullptr) drop_outbound(*out, ch);
   const bool orderly = ec == make_error_code(errc::connection_closed);
   if (!orderly) {
-    log("closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
-        "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
+    log_limited("closing", "closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
+                               "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
   }
   if (peer.empty()) return;
   const auto same_process = [&](const auto& in) { return in.peer == peer && in.incarnation == incarnation; };
@@ -382,6 +480,7 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
     std::vector<std::pair<out_peer*, std::shared_ptr<channel_type>>> outs;
     for (auto i = in_.begin(); i != in_.end();) {
       if (same_process(i->second)) {
+        unpark(i->first);
         i->second.ch->close();
         if (i->second.out != nullptr) outs.emplace_back(i->second.out, i->second.ch);
         i = in_.erase(i);

@@ -34,8 +34,17 @@ class endpoint<Transport>::shard {
   shard& operator=(const shard&) = delete;
   template <class, class>
   friend class detail::rdma_direct;  // RDMA direct placement
+  friend class endpoint::held_ref;   // releases its bytes
   ~shard() {
+    closing_ = true;
     while (recv_ops_ != nullptr) recv_ops_->unlink();
+    slots_.clear();
+    // A charge still held (by a read's handler that never ran, say) may
+    // outlive this shard: it then releases nothing.
+    for (held_bytes* p = std::exchange(charges_, nullptr); p != nullptr; p = std::exchange(p->next, nullptr)) {
+      p->owner = nullptr;
+      p->prev = nullptr;
+    }
   }
 
   /// On its reactor; `here` = where to listen (reactor 0's shard only).
@@ -57,6 +66,8 @@ class endpoint<Transport>::shard {
     if (reactor_ == nullptr) return;  // never started (another reactor failed to)
     listener_.close();
     if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
+    if (sweep_timer_) reactor_->cancel(sweep_timer_);
+    starved_.clear();
     for (auto& [name, p] : out_) {
       if (p.ch) p.ch->close();
       for (auto& lane : p.extra) lane->close();
@@ -123,15 +134,18 @@ class endpoint<Transport>::shard {
     op->link(recv_ops_);
     slot& s = slot_for(op->peer, op->key, op->slot_hash);
     if (!s.arrived.empty()) {
-      arrival a = std::move(s.arrived.front());
+      arrival a = std::move(s.arrived.front());  // its charge goes with it (held_ref)
       s.arrived.pop_front();
       if (a.pending) {
         // A chunked tensor still arriving: this recv gets it when its last chunk is in.
         arm_recv_deadline(op, timeout);
         a.pending->op = op;
+        // One waiting for memory goes on now, into op's destination or whatever the budget.
+        if (a.pending->starved) schedule_resume();
         op->xfer = std::move(a.pending);
         return;
       }
+      a.held.reset();  // the receive's from now on
       hand_over(*op, std::move(a.buf));
       return;
     }
@@ -143,6 +157,8 @@ class endpoint<Transport>::shard {
       if (s.waiting.empty()) direct_.advertise(*this, *op);
     }
     s.waiting.push_back(std::move(op));
+    // Its tensor may be the frame a lane waits with for memory: that one goes on for it.
+    if (parked_ != 0) schedule_resume();
   }
 
   void arm_recv_deadline(const std::shared_ptr<recv_op>& op, clock::duration timeout) {
@@ -279,24 +295,54 @@ class endpoint<Transport>::shard {
   // receive path (rendezvous/detail/receive_path.hpp)
   void read_next(const std::shared_ptr<channel_type>& ch);
   void on_frame(const std::shared_ptr<channel_type>& ch, std::error_code ec, protocol::frame_head head);
-  void on_tensor(const std::shared_ptr<channel_type>& ch, const std::string& peer, const wire::tensor_meta& t,
-                 const wire::frame_header& h);
-  void on_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, protocol::frame_head head);
-  void deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, const protocol::frame_head& head,
-                     const tensor_buffer& buf);
+  void dispatch(const std::shared_ptr<channel_type>& ch, inbound& in, protocol::frame_head& head);
+  void on_tensor(const std::shared_ptr<channel_type>& ch, inbound& in, const std::string& peer,
+                 protocol::frame_head& head);
+  void on_fused(const std::shared_ptr<channel_type>& ch, inbound& in, const std::string& peer,
+                protocol::frame_head& head);
+  void deliver_fused(const std::shared_ptr<channel_type>& ch, const std::string& peer, recv_account& account,
+                     std::uint64_t incarnation, const protocol::frame_head& head, const tensor_buffer& buf);
   void on_chunk(const std::shared_ptr<channel_type>& ch, const inbound& in, const wire::chunk_meta& c,
                 const wire::frame_header& h);
+  void read_parked_chunks(const std::shared_ptr<incoming>& x);
   void read_chunk(const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::uint64_t offset,
                   std::uint64_t len);
   void bind_transfer(const std::shared_ptr<incoming>& x);
   void finish_transfer(const std::shared_ptr<incoming>& x);
   void drop_arrival(const std::shared_ptr<incoming>& x);
   void fail_transfers(const std::string& peer, std::uint64_t incarnation, std::error_code ec);
-  void deliver(std::string_view peer, std::string_view key, tensor_buffer b);
-  void deliver(std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h);
+  arrival* deliver(std::string_view peer, std::string_view key, tensor_buffer b);
+  arrival* deliver(std::string_view peer, std::string_view key, tensor_buffer b, std::uint64_t h);
+  void deliver_late(const std::shared_ptr<channel_type>& ch, std::string_view peer, std::string_view key,
+                    tensor_buffer b);
   void hand_over(recv_op& op, tensor_buffer b);
   void on_recv_deadline(const std::shared_ptr<recv_op>& op);
   void inbound_failed(const std::shared_ptr<channel_type>& ch, std::error_code ec, std::string why = {});
+
+  // receive budget and what is dropped (rendezvous/detail/recv_budget.hpp)
+  recv_account& account_of(std::string_view peer);
+  static std::size_t arrival_cost(std::string_view key) noexcept;
+  bool room(const recv_account& a, std::size_t n);
+  void starved_on_total(std::size_t seen);
+  held_ref charge(recv_account& a, std::size_t n, bool forced, std::uint64_t incarnation);
+  void charge_more(held_ref& held, std::size_t n);
+  void release(held_bytes& p) noexcept;
+  void hold(arrival* a, recv_account& account, std::uint64_t incarnation, std::string_view key, held_ref held);
+  void note_arrival(const held_ref& held) noexcept;
+  bool awaited(std::string_view peer, const protocol::frame_head& head);
+  void park(inbound& in, protocol::frame_head& head);
+  void starve(const std::shared_ptr<incoming>& x);
+  void mark_parked(inbound& in);
+  void unpark(channel_type* ch);
+  void note_pause(const recv_account& a);
+  void schedule_resume();
+  void resume_parked();
+  void wake_starved_shards();
+  void note_incarnation(recv_account& a, std::uint64_t incarnation);
+  void arm_sweep();
+  void sweep();
+  void drop_idle(const std::vector<std::shared_ptr<incoming>>& idle, clock::time_point now);
+  void drop_aged(clock::time_point now);
 
   // keepalive (rendezvous/detail/keepalive.hpp)
   void arm_keepalive();
@@ -322,12 +368,25 @@ class endpoint<Transport>::shard {
   int initiating_ = 0;  ///< > 0 while initiate() runs: completions are posted
   std::map<std::string, out_peer> out_;
   std::pair<const std::string, out_peer>* last_out_ = nullptr;  ///< see out_peer_of()
+  /// Receive budget per peer (never dropped: peers are the cluster's tasks);
+  /// before everything that holds a charge, so it outlives them.
+  std::map<std::string, recv_account, std::less<>> accounts_;
+  unsigned parked_ = 0;            ///< lanes parked for memory, over all accounts
+  std::size_t held_here_ = 0;      ///< bytes this shard holds (its share of ep_.held_)
+  held_bytes* charges_ = nullptr;  ///< every live charge of this shard (a list through held_bytes)
+  bool resume_posted_ = false;
+  bool resuming_ = false;  ///< resume_parked() runs: a frame parked again is no new pause
+  /// Set when a charge failed on the process total: another shard's release wakes this one.
+  std::atomic<bool> starved_by_total_{false};
+  timer_id sweep_timer_;
+  clock::time_point next_age_check_ = clock::time_point::max();  ///< when an unmatched arrival may first be too old
   std::map<channel_type*, inbound> in_;
   /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
   detail::slot_table<slot> slots_;
   recv_op* recv_ops_ = nullptr;  ///< started receives not completed yet (intrusive list; no allocation)
   std::set<std::string> down_;   ///< peers whose connections all broke
   std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
+  std::vector<std::shared_ptr<incoming>> starved_;         ///< transfers whose buffer waits for the budget
   std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
   timer_id keepalive_timer_;
   clock::time_point keepalive_due_{};  ///< when the armed keepalive tick should run
@@ -355,4 +414,5 @@ class endpoint<Transport>::shard {
 #include <fusewire/rendezvous/detail/send_path.hpp>
 #include <fusewire/rendezvous/detail/accept.hpp>
 #include <fusewire/rendezvous/detail/receive_path.hpp>
+#include <fusewire/rendezvous/detail/recv_budget.hpp>
 #include <fusewire/rendezvous/detail/keepalive.hpp>

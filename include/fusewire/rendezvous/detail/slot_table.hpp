@@ -130,6 +130,16 @@ class slot_table {
   /// Entries (empty values included).
   std::size_t size() const noexcept { return size_; }
 
+  /// Calls `f(peer, key, value)` for every entry (empty values included). `f`
+  /// may change a value but must not add entries to the table.
+  template <class F>
+  requires std::invocable<F&, std::string_view, std::string_view, Value&>
+  void for_each(F&& f) {
+    for (const cell& c : cells_) {
+      if (c.e != nullptr) f(std::string_view(c.e->peer), std::string_view(c.e->key), c.e->value);
+    }
+  }
+
   /// Drops every entry.
   void clear() noexcept {
     cells_.clear();

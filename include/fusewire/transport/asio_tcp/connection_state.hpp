@@ -242,3 +242,7 @@ class asio_connection_state final : public stream_connection<asio_connection_sta
 
 }  // namespace v0
 }  // namespace fusewire
+
+// The read path defines the spin_reader overrides this class declares: a
+// translation unit that includes only this header must see them too.
+#include <fusewire/transport/asio_tcp/read.hpp>

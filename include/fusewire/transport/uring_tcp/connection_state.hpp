@@ -287,3 +287,7 @@ class uring_connection_state final : public stream_connection<uring_connection_s
 
 }  // namespace v0
 }  // namespace fusewire
+
+// The read path defines the spin_reader overrides this class declares: a
+// translation unit that includes only this header must see them too.
+#include <fusewire/transport/uring_tcp/read.hpp>
