@@ -21,12 +21,12 @@
 
 #include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
-#include "test_util.hpp"
+#include "support/loopback_cluster.hpp"
+#include "support/patterns.hpp"
+
+using namespace fusewire::test;
 
 namespace {
-
-using rvtest::log_capture;
-using rvtest::raw_client;
 
 constexpr std::size_t peer_budget = std::size_t{1} << 20;
 
@@ -102,8 +102,8 @@ std::vector<std::byte> chunk_frame(std::string_view key, std::uint64_t id, std::
   c.count = count;
   c.key = key;
   c.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
-  auto bytes = rvtest::pattern(payload, 40 + index);
-  return rvtest::frame_bytes(c, bytes.bytes());
+  auto bytes = pattern(payload, 40 + index);
+  return frame_bytes(c, bytes.bytes());
 }
 
 std::vector<std::byte> hello_with(const fw::task_id& t, std::uint64_t incarnation) {
@@ -111,12 +111,13 @@ std::vector<std::byte> hello_with(const fw::task_id& t, std::uint64_t incarnatio
   h.job = t.job;
   h.task_index = t.index;
   h.incarnation = incarnation;
-  return rvtest::frame_bytes(h);
+  return frame_bytes(h);
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a peer filling its receive budget is paused, then resumed as receives drain it", T, TRANSPORTS) {
+TEST_CASE_TEMPLATE_DEFINE("a peer filling its receive budget is paused, then resumed as receives drain it", T,
+                          recv_budget_1) {
   struct shape {
     const char* name;
     std::size_t tensor;  ///< bytes per tensor
@@ -128,7 +129,7 @@ TEST_CASE_TEMPLATE("a peer filling its receive budget is paused, then resumed as
                          shape{"fused 2 KiB tensors", 2u << 10, 1500, 64u << 10, 64u << 10},
                          shape{"chunked 256 KiB tensors", 256u << 10, 12, 256u << 10, 8192}}) {
     CAPTURE(sh.name);
-    auto spec = rvtest::loopback_cluster(1, 1);
+    auto spec = loopback_cluster(1, 1);
     fw::options o = budget_options();
     o.acc_size = sh.acc_size;
     o.chunk_size = 64u << 10;  // 256 KiB tensors leave as 4 chunks
@@ -138,7 +139,7 @@ TEST_CASE_TEMPLATE("a peer filling its receive budget is paused, then resumed as
     held_watch<T> watch(ps);
 
     send_tally sends;
-    for (int i = 0; i < sh.count; ++i) sends.send(worker, ps0, key_of(i), rvtest::pattern(sh.tensor, i));
+    for (int i = 0; i < sh.count; ++i) sends.send(worker, ps0, key_of(i), pattern(sh.tensor, i));
     REQUIRE(eventually([&] { return ps.stats().recv_pauses >= 1; }));
     CHECK(log.saw("stopped reading from worker:0"));
     std::this_thread::sleep_for(50ms);  // anything read past the budget would show now
@@ -153,7 +154,7 @@ TEST_CASE_TEMPLATE("a peer filling its receive budget is paused, then resumed as
       const int blocked = static_cast<int>(held / sh.tensor);
       auto r = ps.recv_sync(w0, key_of(blocked), 30s);
       REQUIRE_FALSE(r.ec);
-      CHECK(rvtest::matches(r.buffer, sh.tensor, static_cast<std::uint32_t>(blocked)));
+      CHECK(matches(r.buffer, sh.tensor, static_cast<std::uint32_t>(blocked)));
       taken[static_cast<std::size_t>(blocked)] = true;
       CHECK(ps.stats().recv_held_bytes <= peer_budget + sh.frame);
     }
@@ -161,16 +162,17 @@ TEST_CASE_TEMPLATE("a peer filling its receive budget is paused, then resumed as
       if (taken[static_cast<std::size_t>(i)]) continue;
       auto r = ps.recv_sync(w0, key_of(i), 30s);
       REQUIRE_FALSE(r.ec);
-      REQUIRE(rvtest::matches(r.buffer, sh.tensor, static_cast<std::uint32_t>(i)));
+      REQUIRE(matches(r.buffer, sh.tensor, static_cast<std::uint32_t>(i)));
     }
     CHECK(sends.wait());
     CHECK(eventually([&] { return ps.stats().recv_held_bytes == 0; }));
     CHECK(watch.most() <= peer_budget + sh.frame);
   }
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_1, tcp_transports);
 
-TEST_CASE_TEMPLATE("the process budget is shared by the reactors", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("the process budget is shared by the reactors", T, recv_budget_2) {
+  auto spec = loopback_cluster(1, 2);
   fw::options o = block_options();
   o.recv_peer_budget = peer_budget;
   o.recv_budget = peer_budget;  // two peers, one budget between them
@@ -183,8 +185,8 @@ TEST_CASE_TEMPLATE("the process budget is shared by the reactors", T, TRANSPORTS
   constexpr int count = 24;
   send_tally sends;
   for (int i = 0; i < count; ++i) {
-    sends.send(a, ps0, key_of(i), rvtest::pattern(n, i));
-    sends.send(b, ps0, key_of(i), rvtest::pattern(n, 100 + i));
+    sends.send(a, ps0, key_of(i), pattern(n, i));
+    sends.send(b, ps0, key_of(i), pattern(n, 100 + i));
   }
   REQUIRE(eventually([&] { return ps.stats().recv_pauses >= 2; }));
   std::this_thread::sleep_for(50ms);
@@ -193,20 +195,22 @@ TEST_CASE_TEMPLATE("the process budget is shared by the reactors", T, TRANSPORTS
   for (int i = 0; i < count; ++i) {
     auto r = ps.recv_sync(w0, key_of(i), 30s);
     REQUIRE_FALSE(r.ec);
-    REQUIRE(rvtest::matches(r.buffer, n, static_cast<std::uint32_t>(i)));
+    REQUIRE(matches(r.buffer, n, static_cast<std::uint32_t>(i)));
   }
   for (int i = 0; i < count; ++i) {
     auto r = ps.recv_sync(w1, key_of(i), 30s);
     REQUIRE_FALSE(r.ec);
-    REQUIRE(rvtest::matches(r.buffer, n, static_cast<std::uint32_t>(100 + i)));
+    REQUIRE(matches(r.buffer, n, static_cast<std::uint32_t>(100 + i)));
   }
   CHECK(sends.wait());
   CHECK(eventually([&] { return ps.stats().recv_held_bytes == 0; }));
   CHECK(watch.most() <= peer_budget + n);
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_2, tcp_transports);
 
-TEST_CASE_TEMPLATE("a transfer announced above max_transfer_bytes is refused before any allocation", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 2);
+TEST_CASE_TEMPLATE_DEFINE("a transfer announced above max_transfer_bytes is refused before any allocation", T,
+                          recv_budget_3) {
+  auto spec = loopback_cluster(1, 2);
   fw::options o = budget_options();
   o.max_frame_bytes = 4u << 20;
   o.max_transfer_bytes = 8u << 20;
@@ -227,14 +231,15 @@ TEST_CASE_TEMPLATE("a transfer announced above max_transfer_bytes is refused bef
   // Our own sends above the limit fail here, before the peer has to refuse them.
   CHECK(worker.send_sync(ps0, "big", fw::tensor_buffer::allocate((8u << 20) + 1), 30s) ==
         fw::make_error_code(fw::errc::frame_too_large));
-  REQUIRE_FALSE(worker.send_sync(ps0, "ok", rvtest::pattern(1000, 5), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "ok", pattern(1000, 5), 30s));
   auto r = ps.recv_sync(w1, "ok", 30s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 1000, 5));
+  CHECK(matches(r.buffer, 1000, 5));
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_3, tcp_transports);
 
-TEST_CASE_TEMPLATE("a partial transfer with no chunk for transfer_idle is dropped", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a partial transfer with no chunk for transfer_idle is dropped", T, recv_budget_4) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = budget_options();
   o.transfer_idle = 200ms;
   log_capture log;
@@ -263,9 +268,10 @@ TEST_CASE_TEMPLATE("a partial transfer with no chunk for transfer_idle is droppe
     CHECK(waiting->get() == fw::make_error_code(fw::errc::timed_out));
   }
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_4, tcp_transports);
 
-TEST_CASE_TEMPLATE("a peer that restarts loses what its previous process left unreceived", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a peer that restarts loses what its previous process left unreceived", T, recv_budget_5) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = budget_options();
   log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = o, .log = log.sink()});
@@ -273,11 +279,11 @@ TEST_CASE_TEMPLATE("a peer that restarts loses what its previous process left un
   SUBCASE("tensors no receive took") {
     {
       rv::endpoint<T> first(w0, spec, {.options = o});
-      for (int i = 0; i < 4; ++i) REQUIRE_FALSE(first.send_sync(ps0, key_of(i), rvtest::pattern(1000, i), 30s));
+      for (int i = 0; i < 4; ++i) REQUIRE_FALSE(first.send_sync(ps0, key_of(i), pattern(1000, i), 30s));
       REQUIRE(eventually([&] { return ps.stats().recv_held_bytes >= 4000; }));
     }
     rv::endpoint<T> second(w0, spec, {.options = o});
-    REQUIRE_FALSE(second.send_sync(ps0, "hello", rvtest::pattern(10, 1), 30s));
+    REQUIRE_FALSE(second.send_sync(ps0, "hello", pattern(10, 1), 30s));
     auto r = ps.recv_sync(w0, "hello", 30s);
     REQUIRE_FALSE(r.ec);
     CHECK(ps.stats().arrivals_dropped_restart == 4);
@@ -297,25 +303,27 @@ TEST_CASE_TEMPLATE("a peer that restarts loses what its previous process left un
     CHECK(eventually([&] { return ps.stats().recv_held_bytes == 0; }));
   }
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_5, tcp_transports);
 
-TEST_CASE_TEMPLATE("a tensor no receive took within unmatched_max_age is dropped", T, TRANSPORTS) {
-  auto spec = rvtest::loopback_cluster(1, 1);
+TEST_CASE_TEMPLATE_DEFINE("a tensor no receive took within unmatched_max_age is dropped", T, recv_budget_6) {
+  auto spec = loopback_cluster(1, 1);
   fw::options o = budget_options();
   o.unmatched_max_age = 200ms;
   log_capture log;
   rv::endpoint<T> ps(ps0, spec, {.options = o, .log = log.sink()});
   rv::endpoint<T> worker(w0, spec, {.options = o});
 
-  REQUIRE_FALSE(worker.send_sync(ps0, "old", rvtest::pattern(1000, 1), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "old", pattern(1000, 1), 30s));
   REQUIRE(eventually([&] { return ps.stats().arrivals_dropped_age == 1; }));
   CHECK(eventually([&] { return ps.stats().recv_held_bytes == 0; }));
   CHECK(log.saw("FUSEWIRE_UNMATCHED_MAX_AGE_MS"));
   CHECK(ps.recv_sync(w0, "old", 300ms).ec == fw::make_error_code(fw::errc::timed_out));
 
   // One received in time is not touched.
-  REQUIRE_FALSE(worker.send_sync(ps0, "new", rvtest::pattern(1000, 2), 30s));
+  REQUIRE_FALSE(worker.send_sync(ps0, "new", pattern(1000, 2), 30s));
   auto r = ps.recv_sync(w0, "new", 30s);
   REQUIRE_FALSE(r.ec);
-  CHECK(rvtest::matches(r.buffer, 1000, 2));
+  CHECK(matches(r.buffer, 1000, 2));
   CHECK(ps.stats().arrivals_dropped_age == 1);
 }
+TEST_CASE_TEMPLATE_APPLY(recv_budget_6, tcp_transports);
