@@ -352,19 +352,15 @@ inline void options::validate() const {
   check_field("rdma_buf_size", rdma_buf_size, "TF_RDMA_BUF_SIZE", buf_rule);
   check_field("pool_size", pool_size, "FUSEWIRE_POOL_SIZE", pool_size_rule);
   check_field("pool_block_size", pool_block_size, "FUSEWIRE_POOL_BLOCK_SIZE", block_rule);
-  auto check_millis = [](std::string_view field, std::chrono::milliseconds value, std::string_view env) {
-    if (value.count() < 0) bad_field(field, std::to_string(value.count()), env, millis_rule.expected);
-    check_field(field, static_cast<std::uint64_t>(value.count()), env, millis_rule);
+  auto check_millis = [](std::string_view field, std::chrono::milliseconds value, std::string_view env,
+                         const uint_rule& rule = millis_rule) {
+    if (value.count() < 0) bad_field(field, std::to_string(value.count()), env, rule.expected);
+    check_field(field, static_cast<std::uint64_t>(value.count()), env, rule);
   };
   check_millis("connect_timeout", connect_timeout, "FUSEWIRE_CONNECT_TIMEOUT_MS");
   check_millis("keepalive", keepalive, "FUSEWIRE_KEEPALIVE_MS");
   check_field("max_frame_bytes", max_frame_bytes, "FUSEWIRE_MAX_FRAME_BYTES", frame_rule);
-  if (handshake_timeout.count() < 0) {
-    bad_field("handshake_timeout", std::to_string(handshake_timeout.count()), "FUSEWIRE_HANDSHAKE_TIMEOUT_MS",
-              handshake_rule.expected);
-  }
-  check_field("handshake_timeout", static_cast<std::uint64_t>(handshake_timeout.count()),
-              "FUSEWIRE_HANDSHAKE_TIMEOUT_MS", handshake_rule);
+  check_millis("handshake_timeout", handshake_timeout, "FUSEWIRE_HANDSHAKE_TIMEOUT_MS", handshake_rule);
   check_field("max_pending_handshakes", max_pending_handshakes, "FUSEWIRE_MAX_PENDING_HANDSHAKES", count_rule);
   check_field("max_pending_per_source", max_pending_per_source, "FUSEWIRE_MAX_PENDING_PER_SOURCE", count_rule);
   check_field("max_transfer_bytes", max_transfer_bytes, "FUSEWIRE_MAX_TRANSFER_BYTES", transfer_rule);
@@ -418,6 +414,9 @@ inline options options::from_env(role r, const env_lookup& lookup) {
   auto read_size = [&](std::string_view name, std::size_t& field, const uint_rule& rule) {
     if (auto v = get(name)) field = static_cast<std::size_t>(env_uint(name, *v, rule));
   };
+  auto read_millis = [&](std::string_view name, std::chrono::milliseconds& field, const uint_rule& rule) {
+    if (auto v = get(name)) field = std::chrono::milliseconds(env_uint(name, *v, rule));
+  };
 
   const std::string_view polling = ps ? "PS_ENABLE_POLLING" : "WORKER_ENABLE_POLLING";
   if (auto v = get(polling)) o.mode = env_bool(polling, *v) ? reactor_mode::poll : reactor_mode::block;
@@ -446,12 +445,8 @@ inline options options::from_env(role r, const env_lookup& lookup) {
     o.fuse_delay = std::chrono::microseconds(env_uint("FUSEWIRE_FUSE_DELAY_US", *v, micros_rule));
   }
   read_bool("FUSEWIRE_CHUNKING", o.chunking);
-  if (auto v = get("FUSEWIRE_CONNECT_TIMEOUT_MS")) {
-    o.connect_timeout = std::chrono::milliseconds(env_uint("FUSEWIRE_CONNECT_TIMEOUT_MS", *v, millis_rule));
-  }
-  if (auto v = get("FUSEWIRE_KEEPALIVE_MS")) {
-    o.keepalive = std::chrono::milliseconds(env_uint("FUSEWIRE_KEEPALIVE_MS", *v, millis_rule));
-  }
+  read_millis("FUSEWIRE_CONNECT_TIMEOUT_MS", o.connect_timeout, millis_rule);
+  read_millis("FUSEWIRE_KEEPALIVE_MS", o.keepalive, millis_rule);
   if (auto v = get("FUSEWIRE_CLUSTER_TOKEN")) o.cluster_token = *v;
   if (auto v = get("FUSEWIRE_CLUSTER_TOKEN_FILE")) {
     if (!o.cluster_token.empty()) {
@@ -460,9 +455,6 @@ inline options options::from_env(role r, const env_lookup& lookup) {
     o.cluster_token = read_token_file(*v);
   }
   read_bool("FUSEWIRE_INSECURE", o.insecure);
-  auto read_millis = [&](std::string_view name, std::chrono::milliseconds& field, const uint_rule& rule) {
-    if (auto v = get(name)) field = std::chrono::milliseconds(env_uint(name, *v, rule));
-  };
   read_millis("FUSEWIRE_HANDSHAKE_TIMEOUT_MS", o.handshake_timeout, handshake_rule);
   read_size("FUSEWIRE_MAX_PENDING_HANDSHAKES", o.max_pending_handshakes, count_rule);
   read_size("FUSEWIRE_MAX_PENDING_PER_SOURCE", o.max_pending_per_source, count_rule);

@@ -283,11 +283,7 @@ class client {
     return true;
   }
   void say(const std::string& line) {
-    if (!log_) return;
-    try {
-      log_(line);
-    } catch (...) {
-    }
+    if (log_) rendezvous::write_log(log_, line);
   }
 
   // ---- sending and resending (detail/client_exchange.hpp) ----

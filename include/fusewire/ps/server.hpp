@@ -158,13 +158,7 @@ class server {
     });
   }
 
-  void say(const std::string& line) {
-    if (!log_) return std::fprintf(stderr, "%s\n", line.c_str()), void();
-    try {
-      log_(line);
-    } catch (...) {
-    }
-  }
+  void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
   void send_reply(std::uint32_t w, tensor_buffer reply) {
     const bool last = shard_->shutdown_requested();

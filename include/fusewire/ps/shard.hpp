@@ -224,6 +224,7 @@ class shard {
   bool shutdown_ = false;
   shard_stats stats_;
   std::vector<dense_state> dense_;
+  std::uint64_t dense_values_ = 0;                     ///< values of every slice in dense_ (fixed once made)
   std::vector<std::vector<std::size_t>> dense_index_;  ///< [var][slice] -> index in dense_, or npos
   std::vector<std::unordered_map<std::int64_t, row_state>> rows_;
   std::vector<std::unordered_map<std::int64_t, std::vector<float>>> acc_rows_;

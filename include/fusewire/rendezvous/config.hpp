@@ -3,7 +3,9 @@
 /// transport, log sink) and the counters it reports (endpoint_stats).
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include <fusewire/core/options.hpp>
@@ -61,6 +63,19 @@ struct endpoint_tuning {
 
 /// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
 using log_sink = std::function<void(std::string_view)>;
+
+/// Gives `line` to `sink`, or writes it to stderr when `sink` is empty. A sink
+/// that throws loses the line: logging never fails the caller.
+inline void write_log(const log_sink& sink, const std::string& line) noexcept {
+  if (!sink) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return;
+  }
+  try {
+    sink(line);
+  } catch (...) {
+  }
+}
 
 /// Everything a rendezvous::endpoint<Transport> is made with besides its task
 /// and the cluster, one aggregate with designated initializers:

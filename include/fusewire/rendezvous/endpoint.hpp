@@ -219,12 +219,7 @@ class endpoint {
         transport_(std::move(config.transport)) {
     opts_.validate();
     if (const std::optional<std::string> warning = check_cluster_security(opts_, spec_)) {
-      const std::string text = "fusewire rendezvous " + self_.to_string() + ": " + *warning;
-      if (config.log) {
-        config.log(text);
-      } else {
-        std::fprintf(stderr, "%s\n", text.c_str());
-      }
+      write_log(config.log, "fusewire rendezvous " + self_.to_string() + ": " + *warning);
     }
     if (tuning_.stripes < 1 || tuning_.stripes > 16) {
       throw_error(errc::invalid_config, "endpoint_tuning.stripes = " + std::to_string(tuning_.stripes) +

@@ -247,8 +247,7 @@ inline std::pair<std::uint64_t, std::uint64_t> shard::new_rows(const request_vie
 }
 
 inline std::uint64_t shard::held_values() const noexcept {
-  std::uint64_t n = 0;
-  for (const dense_state& d : dense_) n += static_cast<std::uint64_t>(d.info.element_count);
+  std::uint64_t n = dense_values_;
   for (std::size_t var = 0; var < rows_.size(); ++var) {
     if (!rows_[var].empty()) n += rows_[var].size() * static_cast<std::uint64_t>(model_.variables[var].row_size());
   }

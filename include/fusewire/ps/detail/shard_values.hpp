@@ -45,6 +45,7 @@ inline void shard::init_values() {
         std::fill_n(d.data.begin() + static_cast<std::ptrdiff_t>(n * (1 + k)), n, initial_slot_value(opt, k));
       }
       dense_.push_back(std::move(d));
+      dense_values_ += n;
     }
   }
 }

@@ -242,17 +242,7 @@ class endpoint<Transport>::shard {
     if (log_limit_.allow(kind, suffix)) log(line + suffix);
   }
 
-  void log(const std::string& line) {
-    const std::string text = "fusewire rendezvous " + ep_.self_.to_string() + ": " + line;
-    if (log_) {
-      try {
-        log_(text);
-      } catch (...) {
-      }
-    } else {
-      std::fprintf(stderr, "%s\n", text.c_str());
-    }
-  }
+  void log(const std::string& line) { write_log(log_, "fusewire rendezvous " + ep_.self_.to_string() + ": " + line); }
 
   // Only a peer that proved it holds the cluster token may carry our frames
   // back on its own connection: without a token, anyone who claims a task's
