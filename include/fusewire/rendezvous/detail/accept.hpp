@@ -126,16 +126,11 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
   in.last_frame = util::coarse_now();
   in.reverse = (peer.features & protocol::feature_reverse) != 0;
   down_.erase(in.peer);
-  // After it is in in_: receives waiting for this task keep waiting, for the newcomer.
-  replace_incarnation(ch.get(), in.peer, in.incarnation);
-  // What the previous process left (tensors nobody took, partial transfers)
-  // is dropped, unless an unauthenticated newcomer claims the name of a task
-  // whose connections are still open (replace_incarnation kept them).
-  const bool old_still_open = std::any_of(in_.begin(), in_.end(), [&](const auto& other) {
-    return other.first != ch.get() && other.second.peer == in.peer && other.second.incarnation != in.incarnation &&
-           other.second.ch->is_open();
-  });
-  if (!old_still_open) note_incarnation(*in.account, in.incarnation);
+  // After it is in in_: receives waiting for this task keep waiting, for the
+  // newcomer. What the previous process left (connections, tensors nobody
+  // took, partial transfers) goes.
+  log_new_incarnation(ch.get(), in.peer, in.incarnation);
+  note_incarnation(*in.account, in.incarnation);
   protocol::write_ack(*ch, ack, [this, ch](std::error_code e) {
     if (closing_) return;
     // Lost before its first frame: its receives fail as on any lost connection.
@@ -146,29 +141,24 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
 }
 
 // A task is one process at a time: a connection from a new incarnation of a
-// task whose older connections are still open means it restarted (or that
-// someone else claims its name). An authenticated newcomer replaces the old
-// connections, which are closed; without a token the claim proves nothing, so
-// the old connections stay. Either way it is logged.
+// task whose older connections are still open means it restarted (or, without
+// a token, that someone else claims its name). The old connections are closed
+// (note_incarnation); this says so.
 template <transport Transport>
-inline void endpoint<Transport>::shard::replace_incarnation(channel_type* self, const std::string& peer,
+inline void endpoint<Transport>::shard::log_new_incarnation(channel_type* self, const std::string& peer,
                                                             std::uint64_t incarnation) {
-  std::vector<std::shared_ptr<channel_type>> old;
+  std::size_t old = 0;
   std::uint64_t previous = 0;
   for (auto& [raw, in] : in_) {
     if (raw == self || in.peer != peer || in.incarnation == incarnation || !in.ch->is_open()) continue;
     previous = in.incarnation;
-    old.push_back(in.ch);
+    ++old;
   }
-  if (old.empty()) return;
-  const bool authenticated = !identity_.token.empty();
+  if (old == 0) return;
   log_limited("replace", peer + " connected as a new incarnation (" + std::to_string(incarnation) + ", was " +
-                             std::to_string(previous) + "): " +
-                             (authenticated ? "its " + std::to_string(old.size()) + " older connection(s) are closed"
-                                            : "kept its older connection(s): without a cluster token a "
-                                              "connection cannot replace a live task's"));
-  if (!authenticated) return;
-  for (auto& ch : old) inbound_failed(ch, make_error_code(errc::connection_reset), "replaced by a new incarnation");
+                             std::to_string(previous) + "): its " + std::to_string(old) +
+                             " older connection(s) are closed" +
+                             (identity_.token.empty() ? " (no cluster token: the claim is not authenticated)" : ""));
 }
 
 // A connection accepted here whose peer another reactor owns: its socket

@@ -276,7 +276,7 @@ class endpoint<Transport>::shard {
   void take_accepted(detail::owned_fd socket, protocol::peer_identity peer, protocol::pending_ack ack)
     requires handoff_transport<Transport>;
   void accept_failed(std::error_code ec);
-  void replace_incarnation(channel_type* self, const std::string& peer, std::uint64_t incarnation);
+  void log_new_incarnation(channel_type* self, const std::string& peer, std::uint64_t incarnation);
   bool admit_handshake(const std::shared_ptr<channel_type>& ch);
   void end_handshake(channel_type* ch);
   static std::string remote(channel_type& ch);
