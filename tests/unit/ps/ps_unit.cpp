@@ -55,6 +55,15 @@ ps::request_builder request(const ps::model_spec& m, std::size_t num_ps, std::ui
   return rb;
 }
 
+/// The first `count` embedding ids (of the 100 in small_model) that `place` puts on PS `ps`.
+std::vector<std::int64_t> ids_on(const ps::placement& place, std::uint32_t ps, std::size_t count) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t id = 0; id < 100 && ids.size() < count; ++id) {
+    if (place.ps_of_id(id) == ps) ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace
 
 TEST_CASE("hash_id is splitmix64's finaliser") {
@@ -537,10 +546,7 @@ TEST_CASE("shard: checkpoint round trip restores values, slots, rows, step") {
   const auto dir = temp_dir("ckpt");
   ps::server_options so;
   so.checkpoint_dir = dir;
-  std::vector<std::int64_t> mine;
-  for (std::int64_t id = 0; mine.size() < 4; ++id) {
-    if (place.ps_of_id(id) == me) mine.push_back(id);
-  }
+  const std::vector<std::int64_t> mine = ids_on(place, me, 4);
   std::vector<float> before_w, before_rows;
   {
     shard_harness h(m, me, 2, so);
@@ -679,25 +685,24 @@ TEST_CASE("shard: a request may not cost more than the PS holds") {
   CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::invalid_argument));
   CHECK(out[0].reply.message.find("already in entry 0") != std::string::npos);
   // The same row many times: the reply would outgrow everything the PS holds.
-  const std::vector<std::int64_t> mine = [&] {
-    std::vector<std::int64_t> ids;
-    for (std::int64_t id = 0; id < 100 && ids.size() < 1; ++id) {
-      if (ps::placement(m, 2).ps_of_id(id) == me) ids.push_back(id);
-    }
-    return ids;
-  }();
+  const std::vector<std::int64_t> mine = ids_on(ps::placement(m, 2), me, 1);
   REQUIRE(mine.size() == 1);
+  // request_builder keeps views: the ids must outlive the send.
+  const std::vector<std::int64_t> many(5000, mine[0]);
   rb = request(m, 2, 2);
-  rb.pull_rows(2, std::vector<std::int64_t>(5000, mine[0]));
+  rb.pull_rows(2, many);
   out = h.send(0, rb);
   REQUIRE(out.size() == 1);
+  INFO(out[0].reply.message);
   CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::invalid_argument));
   CHECK(out[0].reply.message.find("more than this PS holds") != std::string::npos);
   // A few repeats within what it holds are still answered.
+  const std::vector<std::int64_t> twice(2, mine[0]);
   rb = request(m, 2, 3);
-  rb.pull_rows(2, std::vector<std::int64_t>(2, mine[0]));
+  rb.pull_rows(2, twice);
   out = h.send(0, rb);
   REQUIRE(out.size() == 1);
+  INFO(out[0].reply.message);
   CHECK(out[0].reply.status == 0);
 }
 
@@ -707,10 +712,7 @@ TEST_CASE("shard: max_new_rows bounds the rows one request creates") {
   ps::server_options so;
   so.max_new_rows = 3;
   shard_harness h(m, me, 2, so);
-  std::vector<std::int64_t> ids;
-  for (std::int64_t id = 0; id < 100 && ids.size() < 4; ++id) {
-    if (ps::placement(m, 2).ps_of_id(id) == me) ids.push_back(id);
-  }
+  const std::vector<std::int64_t> ids = ids_on(ps::placement(m, 2), me, 4);
   REQUIRE(ids.size() == 4);
   auto rb = request(m, 2, 1);
   rb.pull_rows(2, ids);
