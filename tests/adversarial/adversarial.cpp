@@ -11,6 +11,10 @@
 //   adversarial newline_job               a job name with a newline and an escape: no forged log line, few lines
 //   adversarial wrong_token               a worker with another token fails fast with auth_failed, few handshakes
 //   adversarial duplicate_slice           one request pulls the same slice 1000 times: refused, PS memory bounded
+//   adversarial huge_announcement         a token holder announces 16 GiB and 1 GiB tensors, stalls: refused or
+//                                         dropped at the idle deadline, PS memory within the peer budget
+//   adversarial unmatched_flood           a token holder floods tensors nobody receives: its reads pause, old ones
+//                                         age out, PS memory within the peer budget, a worker is served
 //   adversarial ps_restart_no_checkpoint  the PS is killed and restarts empty: the worker's run() fails, state_lost
 //   adversarial sync_worker_killed        sync, one of 2 workers killed: the other fails with peer_lost naming it
 //   adversarial async_worker_killed       one worker killed while the other waits at barrier(): peer_lost naming it
@@ -23,6 +27,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -301,6 +307,103 @@ std::size_t wait_all_closed(std::vector<int>& fds, std::chrono::milliseconds lim
 void close_all(std::vector<int>& fds) {
   for (int fd : fds) ::close(fd);
   fds.clear();
+}
+
+/// Appends exactly `n` bytes read from blocking `fd` to `out`; false on end of
+/// stream, error or the socket's receive timeout.
+bool recv_exact(int fd, std::vector<std::byte>& out, std::size_t n) {
+  const std::size_t start = out.size();
+  out.resize(start + n);
+  for (std::size_t got = 0; got < n;) {
+    const ssize_t r = ::recv(fd, out.data() + start + got, n - got, 0);
+    if (r <= 0) return false;
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+/// Reads one handshake frame from `fd` into `bytes`; `body` views them.
+bool read_handshake_frame(int fd, std::vector<std::byte>& bytes, wire::frame_body& body) {
+  const wire::limits lim = fw::protocol::handshake_limits();
+  bytes.clear();
+  wire::frame_header h;
+  if (!recv_exact(fd, bytes, wire::header_size) || wire::decode_header(bytes, lim, h)) return false;
+  if (!recv_exact(fd, bytes, h.meta_len + static_cast<std::size_t>(h.payload_len))) return false;
+  wire::decoded_frame f;
+  if (wire::decode_frame(bytes, lim, f)) return false;
+  body = f.body;
+  return true;
+}
+
+/// A connection to ps:0 that went through the handshake as worker:`index`,
+/// proving that it holds `cluster_token`: what a compromised or broken member
+/// of the cluster has. -1 on failure.
+int authenticated_peer(std::uint16_t port, std::uint32_t index, std::string_view cluster_token,
+                       std::uint64_t incarnation) {
+  const int fd = dial_from(port);
+  if (fd < 0) return -1;
+  const auto fail = [fd] {
+    ::close(fd);
+    return -1;
+  };
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  wire::hello_meta hello;
+  hello.job = "worker";
+  hello.task_index = index;
+  hello.incarnation = incarnation;
+  hello.features = fw::protocol::feature_token;
+  std::vector<std::byte> bytes;
+  wire::frame_body body;
+  if (!send_all(fd, frame_bytes(hello)) || !read_handshake_frame(fd, bytes, body)) return fail();
+  const auto* challenge = std::get_if<wire::auth_challenge_meta>(&body);
+  if (challenge == nullptr) return fail();
+  wire::auth_response_meta response;
+  if (fw::protocol::detail::handshake_mac(cluster_token, "fwc1", challenge->nonce, fw::task_id{"worker", index},
+                                          response.mac)) {
+    return fail();
+  }
+  response.nonce.fill(std::byte{0x5a});
+  if (!send_all(fd, frame_bytes(response)) || !read_handshake_frame(fd, bytes, body)) return fail();
+  if (!std::holds_alternative<wire::hello_ack_meta>(body)) return fail();
+  return fd;
+}
+
+/// The head (header and meta, no payload) of chunk `index` of a transfer of
+/// `total` bytes under `key`, in chunks of `chunk` bytes.
+std::vector<std::byte> chunk_head(std::uint64_t transfer_id, const std::string& key, std::uint64_t total,
+                                  std::uint64_t chunk, std::uint32_t index) {
+  wire::chunk_meta c;
+  c.transfer_id = transfer_id;
+  c.total_len = total;
+  c.offset = std::uint64_t{index} * chunk;
+  c.index = index;
+  c.count = static_cast<std::uint32_t>((total + chunk - 1) / chunk);
+  c.key = key;
+  c.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(total)});
+  wire::frame_header h;
+  h.payload_len = std::min(chunk, total - c.offset);
+  std::vector<std::byte> out(wire::prefix_size(c));
+  std::error_code ec;
+  out.resize(wire::encode_prefix(c, h, out, ec));
+  if (ec) std::exit(1);
+  return out;
+}
+
+/// The head of an unchunked tensor frame announcing `n` bytes under `key`.
+std::vector<std::byte> tensor_head(const std::string& key, std::uint64_t n) {
+  wire::tensor_meta t;
+  t.key = key;
+  t.descriptor = fw::tensor_descriptor::make(fw::dtype::uint8, {static_cast<std::int64_t>(n)});
+  const std::uint64_t sizes[] = {n};
+  t.segments = wire::segment_list(std::span<const std::uint64_t>(sizes));
+  wire::frame_header h;
+  h.payload_len = n;
+  std::vector<std::byte> out(wire::prefix_size(t));
+  std::error_code ec;
+  out.resize(wire::encode_prefix(t, h, out, ec));
+  if (ec) std::exit(1);
+  return out;
 }
 
 /// The port ps:0 listens on.
@@ -618,6 +721,223 @@ int duplicate_slice() {
   return 0;
 }
 
+// ---- the receive budget -----------------------------------------------------------
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+
+/// Small receive budgets, so that a bound on the PS's memory is one a test can
+/// tell from the rest of its RSS.
+fw::options budget_options() {
+  auto o = base_options(token);
+  o.recv_budget = 64 * MiB;
+  o.recv_peer_budget = 32 * MiB;
+  return o;
+}
+
+/// The largest RSS of `pid` seen so far, in KiB.
+struct rss_peak {
+  pid_t pid;
+  long kib = 0;
+  void sample() { kib = std::max(kib, rss_kib(pid)); }
+};
+
+/// Waits until the PS closed `fd` or `limit` passed, sampling its RSS meanwhile;
+/// closes `fd`. Returns the seconds it took, or -1 if it was still open.
+double closed_within(int fd, std::chrono::milliseconds limit, rss_peak& peak) {
+  const auto start = clock_type::now();
+  double took = -1;
+  while (clock_type::now() - start < limit) {
+    peak.sample();
+    pollfd q{fd, POLLIN, 0};
+    if (::poll(&q, 1, 50) > 0 && drained_to_close(fd)) {
+      took = seconds_since(start);
+      break;
+    }
+  }
+  peak.sample();
+  ::close(fd);
+  return took;
+}
+
+/// Sends `bytes` in pieces of `piece` bytes, `pause` apart: a slow sender.
+bool send_slowly(int fd, std::span<const std::byte> bytes, std::size_t piece, std::chrono::milliseconds pause) {
+  for (std::size_t at = 0; at < bytes.size(); at += piece) {
+    if (!send_all(fd, bytes.subspan(at, std::min(piece, bytes.size() - at)))) return false;
+    std::this_thread::sleep_for(pause);
+  }
+  return true;
+}
+
+// A member of the cluster (it holds the token) announces tensors of 16 GiB and
+// 1 GiB and sends little or nothing of them. The 16 GiB ones, as a chunked
+// transfer (above max_transfer_bytes) and as one frame (above
+// max_frame_bytes), are refused from their head: the connection is closed and
+// the line names the limit. The 1 GiB one is below max_transfer_bytes but
+// above both receive budgets: with nothing else held it is taken alone, its
+// buffer filling only as bytes come, and when the sender stalls it is dropped
+// at FUSEWIRE_TRANSFER_IDLE_MS. When that peer already holds a tensor nobody
+// received, the same announcement does not fit its budget: its connection is
+// not read (not dropped as idle: the wait is ours) until that tensor ages out,
+// then the transfer is taken and dropped at the idle deadline. The PS's RSS
+// stays within the peer budget throughout, and a real worker is served after.
+int huge_announcement() {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const std::string log = fresh_log("huge");
+  auto o = budget_options();
+  o.transfer_idle = 2000ms;
+  o.unmatched_max_age = 2500ms;
+  signal_pipe ready;
+  const pid_t p = spawn_ps(spec, o, log, ready);
+  EXPECT(ready.wait(20000));
+  std::this_thread::sleep_for(200ms);
+  const long rss0 = rss_kib(p);
+  rss_peak peak{p, rss0};
+  const std::uint16_t port = ps_port(spec);
+  const std::vector<std::byte> some(4 * MiB, std::byte{0x42});
+  const std::uint64_t chunk = 4 * MiB;
+  std::uint64_t incarnation = 0x1000;
+
+  const auto refused = [&](std::vector<std::byte> head, const char* what) {
+    const int fd = authenticated_peer(port, 1, token, ++incarnation);
+    if (fd < 0) return false;
+    head.insert(head.end(), some.begin(), some.begin() + 64 * 1024);
+    (void)send_all(fd, head);  // the PS may close before it has all of it
+    const double took = closed_within(fd, 5000ms, peak);
+    std::printf("%s: closed after %.2f s\n", what, took);
+    return took >= 0;
+  };
+  EXPECT(refused(chunk_head(1, "huge/chunked", 16 * GiB, chunk, 0), "16 GiB chunked transfer"));
+  EXPECT(refused(tensor_head("huge/tensor", 16 * GiB), "16 GiB tensor frame"));
+
+  // 1 GiB, nothing else held: 5 MiB of it come slowly, then nothing.
+  {
+    const int fd = authenticated_peer(port, 1, token, ++incarnation);
+    EXPECT(fd >= 0);
+    EXPECT(send_all(fd, chunk_head(2, "huge/idle", GiB, chunk, 0)));
+    EXPECT(send_slowly(fd, some, 256 * 1024, 20ms));
+    EXPECT(send_all(fd, chunk_head(2, "huge/idle", GiB, chunk, 1)));
+    EXPECT(send_all(fd, std::span(some).first(MiB)));
+    const double took = closed_within(fd, o.transfer_idle + 5000ms, peak);
+    std::printf("1 GiB transfer stalled after 5 MiB: closed %.2f s after its last byte\n", took);
+    EXPECT(took >= 0);
+  }
+
+  // 1 GiB after a tensor nobody receives: parked until that one ages out.
+  {
+    const int fd = authenticated_peer(port, 1, token, ++incarnation);
+    EXPECT(fd >= 0);
+    EXPECT(send_all(fd, tensor_bytes("huge/held", std::span(some).first(MiB))));
+    EXPECT(send_all(fd, chunk_head(3, "huge/parked", GiB, chunk, 0)));
+    EXPECT(send_all(fd, some));
+    const double took = closed_within(fd, o.unmatched_max_age + o.transfer_idle + 5000ms, peak);
+    std::printf("1 GiB transfer behind a held tensor, stalled after 4 MiB: closed after %.2f s\n", took);
+    EXPECT(took >= 0);
+  }
+
+  const long rss1 = rss_kib(p);
+  const pid_t w = spawn_worker(spec, token, 3);
+  const bool ok = succeeded(w, "worker:0") && succeeded(p, "ps:0");
+  const auto lines = read_log(log);
+  const long growth = peak.kib - rss0;
+  std::printf("PS RSS %ld KiB before, at most %ld during, %ld after (peer budget %zu KiB)\n", rss0, peak.kib, rss1,
+              o.recv_peer_budget / 1024);
+  const bool logged = count_containing(lines, "FUSEWIRE_MAX_TRANSFER_BYTES") >= 2 &&
+                      count_containing(lines, "nothing was allocated for it") >= 2 &&
+                      count_containing(lines, "partial transfer of key 'huge/idle' (1 of 256 chunks") == 1 &&
+                      count_containing(lines, "stopped reading from worker:1") >= 1 &&
+                      count_containing(lines, "FUSEWIRE_UNMATCHED_MAX_AGE_MS); the first from worker:1") == 1 &&
+                      count_containing(lines, "partial transfer of key 'huge/parked' (1 of 256 chunks") == 1;
+  if (!ok || !logged) {
+    print_log(lines, 60);
+    return 1;
+  }
+  EXPECT(rss_growth_within(growth, static_cast<long>(o.recv_peer_budget / 1024) + 8 * 1024));
+  return 0;
+}
+
+// A member of the cluster floods the PS with 1 MiB tensors on keys it never
+// receives, far more in all than the receive budget. The PS stops reading that
+// connection while the peer's share is full (TCP backpressure, logged), drops
+// what waited past FUSEWIRE_UNMATCHED_MAX_AGE_MS and reads on; its RSS stays
+// within the peer budget plus slack, and a real worker is served meanwhile.
+int unmatched_flood() {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const std::string log = fresh_log("flood");
+  auto o = budget_options();
+  o.unmatched_max_age = 500ms;
+  signal_pipe ready;
+  // glibc raises its mmap threshold past the first 1 MiB buffer freed; from
+  // then on the tensors come from the heap, and under this churn (a window of
+  // held tensors sliding over the heap) about as much again as is held stays
+  // resident, freed but kept by the allocator. A fixed threshold maps and
+  // unmaps each buffer, so that RSS follows what the budget counts.
+  const pid_t p = spawn_ps(spec, o, log, ready, [] { ::mallopt(M_MMAP_THRESHOLD, 128 * 1024); });
+  EXPECT(ready.wait(20000));
+  std::this_thread::sleep_for(200ms);
+  const long rss0 = rss_kib(p);
+  const int fd = authenticated_peer(ps_port(spec), 1, token, 0xf100d);
+  EXPECT(fd >= 0);
+  EXPECT(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
+
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<bool> stop{false}, lost{false};
+  rss_peak peak{p, rss0};
+  std::thread flood([&] {
+    const std::vector<std::byte> payload(MiB, std::byte{0x17});
+    auto next = clock_type::now();
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      const auto frame = tensor_bytes("flood/" + std::to_string(i), payload);
+      for (std::size_t at = 0; at < frame.size() && !stop.load();) {
+        if (clock_type::now() >= next) {
+          peak.sample();
+          next = clock_type::now() + 50ms;
+        }
+        pollfd q{fd, POLLOUT, 0};
+        if (::poll(&q, 1, 50) <= 0) continue;
+        const ssize_t n = ::send(fd, frame.data() + at, frame.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+        if (n <= 0) {
+          lost.store(true);
+          return;
+        }
+        at += static_cast<std::size_t>(n);
+        sent.fetch_add(static_cast<std::uint64_t>(n));
+      }
+    }
+  });
+  const auto start = clock_type::now();
+  std::this_thread::sleep_for(1000ms);
+  const pid_t w = spawn_worker(spec, token, 3, false);
+  const bool served = succeeded(w, "worker:0");
+  std::printf("worker:0 served beside the flood after %.2f s\n", seconds_since(start));
+  std::this_thread::sleep_for(6000ms - (clock_type::now() - start));
+  stop.store(true);
+  flood.join();
+  peak.sample();
+  ::close(fd);
+  std::this_thread::sleep_for(200ms);
+  const long rss1 = rss_kib(p);
+  const pid_t stopper = spawn_worker(spec, token, 1);
+  const bool ok = served && succeeded(stopper, "worker:0 (stopper)") && succeeded(p, "ps:0");
+  const auto lines = read_log(log);
+  const std::uint64_t flooded = sent.load();
+  const long growth = peak.kib - rss0;
+  std::printf(
+      "flooded %llu MiB of unreceived tensors in 6 s (%s); PS RSS %ld KiB before, at most %ld during, %ld after "
+      "(peer budget %zu KiB, budget %zu KiB)\n",
+      static_cast<unsigned long long>(flooded / MiB), lost.load() ? "the PS closed the connection" : "kept open", rss0,
+      peak.kib, rss1, o.recv_peer_budget / 1024, o.recv_budget / 1024);
+  const bool logged = count_containing(lines, "stopped reading from worker:1") >= 1 &&
+                      count_containing(lines, "FUSEWIRE_UNMATCHED_MAX_AGE_MS); the first from worker:1") >= 1;
+  if (!ok || !logged || lost.load() || flooded <= o.recv_budget) {
+    print_log(lines, 60);
+    return 1;
+  }
+  EXPECT(rss_growth_within(growth, static_cast<long>(o.recv_peer_budget / 1024) + 8 * 1024));
+  return 0;
+}
+
 // ---- lost peers -------------------------------------------------------------------
 
 /// One pull and one push of "w" through `cl`; `ec` says how it ended.
@@ -782,6 +1102,8 @@ const std::map<std::string, int (*)()> scenarios{
     {"newline_job", newline_job},
     {"wrong_token", wrong_token},
     {"duplicate_slice", duplicate_slice},
+    {"huge_announcement", huge_announcement},
+    {"unmatched_flood", unmatched_flood},
     {"ps_restart_no_checkpoint", ps_restart_no_checkpoint},
     {"sync_worker_killed", sync_worker_killed},
     {"async_worker_killed", async_worker_killed},
