@@ -61,11 +61,12 @@ fi
 # slow every step down, so their run is short (30 steps per worker); a cut or
 # a vanished PS must land mid-training, so theirs is long (1500 steps, a few
 # seconds: the fault comes at step 20).
+long_batch=20
 train=(--sync --seed 7 --epochs 1 --hidden 32 --test-limit 1000 --mode block --log-every 1 --check-loss
        --min-accuracy 0.5 --step-timeout "$step_timeout" --data "$data")
 case "$scenario" in
   baseline | delay | loss) train+=(--batch 50 --train-limit 3000) ;;
-  *) train+=(--batch 20 --train-limit 60000) ;;
+  *) train+=(--batch "$long_batch" --train-limit 60000) ;;
 esac
 fault_step=20
 
@@ -277,11 +278,25 @@ add_loss() {
     say "loss: this kernel has no netem; $iptables_cmd -m statistic drops ${loss_percent}% of every host's input instead"
     for h in "${hosts[@]}"; do
       ip netns exec "$(ns_of "$h")" "$iptables_cmd" -A INPUT -i eth0 -m statistic --mode random \
-        --probability "0.0$loss_percent" -j DROP || return 1
+        --probability "$(awk -v p="$loss_percent" 'BEGIN { print p / 100 }')" -j DROP || return 1
     done
   else
     skip "loss needs netem or iptables, and this machine has neither (apt-get install iptables)"
   fi
+}
+
+# Packets the loss rules dropped, over every host.
+dropped_packets() {
+  local h n total=0
+  for h in "${hosts[@]}"; do
+    if [ "$have_netem" -eq 1 ]; then
+      n=$(in_sw tc -s qdisc show dev "$h" | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+    else
+      n=$(ip netns exec "$(ns_of "$h")" "$iptables_cmd" -L INPUT -v -n -x | awk '$3 == "DROP" { s += $1 } END { print s + 0 }')
+    fi
+    total=$((total + ${n:-0}))
+  done
+  echo "$total"
 }
 
 # ---- scenarios ------------------------------------------------------------------
@@ -296,6 +311,11 @@ case "$scenario" in
     run_clean reference
     "add_$scenario" || die "could not set up the $scenario"
     run_clean "$scenario"
+    if [ "$scenario" = loss ]; then
+      n=$(dropped_packets)
+      say "the loss rules dropped $n packets"
+      [ "$n" -gt 0 ] || die "no packet was dropped: the loss did not test anything"
+    fi
     same_result reference "$scenario"
     ;;
 
@@ -313,7 +333,7 @@ case "$scenario" in
     fi
     finish_cluster || die "the run with the link cut failed"
     # A step line gives its samples per second; batch / that is the step's time.
-    say "worker 0's longest step took $(awk '/^step / && $7 > 0 { t = 20 / $7; if (t > m) m = t }
+    say "worker 0's longest step took $(awk -v b="$long_batch" '/^step / && $7 > 0 { t = b / $7; if (t > m) m = t }
       END { printf "%.1f", m }' "$run_dir/w0.out") s (the cut lasted $cut_seconds s)"
     same_result reference cut
     ;;
@@ -324,6 +344,7 @@ case "$scenario" in
     wait_for_step "$fault_step" || { show_output; die "worker 0 did not reach step $fault_step"; }
     say "PS vanishes at worker 0's step $fault_step: its switch port goes down and it is SIGKILLed"
     t0=$(now)
+    fault_at=$SECONDS
     in_sw ip link set ps0 down || die "ip link set ps0 down failed"
     kill -9 "${pid_of[ps0]}"
     wait "${pid_of[ps0]}" 2>/dev/null
@@ -333,7 +354,7 @@ case "$scenario" in
     limit=$((step_timeout + vanish_margin))
     bad=0
     for h in w0 w1; do
-      wait_exit "$h" "$limit"
+      wait_exit "$h" "$((limit - SECONDS + fault_at))"
       if [ "$rc" = running ]; then
         say "$h still running $limit s after the PS vanished (--step-timeout $step_timeout): hung"
         bad=1
