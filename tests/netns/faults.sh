@@ -13,11 +13,14 @@
 #   link_cut_long  worker 1's switch port goes down for longer than the
 #                keepalive and four of the workers' resend intervals
 #   ps_vanishes  the PS's port goes down for good and the PS is SIGKILLed
+#   worker_partitioned  worker 1's port goes down for good (keepalive 2 s)
 #
 # A fault that the network can recover from must leave the result exactly as a
 # clean run in the same namespaces gives it (the loss of every step, the final
 # accuracy). A vanished PS must make every worker exit non-zero within
-# --step-timeout plus a margin, naming the PS and the timeout.
+# --step-timeout plus a margin, naming the PS and the timeout; a partitioned
+# worker must make the PS drop it by keepalive and fail worker 0's step
+# naming it, and fail itself by its step timeout naming the PS.
 #
 # Needs root (namespaces, tc, iptables). Exit status: 0 passed, 1 failed,
 # 77 skipped (no namespaces here, or no Fashion-MNIST), with the reason.
@@ -26,15 +29,16 @@
 set -u
 
 if [ $# -ne 2 ]; then
-  echo "usage: $0 PS_WORKER baseline|delay|loss|link_cut|link_cut_long|ps_vanishes" >&2
+  echo "usage: $0 PS_WORKER baseline|delay|loss|link_cut|link_cut_long|ps_vanishes|worker_partitioned" >&2
   exit 2
 fi
 exe=$1
 scenario=$2
 case "$scenario" in
-  baseline | delay | loss | link_cut | link_cut_long | ps_vanishes) ;;
+  baseline | delay | loss | link_cut | link_cut_long | ps_vanishes | worker_partitioned) ;;
   *)
-    echo "$0: unknown scenario '$scenario' (allowed: baseline delay loss link_cut link_cut_long ps_vanishes)" >&2
+    echo "$0: unknown scenario '$scenario'" \
+      "(allowed: baseline delay loss link_cut link_cut_long ps_vanishes worker_partitioned)" >&2
     exit 2
     ;;
 esac
@@ -42,18 +46,23 @@ esac
 data=/usr/share/datasets/fashion-mnist
 # --step-timeout: ps_worker's 60 s where the run must survive the fault (after
 # a cut, TCP's retransmission backoff alone can take longer than the cut);
-# 10 s where the PS vanishes, which must then fail the workers within
-# step_timeout + vanish_margin.
+# 10 s where a task vanishes, which must then fail the workers within
+# step_timeout (or the keepalive's judgement) + vanish_margin.
 step_timeout=60
-[ "$scenario" = ps_vanishes ] && step_timeout=10
+keepalive_ms=10000  # FUSEWIRE_KEEPALIVE_MS: a peer silent for 2x this is dropped
+case "$scenario" in
+  ps_vanishes) step_timeout=10 ;;
+  worker_partitioned) step_timeout=10 keepalive_ms=2000 ;;
+esac
 vanish_margin=10
 run_limit=90     # seconds a clean or recoverable run may take before it counts as hung
 loss_percent=5
 cut_port=ps0
 cut_seconds=4
 if [ "$scenario" = link_cut_long ]; then
-  # Longer than FUSEWIRE_KEEPALIVE_MS (10 s) and than four resends of the
-  # waiting worker's step (2 s apart).
+  # Longer than four resends of the waiting worker's step (2 s apart), and
+  # than FUSEWIRE_KEEPALIVE_MS (a ping is due in it), shorter than the
+  # twice that after which keepalive drops a silent peer.
   cut_port=w1
   cut_seconds=12
 fi
@@ -148,6 +157,7 @@ start_cluster() {
       w1) role=worker task=1 ;;
     esac
     ip netns exec "$(ns_of "$h")" env -u FUSEWIRE_CLUSTER_TOKEN FUSEWIRE_CLUSTER_TOKEN_FILE="$token_file" \
+      FUSEWIRE_KEEPALIVE_MS="$keepalive_ms" \
       "$exe" --role "$role" --task "$task" --cluster "$cluster" "${train[@]}" \
       >"$run_dir/$h.out" 2>"$run_dir/$h.err" &
     pid_of[$h]=$!
@@ -299,6 +309,34 @@ dropped_packets() {
   echo "$total"
 }
 
+# check_mid_training: the fault came before either worker finished.
+check_mid_training() {
+  if grep -q '^@result' "$run_dir/w0.out" "$run_dir/w1.out"; then
+    die "training ended before the fault: it did not test anything (make the run longer)"
+  fi
+}
+
+# expect_failure HOST SECONDS PATTERN: HOST must exit non-zero within SECONDS
+# of the fault (fault_at, t0) with PATTERN in its error output; sets bad=1 if not.
+expect_failure() {
+  local h=$1 limit=$2 pattern=$3 msg
+  wait_exit "$h" "$((limit - SECONDS + fault_at))"
+  if [ "$rc" = running ]; then
+    say "$h still running $limit s after the fault: hung"
+    bad=1
+    return
+  fi
+  msg=$(grep -m1 'ps_worker:' "$run_dir/$h.err")
+  say "$h exited with status $rc after $(elapsed "$t0") s (limit $limit s): ${msg:-<no error message>}"
+  if [ "$rc" -eq 0 ]; then
+    say "$h exited 0 after the fault"
+    bad=1
+  elif ! grep -qF "$pattern" "$run_dir/$h.err"; then
+    say "$h's error does not name the cause ('$pattern')"
+    bad=1
+  fi
+}
+
 # ---- scenarios ------------------------------------------------------------------
 case "$scenario" in
   baseline)
@@ -329,9 +367,7 @@ case "$scenario" in
     in_sw ip link set "$cut_port" down || die "ip link set $cut_port down failed"
     sleep "$cut_seconds"
     in_sw ip link set "$cut_port" up || die "ip link set $cut_port up failed"
-    if grep -q '^@result' "$run_dir/w0.out" "$run_dir/w1.out"; then
-      die "training ended before the link came back: the cut did not test anything (make the run longer)"
-    fi
+    check_mid_training
     finish_cluster || die "the run with the link cut failed"
     for h in "${hosts[@]}"; do sed "s/^/  $h: /" "$run_dir/$h.err"; done  # what the tasks logged about it
     say "the run with the cut passed in $(elapsed "$t0") s"
@@ -348,29 +384,30 @@ case "$scenario" in
     in_sw ip link set ps0 down || die "ip link set ps0 down failed"
     kill -9 "${pid_of[ps0]}"
     wait "${pid_of[ps0]}" 2>/dev/null
-    if grep -q '^@result' "$run_dir/w0.out" "$run_dir/w1.out"; then
-      die "training ended before the PS vanished: the fault did not test anything (make the run longer)"
-    fi
+    check_mid_training
     limit=$((step_timeout + vanish_margin))
     bad=0
-    for h in w0 w1; do
-      wait_exit "$h" "$((limit - SECONDS + fault_at))"
-      if [ "$rc" = running ]; then
-        say "$h still running $limit s after the PS vanished (--step-timeout $step_timeout): hung"
-        bad=1
-        continue
-      fi
-      msg=$(grep -m1 'ps_worker:' "$run_dir/$h.err")
-      say "$h exited with status $rc after $(elapsed "$t0") s: ${msg:-<no error message>}"
-      if [ "$rc" -eq 0 ]; then
-        say "$h exited 0 although its PS vanished"
-        bad=1
-      elif ! grep -qE "ps:0 did not answer within $((step_timeout * 1000)) ms" "$run_dir/$h.err"; then
-        say "$h's error does not name the PS and the timeout ('ps:0 did not answer within ...')"
-        bad=1
-      fi
-    done
+    expect_failure w0 "$limit" "ps:0 did not answer within $((step_timeout * 1000)) ms"
+    expect_failure w1 "$limit" "ps:0 did not answer within $((step_timeout * 1000)) ms"
     if [ "$bad" -ne 0 ]; then show_output; die "the workers did not fail cleanly when the PS vanished"; fi
+    ;;
+
+  worker_partitioned)
+    run_started=$SECONDS
+    start_cluster partition
+    wait_for_step "$fault_step" || { show_output; die "worker 0 did not reach step $fault_step"; }
+    say "worker 1 is cut off for good at worker 0's step $fault_step (FUSEWIRE_KEEPALIVE_MS=$keepalive_ms)"
+    t0=$(now)
+    fault_at=$SECONDS
+    in_sw ip link set w1 down || die "ip link set w1 down failed"
+    check_mid_training
+    bad=0
+    # The PS drops worker 1 after 2 keepalive intervals without a pong (a ping
+    # goes out at most one interval after the cut) and fails the step that
+    # waits for it; worker 1 hears nothing and fails by its step timeout.
+    expect_failure w0 "$((3 * keepalive_ms / 1000 + vanish_margin))" "worker:1 was lost"
+    expect_failure w1 "$((step_timeout + vanish_margin))" "ps:0 did not answer within $((step_timeout * 1000)) ms"
+    if [ "$bad" -ne 0 ]; then show_output; die "the workers did not fail cleanly when worker 1 was cut off"; fi
     ;;
 esac
 say "PASS"
