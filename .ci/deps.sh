@@ -5,7 +5,7 @@ set -euo pipefail
 
 build=(g++ meson ninja-build ccache pkg-config cmake libboost-dev nlohmann-json3-dev
        liburing-dev libibverbs-dev librdmacm-dev libssl-dev)
-tests=(doctest-dev clang libclang-rt-14-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist)
+tests=(doctest-dev clang libclang-rt-14-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist iptables)
 bench=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
        libzmq3-dev cppzmq-dev libcli11-dev gnuplot-nox)
 demo=(dataset-fashion-mnist zlib1g-dev libcli11-dev libopenblas-dev)

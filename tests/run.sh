@@ -2,7 +2,8 @@
 # Runs every fusewire test and ends with the line "N passed, N failed".
 #
 #   1. the full build (-Werror) and every meson test suite (unit, thread,
-#      multiprocess, headers, bench)
+#      multiprocess, headers, bench), then the 'netns' suite (fault injection
+#      on a cluster of network namespaces) once against that build
 #   2. the unit suite again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the cross-thread suite under ThreadSanitizer
 #   4. the 'rdma' suite (verbs) inside a QEMU guest with soft-RoCE (tests/qemu),
@@ -87,7 +88,29 @@ meson_suite() {
 
 # 1. everything, normal build
 # (-O2 without debug info: a third less compile time; the sanitizer stages keep -g)
-meson_suite "main" "$out/main" -Dbuildtype=debugoptimized -Ddebug=false -- --no-suite rdma
+meson_suite "main" "$out/main" -Dbuildtype=debugoptimized -Ddebug=false -- --no-suite rdma --no-suite netns
+
+# 1b. fault injection on a cluster of network namespaces, against the main
+#     build; its tests exit 77 (skipped) where namespaces cannot be created.
+note "netns: fault injection on a cluster of network namespaces"
+meson test -C "$out/main" --no-rebuild --suite netns --print-errorlogs >"$out/netns.test.log" 2>&1
+grep -E "^ *[0-9]+/[0-9]+ " "$out/netns.test.log" | sed 's/^ *//'
+netns_ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$out/netns.test.log" | tail -1)
+netns_skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$out/netns.test.log" | tail -1)
+netns_bad=$(sed -n 's/^\(Fail\|Timeout\|Unexpected Pass\|Expected Fail\): *\([0-9]*\).*/\2/p' "$out/netns.test.log" |
+  awk '{ n += $1 } END { print n + 0 }')
+if [ -z "$netns_ok" ]; then
+  tail -20 "$out/netns.test.log"; fail "netns: meson test did not run"
+else
+  passed=$((passed + netns_ok))
+  if [ "${netns_skip:-0}" -gt 0 ]; then
+    echo "SKIP netns: ${netns_skip} test(s): $(grep -h -m1 'SKIP:' "$out/main/meson-logs/testlog.txt" | sed 's/.*SKIP: //')"
+  fi
+  if [ "$netns_bad" -gt 0 ]; then
+    failed=$((failed + netns_bad)); failures+=("netns: $netns_bad test(s), see $out/main/meson-logs/testlog.txt")
+    grep -v -E "^ *[0-9]+/[0-9]+ " "$out/netns.test.log" | tail -80
+  fi
+fi
 
 # 2. unit tests under ASan + UBSan (any UB report fails the test)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1

@@ -33,6 +33,7 @@ struct cluster_flags {
   bool local = false;
   bool check_loss = false;
   unsigned timeout = 600;
+  unsigned step_timeout = 60;
   std::string role;
   unsigned task = 0;
   std::string cluster;
@@ -70,6 +71,10 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   app.add_flag("--check-loss", f.check_loss, "exit 1 unless the training loss went down");
   app.add_option("--timeout", f.timeout,
                  "launcher: kill every task still running after this many seconds (default 600)")
+      ->check(CLI::Range(1u, 86400u));
+  app.add_option("--step-timeout", f.step_timeout,
+                 "a worker fails when a parameter server has not answered one step after this many seconds "
+                 "(default 60)")
       ->check(CLI::Range(1u, 86400u));
   app.add_option("--role", f.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
   app.add_option("--task", f.task, "index of this task within its job");

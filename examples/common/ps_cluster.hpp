@@ -52,7 +52,7 @@ template <class Transport>
 ps::client_config<Transport> client_config(const cluster_flags& f) {
   return {.options = net_options(f, fusewire::role::worker),
           .mode = training_mode(f),
-          .step_timeout = std::chrono::seconds(60)};
+          .step_timeout = std::chrono::seconds(f.step_timeout)};
 }
 
 /// --role: runs this task of the cluster (from --cluster or TF_CONFIG) over

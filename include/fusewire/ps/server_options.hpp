@@ -31,7 +31,8 @@ struct server_options {
   /// can grow the PS's memory without bound.
   std::size_t max_new_rows = 65536;
   /// sync: requests of one worker that may wait here for their step at once;
-  /// more are refused (a worker normally has one).
+  /// more are refused (a worker normally has one; its resends of a waiting
+  /// request count as that one).
   std::size_t max_waiting_per_worker = 4;
 };
 

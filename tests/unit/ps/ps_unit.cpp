@@ -782,6 +782,36 @@ TEST_CASE("shard: a lost worker fails the sync step and the barrier that wait fo
   CHECK(b.replies[0].reply.message.find("barrier: worker:1 was lost") != std::string::npos);
 }
 
+TEST_CASE("shard: a waiting sync request resent many times is queued and answered once") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  ps::server_options so;
+  so.mode = ps::training_mode::sync;
+  so.max_waiting_per_worker = 2;
+  shard_harness h(m, me, 2, so, 2);
+  const std::uint32_t sync_push = ps::request_flags::sync | ps::request_flags::contributes;
+  const std::vector<float> g0{1, 1, 1, 1}, g1{3, 3, 3, 3};
+  // Worker 0 hears nothing while worker 1 is slow, and resends its step every retry interval.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto rb = request(m, 2, 1, sync_push, 0, 1);
+    rb.push_dense(0, 0, g0);
+    rb.pull_dense(0, 0);
+    CHECK(h.send(0, rb).empty());
+  }
+  auto rb = request(m, 2, 1, sync_push, 0, 1, 9);
+  rb.push_dense(0, 0, g1);
+  rb.pull_dense(0, 0);
+  const auto out = h.send(1, rb);
+  REQUIRE(out.size() == 2);
+  CHECK(h.shard.global_step() == 1);
+  for (const auto& c : out) {
+    CHECK(c.reply.status == 0);
+    CHECK(c.values(0) == std::vector<float>(4, 1.0f - 0.5f * 2.0f));  // worker 0's push counted once
+  }
+  std::set<std::uint32_t> who{out[0].worker, out[1].worker};
+  CHECK(who == std::set<std::uint32_t>{0, 1});
+}
+
 TEST_CASE("shard: sync requests waiting for their step are bounded per worker") {
   const auto m = small_model();
   const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;

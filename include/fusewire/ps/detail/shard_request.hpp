@@ -93,6 +93,13 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   if ((req.flags & request_flags::barrier) != 0) return arrive(worker, req);
   const bool waits = opts_.mode == training_mode::sync && req.min_step == global_step_ + 1;
   if (waits) {
+    // A resend of a request that already waits (no reply within the worker's
+    // retry interval, or its connection broke) takes no second place in the
+    // queue: the one waiting is answered when the step completes.
+    if (duplicate && std::any_of(deferred_.begin(), deferred_.end(),
+                                 [&](const deferred_request& d) { return d.worker == worker && d.seq == req.seq; })) {
+      return;
+    }
     const auto queued = static_cast<std::size_t>(std::count_if(
         deferred_.begin(), deferred_.end(), [worker](const deferred_request& d) { return d.worker == worker; }));
     if (queued >= opts_.max_waiting_per_worker) {
