@@ -65,24 +65,35 @@ meson_suite() {
   fi
   pass "$name: build"
   note "$name: tests"
-  meson test -C "$dir" --no-rebuild --num-processes "$jobs" --print-errorlogs "${testargs[@]}" \
-    >"$dir.test.log" 2>&1
-  grep -E "^ *[0-9]+/[0-9]+ " "$dir.test.log" | sed 's/^ *//'
-  local ok fl to up
-  ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
-  fl=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
-  to=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
-  up=$(sed -n 's/^Unexpected Pass: *\([0-9]*\).*/\1/p' "$dir.test.log" | tail -1)
+  meson_tests "$name" "$dir" "$dir.test.log" --num-processes "$jobs" "${testargs[@]}"
+}
+
+# meson_tests NAME BUILDDIR LOG TEST_ARGS: run a meson test selection of a built
+# tree, print one line per test and count them; skipped tests count neither
+# way, and the first skip reason is printed.
+meson_tests() {
+  local name=$1 dir=$2 log=$3; shift 3
+  meson test -C "$dir" --no-rebuild --print-errorlogs "$@" >"$log" 2>&1
+  grep -E "^ *[0-9]+/[0-9]+ " "$log" | sed 's/^ *//'
+  local ok fl to up sk
+  ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+  fl=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+  to=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+  up=$(sed -n 's/^Unexpected Pass: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+  sk=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$log" | tail -1)
   if [ -z "$ok" ]; then
-    tail -40 "$dir.test.log"; fail "$name: meson test did not run"; return
+    tail -40 "$log"; fail "$name: meson test did not run"; return
   fi
   passed=$((passed + ok))
+  if [ "${sk:-0}" -gt 0 ]; then
+    echo "SKIP $name: ${sk} test(s): $(grep -h -m1 'SKIP:' "$dir/meson-logs/testlog.txt" | sed 's/.*SKIP: //')"
+  fi
   failed=$((failed + ${fl:-0} + ${to:-0} + ${up:-0}))
   if [ $(( ${fl:-0} + ${to:-0} + ${up:-0} )) -gt 0 ]; then
     failures+=("$name: $((${fl:-0} + ${to:-0} + ${up:-0})) test(s), see $dir/meson-logs/testlog.txt")
     # what the failing tests printed (--print-errorlogs), then meson's summary
-    grep -v -E "^ *[0-9]+/[0-9]+ " "$dir.test.log" | sed '/^Summary of Failures/q' | grep -v '^Summary of Failures' | tail -150
-    sed -n '/^Summary of Failures/,$p' "$dir.test.log"
+    grep -v -E "^ *[0-9]+/[0-9]+ " "$log" | sed '/^Summary of Failures/q' | grep -v '^Summary of Failures' | tail -150
+    sed -n '/^Summary of Failures/,$p' "$log"
   fi
 }
 
@@ -93,24 +104,7 @@ meson_suite "main" "$out/main" -Dbuildtype=debugoptimized -Ddebug=false -- --no-
 # 1b. fault injection on a cluster of network namespaces, against the main
 #     build; its tests exit 77 (skipped) where namespaces cannot be created.
 note "netns: fault injection on a cluster of network namespaces"
-meson test -C "$out/main" --no-rebuild --suite netns --print-errorlogs >"$out/netns.test.log" 2>&1
-grep -E "^ *[0-9]+/[0-9]+ " "$out/netns.test.log" | sed 's/^ *//'
-netns_ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$out/netns.test.log" | tail -1)
-netns_skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$out/netns.test.log" | tail -1)
-netns_bad=$(sed -n 's/^\(Fail\|Timeout\|Unexpected Pass\|Expected Fail\): *\([0-9]*\).*/\2/p' "$out/netns.test.log" |
-  awk '{ n += $1 } END { print n + 0 }')
-if [ -z "$netns_ok" ]; then
-  tail -20 "$out/netns.test.log"; fail "netns: meson test did not run"
-else
-  passed=$((passed + netns_ok))
-  if [ "${netns_skip:-0}" -gt 0 ]; then
-    echo "SKIP netns: ${netns_skip} test(s): $(grep -h -m1 'SKIP:' "$out/main/meson-logs/testlog.txt" | sed 's/.*SKIP: //')"
-  fi
-  if [ "$netns_bad" -gt 0 ]; then
-    failed=$((failed + netns_bad)); failures+=("netns: $netns_bad test(s), see $out/main/meson-logs/testlog.txt")
-    grep -v -E "^ *[0-9]+/[0-9]+ " "$out/netns.test.log" | tail -80
-  fi
-fi
+meson_tests "netns" "$out/main" "$out/netns.test.log" --suite netns
 
 # 2. unit tests under ASan + UBSan (any UB report fails the test)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
