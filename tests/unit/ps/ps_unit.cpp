@@ -746,8 +746,10 @@ TEST_CASE("shard: a lost worker fails the sync step and the barrier that wait fo
   so.mode = ps::training_mode::sync;
   shard_harness h(m, me, 2, so, 2);
   const std::uint32_t sync_push = ps::request_flags::sync | ps::request_flags::contributes;
+  // request_builder keeps views: the gradients must outlive each send.
+  const std::vector<float> ones{1, 1, 1, 1}, threes{3, 3, 3, 3};
   auto rb = request(m, 2, 1, sync_push, 0, 1);
-  rb.push_dense(0, 0, std::vector<float>{1, 1, 1, 1});
+  rb.push_dense(0, 0, ones);
   rb.pull_dense(0, 0);
   CHECK(h.send(0, rb).empty());  // waits for worker 1
   h.replies.clear();
@@ -763,7 +765,7 @@ TEST_CASE("shard: a lost worker fails the sync step and the barrier that wait fo
   REQUIRE(out.size() == 1);
   CHECK(out[0].reply.status == static_cast<std::uint32_t>(fw::errc::peer_lost));
   rb = request(m, 2, 1, sync_push, 0, 1, 11);  // worker 1 restarted: a new incarnation
-  rb.push_dense(0, 0, std::vector<float>{3, 3, 3, 3});
+  rb.push_dense(0, 0, threes);
   rb.pull_dense(0, 0);
   out = h.send(1, rb);
   REQUIRE(out.size() == 1);  // its own pull: the step completed with both pushes
