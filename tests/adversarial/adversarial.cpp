@@ -33,6 +33,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,11 +138,13 @@ std::string fresh_log(const std::string& name) {
 
 // ---- processes --------------------------------------------------------------------
 
-/// Runs ps:0 until a worker shuts it down; `ready` is told once it listens.
-/// `before` runs first in the child (e.g. to lower its descriptor limit).
-pid_t spawn_ps(const fw::cluster_spec& spec, fw::options o, const std::string& log_path, const signal_pipe& ready,
+/// Runs ps:0 until a worker shuts it down and waits until it listens; -1 (the
+/// child killed) if it does not within 20 s. `before` runs first in the child
+/// (e.g. to lower its descriptor limit).
+pid_t spawn_ps(const fw::cluster_spec& spec, fw::options o, const std::string& log_path,
                std::function<void()> before = {}, ps::training_mode mode = ps::training_mode::async) {
-  return spawn(
+  signal_pipe ready;
+  const pid_t pid = spawn(
       60,
       [&spec, o, &log_path, &ready, before, mode] {
         if (before) before();
@@ -155,6 +158,10 @@ pid_t spawn_ps(const fw::cluster_spec& spec, fw::options o, const std::string& l
         return 0;
       },
       "ps:0");
+  if (ready.wait(20000)) return pid;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return -1;
 }
 
 /// A real worker: `steps` pulls and pushes of "w", then (if asked) stops the PS.
@@ -417,9 +424,8 @@ std::uint16_t ps_port(const fw::cluster_spec& spec) { return spec.fast_path_endp
 int shutdown_unauthenticated() {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const std::string log = fresh_log("shutdown");
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, base_options(token), log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, base_options(token), log);
+  EXPECT(p > 0);
 
   ps::request_builder rb;
   rb.set_header(1, 1, model().fingerprint(1), 0, 0, ps::request_flags::shutdown);
@@ -453,9 +459,8 @@ int impostor_first() {
   const std::string log = fresh_log("impostor");
   auto o = base_options(token);
   o.handshake_timeout = 3000ms;
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, o, log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, o, log);
+  EXPECT(p > 0);
   const int fd = dial_from(ps_port(spec));
   EXPECT(fd >= 0);
   EXPECT(send_all(fd, hello_bytes("worker", 0)));
@@ -501,9 +506,8 @@ int handshake_flood() {
   const std::string log = fresh_log("flood");
   auto o = base_options(token);
   o.handshake_timeout = 1000ms;
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, o, log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, o, log);
+  EXPECT(p > 0);
   const auto start = clock_type::now();
   auto fds = open_flood(ps_port(spec), 1000);
   EXPECT(fds.size() >= 900);
@@ -530,9 +534,8 @@ int big_hello_stall() {
   const std::string log = fresh_log("stall");
   auto o = base_options(token);
   o.handshake_timeout = 1000ms;
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, o, log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, o, log);
+  EXPECT(p > 0);
   std::this_thread::sleep_for(200ms);
   const long rss0 = rss_kib(p);
   auto big = hello_bytes("worker", 0);
@@ -568,14 +571,13 @@ int emfile() {
   o.handshake_timeout = 30000ms;
   o.max_pending_handshakes = 100000;
   o.max_pending_per_source = 100000;
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, o, log, ready, [] {
+  const pid_t p = spawn_ps(spec, o, log, [] {
     rlimit r{};
     ::getrlimit(RLIMIT_NOFILE, &r);
     r.rlim_cur = 64;
     ::setrlimit(RLIMIT_NOFILE, &r);
   });
-  EXPECT(ready.wait(20000));
+  EXPECT(p > 0);
   const std::size_t before = read_log(log).size();
   auto fds = open_flood(ps_port(spec), 200);
   EXPECT(fds.size() >= 150);
@@ -602,9 +604,8 @@ int emfile() {
 int newline_job() {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const std::string log = fresh_log("newline");
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, base_options(), log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, base_options(), log);
+  EXPECT(p > 0);
   const std::string job = "worker\nfusewire rendezvous ps:0: FORGED\x1b[2J";
   const auto hello = hello_bytes(job, 0);
   std::size_t left = 0, opened = 0;
@@ -637,9 +638,8 @@ int newline_job() {
 int wrong_token() {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const std::string log = fresh_log("token");
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, base_options(token), log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, base_options(token), log);
+  EXPECT(p > 0);
   const pid_t w = spawn(
       60,
       [&spec] {
@@ -682,9 +682,8 @@ int wrong_token() {
 int duplicate_slice() {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const std::string log = fresh_log("duplicate");
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, base_options(), log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, base_options(), log);
+  EXPECT(p > 0);
   std::this_thread::sleep_for(200ms);
   const long rss0 = rss_kib(p);
   const pid_t raw = spawn(
@@ -787,9 +786,8 @@ int huge_announcement() {
   auto o = budget_options();
   o.transfer_idle = 2000ms;
   o.unmatched_max_age = 2500ms;
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, o, log, ready);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, o, log);
+  EXPECT(p > 0);
   std::this_thread::sleep_for(200ms);
   const long rss0 = rss_kib(p);
   rss_peak peak{p, rss0};
@@ -866,14 +864,13 @@ int unmatched_flood() {
   const std::string log = fresh_log("flood");
   auto o = budget_options();
   o.unmatched_max_age = 500ms;
-  signal_pipe ready;
   // glibc raises its mmap threshold past the first 1 MiB buffer freed; from
   // then on the tensors come from the heap, and under this churn (a window of
   // held tensors sliding over the heap) about as much again as is held stays
   // resident, freed but kept by the allocator. A fixed threshold maps and
   // unmaps each buffer, so that RSS follows what the budget counts.
-  const pid_t p = spawn_ps(spec, o, log, ready, [] { ::mallopt(M_MMAP_THRESHOLD, 128 * 1024); });
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, o, log, [] { ::mallopt(M_MMAP_THRESHOLD, 128 * 1024); });
+  EXPECT(p > 0);
   std::this_thread::sleep_for(200ms);
   const long rss0 = rss_kib(p);
   const int fd = authenticated_peer(ps_port(spec), 1, token, 0xf100d);
@@ -955,9 +952,9 @@ void one_step(ps::client<transport>& cl, ps::batch& b, std::error_code& ec) {
 int ps_restart_no_checkpoint() {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const std::string log = fresh_log("restart");
-  signal_pipe ready, trained, restarted;
-  const pid_t p = spawn_ps(spec, base_options(), log, ready);
-  EXPECT(ready.wait(20000));
+  signal_pipe trained, restarted;
+  const pid_t p = spawn_ps(spec, base_options(), log);
+  EXPECT(p > 0);
   const pid_t w = spawn(
       60,
       [&] {
@@ -982,9 +979,8 @@ int ps_restart_no_checkpoint() {
       "worker:0");
   EXPECT(trained.wait(30000));
   fusewire::test::kill_and_reap(p);
-  signal_pipe ready_again;
-  const pid_t p2 = spawn_ps(spec, base_options(), log, ready_again);
-  EXPECT(ready_again.wait(20000));
+  const pid_t p2 = spawn_ps(spec, base_options(), log);
+  EXPECT(p2 > 0);
   restarted.notify();
   const bool ok = succeeded(w, "worker:0");
   fusewire::test::kill_and_reap(p2);
@@ -996,9 +992,8 @@ int ps_restart_no_checkpoint() {
 int sync_worker_killed() {
   const auto spec = fw::test::loopback_cluster(1, 2);
   const std::string log = fresh_log("sync_killed");
-  signal_pipe ready;
-  const pid_t p = spawn_ps(spec, base_options(), log, ready, {}, ps::training_mode::sync);
-  EXPECT(ready.wait(20000));
+  const pid_t p = spawn_ps(spec, base_options(), log, {}, ps::training_mode::sync);
+  EXPECT(p > 0);
   const auto sync_worker = [&spec](std::uint32_t index) {
     return [&spec, index] {
       ps::client<transport> cl({"worker", index}, spec, model(),
@@ -1040,9 +1035,9 @@ int sync_worker_killed() {
 int async_worker_killed() {
   const auto spec = fw::test::loopback_cluster(1, 2);
   const std::string log = fresh_log("async_killed");
-  signal_pipe ready, stepped, at_barrier;
-  const pid_t p = spawn_ps(spec, base_options(), log, ready);
-  EXPECT(ready.wait(20000));
+  signal_pipe stepped, at_barrier;
+  const pid_t p = spawn_ps(spec, base_options(), log);
+  EXPECT(p > 0);
   const auto client_for = [&spec](std::uint32_t index) {
     return ps::client<transport>({"worker", index}, spec, model(),
                                  {.options = base_options(), .step_timeout = 30000ms, .retry_interval = 500ms});
