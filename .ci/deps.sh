@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusewire's scripts need (as root), once.
-# Usage: .ci/deps.sh [build|tests|bench|peers|demo]...   (build is always included)
+# Usage: .ci/deps.sh [build|tests|bench|peers|demo|venv]...   (build is always included)
 set -euo pipefail
 
 build=(g++ meson ninja-build ccache pkg-config cmake libboost-dev nlohmann-json3-dev
@@ -11,6 +11,8 @@ bench=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 demo=(dataset-fashion-mnist zlib1g-dev libcli11-dev libopenblas-dev)
 # the peers bench/peers.sh measures fusewire against (UCX's ucx_perftest, iperf3)
 peers=(ucx-utils iperf3)
+# what .ci/venv.sh needs to make a Python virtual environment
+venv=(python3 python3-venv python3-pip)
 
 want=("${build[@]}")
 for part in "$@"; do
@@ -19,8 +21,9 @@ for part in "$@"; do
     tests) want+=("${tests[@]}" "${bench[@]}") ;;
     bench) want+=("${bench[@]}") ;;
     peers) want+=("${peers[@]}") ;;
+    venv) want+=("${venv[@]}") ;;
     demo) want+=("${demo[@]}") ;;
-    *) echo "deps.sh: unknown part '$part' (allowed: build tests bench peers demo)" >&2; exit 2 ;;
+    *) echo "deps.sh: unknown part '$part' (allowed: build tests bench peers demo venv)" >&2; exit 2 ;;
   esac
 done
 
