@@ -28,6 +28,7 @@ struct cluster_flags {
   std::string mode;    // empty: the environment's reactor mode, else block
   std::string fusion;  // empty: on, with transport coalescing as the environment says
   std::string transport = default_transport;
+  std::string host = "127.0.0.1";  // where the launcher's tasks listen
   unsigned log_every = 0;
   std::uint64_t seed = 1;
   bool local = false;
@@ -43,8 +44,8 @@ struct cluster_flags {
 };
 
 /// The flags only the launcher reads; it passes the others on to its tasks.
-inline const std::vector<std::string> launcher_flags{"--ps",   "--workers", "--local",  "--timeout",
-                                                     "--role", "--task",    "--cluster"};
+inline const std::vector<std::string> launcher_flags{"--ps",   "--workers", "--local",   "--timeout",
+                                                     "--role", "--task",    "--cluster", "--host"};
 
 /// Registers the shared flags on `app`; `fusion_help` and `seed_help` say what
 /// fusion and the seed mean for this example.
@@ -58,13 +59,19 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
                  "reactor wait mode (default: as FUSEWIRE_REACTOR_MODE or *_ENABLE_POLLING say, else block)")
       ->check(CLI::IsMember({"poll", "adaptive", "block"}));
   app.add_option("--fusion", f.fusion, fusion_help)->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--transport", f.transport, std::string("TCP transport (default ") + default_transport + ")")
+  std::string names;
+  for (const auto& n : transport_names(true)) names += (names.empty() ? "" : "|") + n;
+  app.add_option("--transport", f.transport,
+                 std::string("transport (default ") + default_transport + "; verbs needs an RDMA device and --host)")
       ->check(CLI::Validator(
           [](const std::string& name) {
-            auto problem = transport_problem(name);
+            auto problem = transport_problem(name, true);
             return problem ? *problem : std::string();
           },
-          "asio|uring", "transport"));
+          names, "transport"));
+  app.add_option("--host", f.host,
+                 "launcher: the IPv4 address every task listens on (default 127.0.0.1; for verbs, the address of "
+                 "the RDMA device's interface)");
   app.add_option("--log-every", f.log_every, "print progress every N steps (0 = about 8 lines per run)");
   app.add_option("--seed", f.seed, seed_help);
   app.add_flag("--local", f.local, "train in this one process, no parameter servers (for comparison)");

@@ -36,9 +36,11 @@ inline std::uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
-/// "ps=127.0.0.1:p,...;worker=127.0.0.1:p,..." for `jobs` (name, task count),
-/// in the order given, every port free and distinct.
-inline std::string loopback_cluster(std::initializer_list<std::pair<std::string_view, unsigned>> jobs) {
+/// "ps=HOST:p,...;worker=HOST:p,..." for `jobs` (name, task count), in the
+/// order given, every port distinct and free on loopback (a port free there is
+/// free on the host's other addresses unless a socket is bound to one alone).
+inline std::string host_cluster(std::initializer_list<std::pair<std::string_view, unsigned>> jobs,
+                                std::string_view host = "127.0.0.1") {
   std::vector<std::uint16_t> used;
   auto port = [&] {
     for (;;) {
@@ -54,7 +56,11 @@ inline std::string loopback_cluster(std::initializer_list<std::pair<std::string_
     if (!s.empty()) s += ';';
     s += name;
     s += '=';
-    for (unsigned i = 0; i < tasks; ++i) s += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(port());
+    for (unsigned i = 0; i < tasks; ++i) {
+      if (i) s += ',';
+      s += host;
+      s += ':' + std::to_string(port());
+    }
   }
   return s;
 }

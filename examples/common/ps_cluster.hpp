@@ -44,15 +44,18 @@ inline fusewire::options net_options(const cluster_flags& f, fusewire::role r) {
 /// How a PS task of this run serves.
 template <class Transport>
 ps::server_config<Transport> server_config(const cluster_flags& f) {
-  return {.options = net_options(f, fusewire::role::ps), .mode = training_mode(f)};
+  auto o = net_options(f, fusewire::role::ps);
+  return {.options = o, .mode = training_mode(f), .transport = make_transport<Transport>(o)};
 }
 
 /// How a worker of this run talks to the PS tasks.
 template <class Transport>
 ps::client_config<Transport> client_config(const cluster_flags& f) {
-  return {.options = net_options(f, fusewire::role::worker),
+  auto o = net_options(f, fusewire::role::worker);
+  return {.options = o,
           .mode = training_mode(f),
-          .step_timeout = std::chrono::seconds(f.step_timeout)};
+          .step_timeout = std::chrono::seconds(f.step_timeout),
+          .transport = make_transport<Transport>(o)};
 }
 
 /// --role: runs this task of the cluster (from --cluster or TF_CONFIG) over
@@ -62,7 +65,8 @@ template <class Run>
 int run_task(const CLI::App& app, cluster_flags& f, const char* program, Run&& run) {
   const std::optional<fusewire::cluster_spec> spec = task_cluster(app, f, program);
   if (!spec) return 2;
-  return with_transport(f.transport, [&]<class Transport>() { return run.template operator()<Transport>(*spec); });
+  return with_transport<true>(f.transport,
+                              [&]<class Transport>() { return run.template operator()<Transport>(*spec); });
 }
 
 /// The launcher: starts this program again as each PS task (servers) and

@@ -449,10 +449,11 @@ int run_local(const config& c) {
 }
 
 int run_launcher(const CLI::App& app, const config& c) {
-  const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  const std::string cluster = host_cluster({{"ps", c.ps}, {"worker", c.workers}}, c.host);
   (void)net_options(c, fusewire::role::worker);  // checks the environment's knobs once, before any task starts
-  std::printf("embedding: %u parameter servers + %u workers on loopback (%s), transport %s, %s\n", c.ps, c.workers,
-              cluster.c_str(), c.transport.c_str(), c.sync ? "sync" : "async");
+  std::printf("embedding: %u parameter servers + %u workers on %s (%s), transport %s, %s\n", c.ps, c.workers,
+              c.host == "127.0.0.1" ? "loopback" : c.host.c_str(), cluster.c_str(), c.transport.c_str(),
+              c.sync ? "sync" : "async");
   std::fflush(stdout);
   const auto t0 = steady::now();
   worker_totals totals;

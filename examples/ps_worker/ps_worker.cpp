@@ -280,12 +280,12 @@ int run_ps(const config& c, const fusewire::cluster_spec& spec) {
 
 /// Starts every task of a loopback cluster and prints the summary table.
 int run_launcher(const CLI::App& app, const config& c) {
-  const std::string cluster = loopback_cluster({{"ps", c.ps}, {"worker", c.workers}});
+  const std::string cluster = host_cluster({{"ps", c.ps}, {"worker", c.workers}}, c.host);
   // Also checks the environment's knobs once, before any task starts.
   const std::string mode(fusewire::to_string(net_options(c, fusewire::role::worker).mode));
-  std::printf("ps_worker: %u parameter servers + %u workers on loopback (%s), transport %s, mode %s, fusion %s, %s\n",
-              c.ps, c.workers, cluster.c_str(), c.transport.c_str(), mode.c_str(), c.fused() ? "on" : "off",
-              c.sync ? "sync" : "async");
+  std::printf("ps_worker: %u parameter servers + %u workers on %s (%s), transport %s, mode %s, fusion %s, %s\n", c.ps,
+              c.workers, c.host == "127.0.0.1" ? "loopback" : c.host.c_str(), cluster.c_str(), c.transport.c_str(),
+              mode.c_str(), c.fused() ? "on" : "off", c.sync ? "sync" : "async");
   std::fflush(stdout);
   const auto t0 = steady::now();
   worker_totals totals;

@@ -189,7 +189,7 @@ int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, 
 
 template <class T>
 int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts, unsigned timeout_seconds) {
-  const auto spec = fw::cluster_spec::from_string(example::loopback_cluster({{"ps", 1}, {"worker", 1}}));
+  const auto spec = fw::cluster_spec::from_string(example::host_cluster({{"ps", 1}, {"worker", 1}}));
   std::printf("rendezvous_demo: worker:0 (pid %d) -> ps:0 over %s on 127.0.0.1 (ports %u, %u)\n", ::getpid(),
               T::name().data(), spec.control_endpoint(sender_task).port, spec.control_endpoint(receiver_task).port);
   std::fflush(stdout);

@@ -335,7 +335,7 @@ std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const f
   std::vector<std::map<std::string, fg::tensor>> want;
   for (int step = 1; step <= steps; ++step) want.push_back(whole.run(feeds(), {"loss", "wide/update"}));
   // Fresh loopback ports: the example's own cluster string names ports that may be taken.
-  const auto cluster = fusewire::cluster_spec::from_string(example::loopback_cluster({{"worker", 1}, {"ps", 2}}));
+  const auto cluster = fusewire::cluster_spec::from_string(example::host_cluster({{"worker", 1}, {"ps", 2}}));
   for (const auto& part : plan.partitions) (void)task_options(part.task);  // a bad knob fails before any fork
   std::vector<example::child_process> kids;
   for (std::size_t i = 0; i < plan.partitions.size(); ++i) {

@@ -1,10 +1,11 @@
 // Executor equivalence across processes: every task of a partitioned plan runs
-// in its own forked process with its own rendezvous endpoint on loopback, and
+// in its own forked process with its own rendezvous endpoint (on loopback; over
+// verbs on the soft-RoCE QEMU guest's RDMA interface), and
 // the fetches and variables must equal, bit for bit, one process running the
 // whole graph. The messages each process sends must add up to what the plan
 // says a step needs.
 //
-//   graph_mp <mode> <asio|uring>
+//   graph_mp <mode> <asio|uring|verbs>
 //     mode: send_recv, send_recv_fuse, star_server, star_server_single_call, star_server_lite
 //
 // Graphs: wide-and-deep (shared inputs, 16 lookups on 2 PS), a diamond, a
@@ -39,7 +40,7 @@
 #include <vector>
 
 #include "support/graphs.hpp"
-#include "support/loopback_cluster.hpp"
+#include "support/transport_setup.hpp"
 #include "support/mp.hpp"
 #include "support/mp_main.hpp"
 
@@ -114,11 +115,13 @@ std::vector<case_def> catalogue() {
   return out;
 }
 
+template <class T>
 fw::options mp_options() {
   fw::options o;
   o.mode = fw::reactor_mode::block;
   o.pool_size = 4u << 20;
   o.connect_timeout = 20000ms;
+  fw::test::transport_setup<T>::adjust(o);
   return o;
 }
 
@@ -169,7 +172,8 @@ int run_task(const case_def& c, const fg::plan& plan, std::size_t index, const f
              const reference& want, int report_fd) {
   const auto& part = plan.partitions[index];
   const fw::task_id self = part.task;
-  fw::rendezvous::endpoint<T> ep(self, spec, {.options = mp_options()});
+  fw::rendezvous::endpoint<T> ep(self, spec,
+                                 {.options = mp_options<T>(), .transport = fw::test::transport_setup<T>::make()});
   fg::rendezvous_channel<T> ch(ep, {.recv_timeout = 20000ms, .on_send_error = {}});
   fg::executor ex(part.graph);
   task_report report;
@@ -243,7 +247,7 @@ bool run_case(const case_def& c, const fg::partition_options& opts, const std::s
   // The cluster spec needs every task of the graph; only tasks with a partition run.
   std::size_t ps = 0, workers = 0;
   for (const auto& t : g.tasks()) (t.job == "ps" ? ps : workers) += 1;
-  const auto spec = loopback_cluster(static_cast<unsigned>(ps), static_cast<unsigned>(workers));
+  const auto spec = fw::test::transport_setup<T>::cluster(static_cast<unsigned>(ps), static_cast<unsigned>(workers));
   std::vector<pid_t> pids;
   std::vector<int> reads;
   for (std::size_t i = 0; i < plan->partitions.size(); ++i) {
@@ -336,6 +340,6 @@ int run_all(const std::string& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return fusewire::test::main_over_transport(argc, argv, "<mode>", 55,
-                                             []<class T>(const std::string& what) { return run_all<T>(what); });
+  return fusewire::test::main_over_transport<true>(argc, argv, "<mode>", 55,
+                                                   []<class T>(const std::string& what) { return run_all<T>(what); });
 }

@@ -16,9 +16,15 @@
 //   ps_mp barrier_timeout  one of 2 workers never comes: barrier() fails with timed_out by its timeout
 //   ps_mp serve_signal     ps::serve_until_signal returns after SIGTERM (and after a worker's shutdown)
 //
+// The same file builds ps_mp_verbs (FUSEWIRE_PS_MP_VERBS): every scenario over
+// RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma').
+//
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
+#if FUSEWIRE_PS_MP_VERBS
+#include <fusewire/transport/verbs.hpp>
+#endif
 
 #include <poll.h>
 #include <signal.h>
@@ -34,14 +40,19 @@
 #include <thread>
 #include <vector>
 
-#include "support/loopback_cluster.hpp"
 #include "support/mp.hpp"
 #include "support/reference_optimizer.hpp"
+#include "support/transport_setup.hpp"
 
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
+#if FUSEWIRE_PS_MP_VERBS
+using transport = fw::verbs;
+#else
 using transport = fw::asio_tcp;
+#endif
+using setup = fw::test::transport_setup<transport>;
 using fusewire::test::all_succeeded;
 using fusewire::test::signal_pipe;
 using fusewire::test::spawn;
@@ -64,17 +75,23 @@ fw::options mp_options() {
   o.mode = fw::reactor_mode::block;
   o.pool_size = 4u << 20;
   o.connect_timeout = 20000ms;
+  setup::adjust(o);
   return o;
 }
 
 ps::client_config<transport> client_opts(ps::training_mode mode = ps::training_mode::async) {
-  return {.options = mp_options(), .mode = mode, .step_timeout = 20000ms, .retry_interval = 500ms};
+  return {.options = mp_options(),
+          .mode = mode,
+          .step_timeout = 20000ms,
+          .retry_interval = 500ms,
+          .transport = setup::make()};
 }
 
 /// Runs a PS until a worker shuts it down.
 int run_ps(const fw::cluster_spec& spec, std::uint32_t index, const ps::model_spec& m,
            ps::server_config<transport> so) {
   so.options = mp_options();
+  so.transport = setup::make();
   ps::server<transport> server({"ps", index}, spec, m, std::move(so));
   if (server.state().restored_step() != 0) {
     std::printf("ps:%u restored step %llu\n", index, static_cast<unsigned long long>(server.state().restored_step()));
@@ -182,7 +199,7 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_semantics() {
-  const auto spec = fw::test::loopback_cluster(2, 2);
+  const auto spec = setup::cluster(2, 2);
   const auto m = semantics_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -258,7 +275,7 @@ int optimizers_worker(const fw::cluster_spec& spec) {
 }
 
 int run_optimizers() {
-  const auto spec = fw::test::loopback_cluster(2, 1);
+  const auto spec = setup::cluster(2, 1);
   const auto m = optimizer_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -308,7 +325,7 @@ int sync_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_sync() {
-  const auto spec = fw::test::loopback_cluster(2, 2);
+  const auto spec = setup::cluster(2, 2);
   const auto m = sync_model();
   ps::server_config<transport> so;
   so.mode = ps::training_mode::sync;
@@ -397,7 +414,7 @@ int checkpoint_worker(const fw::cluster_spec& spec, int phase) {
 }
 
 int run_checkpoint() {
-  const auto spec = fw::test::loopback_cluster(2, 1);
+  const auto spec = setup::cluster(2, 1);
   const auto m = checkpoint_model();
   const auto dir = fresh_dir("checkpoint");
   ps::server_config<transport> so;
@@ -463,7 +480,7 @@ int restart_worker(const fw::cluster_spec& spec, const signal_pipe& reached, con
 }
 
 int run_restart() {
-  const auto spec = fw::test::loopback_cluster(2, 1);
+  const auto spec = setup::cluster(2, 1);
   const auto m = semantics_model();
   const auto dir = fresh_dir("restart");
   ps::server_config<transport> so;
@@ -512,7 +529,7 @@ int dead_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const si
 }
 
 int run_dead() {
-  const auto spec = fw::test::loopback_cluster(1, 1);
+  const auto spec = setup::cluster(1, 1);
   const auto m = sync_model();
   signal_pipe ready, killed;
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
@@ -556,7 +573,7 @@ int barrier_worker(const fw::cluster_spec& spec, unsigned w) {
 }
 
 int run_barrier() {
-  const auto spec = fw::test::loopback_cluster(2, barrier_workers);
+  const auto spec = setup::cluster(2, barrier_workers);
   const auto m = barrier_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
@@ -592,7 +609,7 @@ int barrier_timeout_worker(const fw::cluster_spec& spec) {
 }
 
 int run_barrier_timeout() {
-  const auto spec = fw::test::loopback_cluster(1, 2);  // worker:1 never starts
+  const auto spec = setup::cluster(1, 2);  // worker:1 never starts
   const auto m = barrier_model();
   const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
   const pid_t w0 = spawn(60, [&] { return barrier_timeout_worker(spec); });
@@ -602,10 +619,11 @@ int run_barrier_timeout() {
 // ---- serve_signal ----------------------------------------------------------------------
 
 int run_serve_signal() {
-  const auto spec = fw::test::loopback_cluster(1, 1);
+  const auto spec = setup::cluster(1, 1);
   const auto m = barrier_model();
   auto serve = [&](int expected) {
-    const int got = ps::serve_until_signal<transport>({"ps", 0}, spec, m, {.options = mp_options()});
+    const int got =
+        ps::serve_until_signal<transport>({"ps", 0}, spec, m, {.options = mp_options(), .transport = setup::make()});
     EXPECT(got == expected);
     return 0;
   };
