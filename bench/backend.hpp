@@ -110,6 +110,9 @@ struct backend_info {
   /// to the workers): the launcher reserves ports for all of them, and a
   /// cluster given by hand must name the workers' ports.
   bool fixed_ports = false;
+  /// Runs over RDMA, not TCP: `compare` never picks it as "fusewire's best TCP
+  /// transport", and it needs an RDMA device and a cluster on its interface.
+  bool rdma = false;
   std::function<std::unique_ptr<server>(const server_config&)> make_server;
   std::function<std::unique_ptr<client>(const client_config&)> make_client;
 };

@@ -1,6 +1,8 @@
-// fusewire's own TCP transports as fwbench backends: `fusewire-uring`
-// (uring_tcp) and `fusewire-asio` (asio_tcp), both through the public
-// rendezvous API (rendezvous::endpoint<Transport>), as a trainer would use it.
+// fusewire's own transports as fwbench backends: `fusewire-uring` (uring_tcp),
+// `fusewire-asio` (asio_tcp) and `fusewire-verbs` (RDMA verbs, where rdma-core
+// is built; it needs an RDMA device and a cluster on its interface's address),
+// all through the public rendezvous API (rendezvous::endpoint<Transport>), as a
+// trainer would use it.
 //
 // Every process is one endpoint: PS i is task ps:i, worker j is task worker:j,
 // all in one cluster spec, which names every task's address: every task needs
@@ -42,6 +44,9 @@
 #include <vector>
 #if FUSEWIRE_HAS_URING
 #include <fusewire/transport/uring_tcp.hpp>
+#endif
+#if FUSEWIRE_HAS_RDMA
+#include <fusewire/transport/verbs.hpp>
 #endif
 
 #include "backend.hpp"
@@ -131,10 +136,8 @@ fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<e
 
 std::string error_message(std::error_code ec) { return ec.message(); }
 
-/// The transport object, with --zc-threshold and --local-send-buffer applied
-/// where they mean something.
 template <class Transport>
-Transport make_transport(const transport_settings& t) {
+Transport make_tcp_transport(const transport_settings& t) {
   typename Transport::config cfg;
   if (t.local_send_buffer) cfg.local_send_buffer = *t.local_send_buffer;
 #if FUSEWIRE_HAS_URING
@@ -143,6 +146,30 @@ Transport make_transport(const transport_settings& t) {
   }
 #endif
   return Transport(cfg);
+}
+
+/// The transport object, with --zc-threshold and --local-send-buffer applied
+/// where they mean something. Verbs takes its device, chunk size, write
+/// threshold and registered memory from the TF_RDMA_* knobs in `o`.
+template <class Transport>
+Transport make_transport(const transport_settings& t, [[maybe_unused]] const fusewire::options& o) {
+#if FUSEWIRE_HAS_RDMA
+  if constexpr (std::is_same_v<Transport, fusewire::verbs>) {
+    return fusewire::verbs(fusewire::verbs_config::from(o));
+  } else
+#endif
+  {
+    return make_tcp_transport<Transport>(t);
+  }
+}
+
+/// The endpoint's options and transport for a task of role `r`.
+template <class Transport>
+rv::endpoint_config<Transport> make_endpoint_config(const std::string& backend, const transport_settings& t,
+                                                    fusewire::role r) {
+  fusewire::options o = make_options(backend, t, r);
+  Transport transport = make_transport<Transport>(t, o);
+  return {.options = std::move(o), .transport = std::move(transport)};
 }
 
 // ---------------------------------------------------------------------------
@@ -156,8 +183,7 @@ class fusewire_server final : public server {
         name_(std::move(name)),
         peers_(make_peers(c)),
         ep_(fw_task{"ps", c.task}, spec_for(c, name_),
-            {.options = make_options(name_, c.transport, fusewire::role::ps),
-             .transport = make_transport<Transport>(c.transport)}) {}
+            make_endpoint_config<Transport>(name_, c.transport, fusewire::role::ps)) {}
 
   // ep_ goes first (declared last): pending receives complete (cancelled)
   // while it closes, with peers_ still there.
@@ -332,8 +358,7 @@ class fusewire_client final : public client {
         name_(std::move(name)),
         ps_(make_ps_states(c)),
         ep_(fw_task{"worker", c.task}, spec_for(c, name_),
-            {.options = make_options(name_, c.transport, fusewire::role::worker),
-             .transport = make_transport<Transport>(c.transport)}) {
+            make_endpoint_config<Transport>(name_, c.transport, fusewire::role::worker)) {
     // Connect to every PS now (a send completes once the connection is up and
     // the bytes are in the kernel): "hello" is a size announcement of 0.
     std::vector<std::future<std::error_code>> hellos;
@@ -622,6 +647,23 @@ std::vector<backend_info> fusewire_backends() {
   out.push_back(std::move(uring));
 #endif
   out.push_back(make_info<fusewire::asio_tcp>("fusewire-asio", "fusewire Boost.Asio" + common));
+  const std::string verbs_summary =
+      "fusewire RDMA verbs transport: rendezvous send/recv over RC queue pairs, RDMA writes for large tensors "
+      "(needs an RDMA device; TF_RDMA_* knobs apply)";
+#if FUSEWIRE_HAS_RDMA
+  backend_info verbs = make_info<fusewire::verbs>("fusewire-verbs", verbs_summary);
+#else
+  backend_info verbs;
+  verbs.name = "fusewire-verbs";
+  verbs.summary = verbs_summary;
+  verbs.unavailable_reason =
+      "fusewire-verbs: not built (rdma-core was not found; Debian: libibverbs-dev librdmacm-dev)";
+  verbs.fusewire = true;
+  verbs.honours_wait_mode = true;
+  verbs.fixed_ports = true;
+#endif
+  verbs.rdma = true;
+  out.push_back(std::move(verbs));
   return out;
 }
 

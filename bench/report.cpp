@@ -90,9 +90,9 @@ std::string gnuplot_string(const std::string& text) {
 }  // namespace
 
 void print_table(std::FILE* out, const std::vector<cell>& cells) {
-  const char* header_format = "%-15s %-14s %-8s %-15s %-17s %9s %9s %9s %9s %9s %7s %7s %8s\n";
+  const char* header_format = "%-15s %-14s %-8s %-15s %-17s %9s %9s %9s %9s %9s %9s %7s %7s %8s\n";
   std::fprintf(out, header_format, "backend", "benchmark", "payload", "mode", "buffers, size", "p50 us", "p99 us",
-               "mean us", "MB/s", "RPC/s", "PS cpu%", "wk cpu%", "RSS MiB");
+               "mean us", "MB/s", "net MB/s", "RPC/s", "PS cpu%", "wk cpu%", "RSS MiB");
   std::string last_group;
   for (const cell& c : cells) {
     const std::string group =
@@ -112,11 +112,14 @@ void print_table(std::FILE* out, const std::vector<cell>& cells) {
       continue;
     }
     auto med = [&](auto get) { return spread_of(c, get).median; };
-    std::fprintf(out, "%9s %9s %9s %9s %9s %7.0f %7.0f %8.1f\n",
+    const bool net = std::any_of(c.reps.begin(), c.reps.end(),
+                                 [](const repetition& r) { return r.ok && !r.net_interfaces.empty(); });
+    std::fprintf(out, "%9s %9s %9s %9s %9s %9s %7.0f %7.0f %8.1f\n",
                  micros(med([](const repetition& r) { return r.latency.p50_us; })).c_str(),
                  micros(med([](const repetition& r) { return r.latency.p99_us; })).c_str(),
                  micros(med([](const repetition& r) { return r.latency.mean_us; })).c_str(),
                  rate(med([](const repetition& r) { return r.mb_per_s; })).c_str(),
+                 net ? rate(med([](const repetition& r) { return r.net_tx_mb_per_s; })).c_str() : "-",
                  rate(med([](const repetition& r) { return r.rpc_per_s; })).c_str(),
                  med([](const repetition& r) { return cpu_of(r, role_kind::ps); }),
                  med([](const repetition& r) { return cpu_of(r, role_kind::worker); }), med(rss_mib));
@@ -160,7 +163,8 @@ void write_csv(const std::string& path, const std::vector<cell>& cells) {
   std::ofstream file = open_output(path);
   file << "backend,benchmark,payload,scheme,mode,payload_bytes,buffers,ps,workers,repetition,ok,seconds,calls,"
           "rpc_per_s,mb_per_s,latency_mean_us,latency_p50_us,latency_p99_us,latency_min_us,latency_max_us,"
-          "ps_cpu_percent,worker_cpu_percent,ps_user_s,ps_sys_s,worker_user_s,worker_sys_s,max_rss_kib,error\n";
+          "ps_cpu_percent,worker_cpu_percent,ps_user_s,ps_sys_s,worker_user_s,worker_sys_s,max_rss_kib,"
+          "net_tx_mb_per_s,net_rx_mb_per_s,net_interfaces,error\n";
   for (const cell& c : cells) {
     const std::string prefix = csv_field(c.backend.label()) + "," + std::string(option_name(c.benchmark)) + "," +
                                csv_field(c.payload_label) + "," + std::string(option_name(c.payload.kind)) + "," +
@@ -168,7 +172,7 @@ void write_csv(const std::string& path, const std::vector<cell>& cells) {
                                std::to_string(c.buffers) + "," + std::to_string(c.ps) + "," +
                                std::to_string(c.workers) + ",";
     if (!c.skipped.empty()) {
-      file << prefix << ",false,,,,,,,,,,,,,,,," << csv_field(c.skipped) << '\n';
+      file << prefix << ",false,,,,,,,,,,,,,,,,,,," << csv_field(c.skipped) << '\n';
       continue;
     }
     for (std::size_t i = 0; i < c.reps.size(); ++i) {
@@ -186,7 +190,8 @@ void write_csv(const std::string& path, const std::vector<cell>& cells) {
           << r.rpc_per_s << ',' << r.mb_per_s << ',' << r.latency.mean_us << ',' << r.latency.p50_us << ','
           << r.latency.p99_us << ',' << r.latency.min_us << ',' << r.latency.max_us << ',' << cpu_of(r, role_kind::ps)
           << ',' << cpu_of(r, role_kind::worker) << ',' << ps_user << ',' << ps_sys << ',' << wk_user << ',' << wk_sys
-          << ',' << rss << ',' << csv_field(r.error) << '\n';
+          << ',' << rss << ',' << r.net_tx_mb_per_s << ',' << r.net_rx_mb_per_s << ',' << csv_field(r.net_interfaces)
+          << ',' << csv_field(r.error) << '\n';
       file << row.str();
     }
   }

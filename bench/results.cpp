@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <utility>
 
 namespace fusewire::bench {
 
@@ -74,6 +76,22 @@ repetition combine(const std::vector<worker_result>& workers) {
     r.usage.push_back(w.usage);
   }
   r.latency.mean_us = exchanges ? weighted_mean / static_cast<double>(exchanges) : 0;
+  // Workers on one host read the same interface counters: count each
+  // (host, interface) once, with its busiest reading.
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> per_interface;
+  for (const worker_result& w : workers) {
+    if (w.net_interface.empty() || w.usage.wall_s <= 0) continue;
+    auto& [tx, rx] = per_interface[{w.hostname, w.net_interface}];
+    tx = std::max(tx, static_cast<double>(w.net_tx_bytes) / w.usage.wall_s / 1e6);
+    rx = std::max(rx, static_cast<double>(w.net_rx_bytes) / w.usage.wall_s / 1e6);
+  }
+  for (const auto& [where, rates] : per_interface) {
+    r.net_tx_mb_per_s += rates.first;
+    r.net_rx_mb_per_s += rates.second;
+    if (r.net_interfaces.find(where.second) == std::string::npos) {
+      r.net_interfaces += (r.net_interfaces.empty() ? "" : ",") + where.second;
+    }
+  }
   return r;
 }
 
@@ -144,7 +162,11 @@ void to_json(nlohmann::json& j, const worker_result& v) {
        {"payload_bytes", v.payload_bytes},
        {"buffers", v.buffers},
        {"latency", v.latency},
-       {"usage", v.usage}};
+       {"usage", v.usage},
+       {"hostname", v.hostname},
+       {"net_interface", v.net_interface},
+       {"net_tx_bytes", v.net_tx_bytes},
+       {"net_rx_bytes", v.net_rx_bytes}};
 }
 
 void from_json(const nlohmann::json& j, worker_result& v) {
@@ -156,6 +178,10 @@ void from_json(const nlohmann::json& j, worker_result& v) {
   v.buffers = j.at("buffers").get<std::size_t>();
   v.latency = j.at("latency").get<latency_summary>();
   v.usage = j.at("usage").get<process_usage>();
+  v.hostname = j.value("hostname", std::string());
+  v.net_interface = j.value("net_interface", std::string());
+  v.net_tx_bytes = j.value("net_tx_bytes", std::uint64_t{0});
+  v.net_rx_bytes = j.value("net_rx_bytes", std::uint64_t{0});
 }
 
 void to_json(nlohmann::json& j, const repetition& v) {
@@ -164,6 +190,9 @@ void to_json(nlohmann::json& j, const repetition& v) {
        {"calls", v.calls},
        {"rpc_per_s", v.rpc_per_s},
        {"mb_per_s", v.mb_per_s},
+       {"net_tx_mb_per_s", v.net_tx_mb_per_s},
+       {"net_rx_mb_per_s", v.net_rx_mb_per_s},
+       {"net_interfaces", v.net_interfaces},
        {"latency", v.latency},
        {"usage", v.usage}};
   if (!v.ok) j["error"] = v.error;

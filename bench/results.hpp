@@ -1,6 +1,7 @@
 #pragma once
 /// What fwbench measures: per process (CPU time, peak RSS), per worker
-/// (calls, round trips), per repetition and per configuration ("cell").
+/// (calls, round trips, network bytes), per repetition and per configuration
+/// ("cell").
 
 #include <algorithm>
 #include <cstdint>
@@ -61,6 +62,12 @@ struct worker_result {
   std::size_t buffers = 0;
   latency_summary latency;  ///< per exchange
   process_usage usage;
+  /// The host's interface counters over the measured window (usage.wall_s):
+  /// the interface carrying this worker's traffic to the first PS.
+  std::string hostname;
+  std::string net_interface;  ///< empty: not measured
+  std::uint64_t net_tx_bytes = 0;
+  std::uint64_t net_rx_bytes = 0;
 };
 
 /// One repetition of one configuration (all its workers together).
@@ -73,6 +80,13 @@ struct repetition {
   double mb_per_s = 0;      ///< payload bytes sent per second (1 MB = 10^6 B), sum over workers
   latency_summary latency;  ///< one worker: exact; several: mean of p50s, worst p99
   std::vector<process_usage> usage;
+  /// Bytes per second (10^6) the interfaces carrying the traffic sent and
+  /// received, headers included: per (host, interface) the largest figure
+  /// of its workers (they all see the same counters), summed over them. On one
+  /// host everything crosses lo, so sent equals received.
+  double net_tx_mb_per_s = 0;
+  double net_rx_mb_per_s = 0;
+  std::string net_interfaces;  ///< "lo", "eth0", ...; empty when not measured
 };
 
 /// Combines the workers of one repetition.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fusewire/core/error.hpp>
 #include <iostream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "backend.hpp"
+#include "netstat.hpp"
 #include "results.hpp"
 
 namespace fusewire::bench {
@@ -195,6 +197,14 @@ int run_worker(const role_config& config) {
 
   std::vector<std::int64_t> samples;
   samples.reserve(1 << 16);
+  // RDMA: the device's port counters (TF_RDMA_DEV_NAME, else the first device).
+  const char* rdma_dev = std::getenv("TF_RDMA_DEV_NAME");
+  const std::string rdma_device = rdma_dev ? rdma_dev : "";
+  auto read_counters = [&,
+                        net_interface = info.rdma ? std::string() : interface_towards(config.cluster.ps.front().host)] {
+    return info.rdma ? read_rdma_counters(rdma_device) : read_net_counters(net_interface);
+  };
+  const net_counters net_before = read_counters();
   const usage_snapshot before = take_usage();
   const auto start = clock_type::now();
   exchange_run measured;
@@ -210,6 +220,7 @@ int run_worker(const role_config& config) {
   cli->run(measured);
   const auto now = clock_type::now();
   const usage_snapshot after = take_usage();
+  const net_counters net_after = read_counters();
   cli.reset();
 
   worker_result result;
@@ -226,6 +237,14 @@ int run_worker(const role_config& config) {
   result.buffers = data.count();
   result.latency = summarize(samples);
   result.usage = usage_between(before, after, role_kind::worker, config.task);
+  if (!net_before.interface.empty() && net_before.interface == net_after.interface) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    result.hostname = host;
+    result.net_interface = net_before.interface;
+    result.net_tx_bytes = net_after.tx_bytes - net_before.tx_bytes;
+    result.net_rx_bytes = net_after.rx_bytes - net_before.rx_bytes;
+  }
 
   if (config.managed) {
     emit({{"event", "result"}, {"result", result}});
@@ -240,6 +259,11 @@ int run_worker(const role_config& config) {
               result.latency.p50_us, result.latency.p99_us, result.latency.min_us, result.latency.max_us);
   std::printf("  cpu user %.2f s, sys %.2f s (%.0f%%), peak RSS %.1f MiB\n", result.usage.user_s, result.usage.sys_s,
               result.usage.cpu_percent(), static_cast<double>(result.usage.max_rss_kib) / 1024.0);
+  if (!result.net_interface.empty() && result.usage.wall_s > 0) {
+    std::printf("  network (%s): sent %.1f MB/s, received %.1f MB/s\n", result.net_interface.c_str(),
+                static_cast<double>(result.net_tx_bytes) / result.usage.wall_s / 1e6,
+                static_cast<double>(result.net_rx_bytes) / result.usage.wall_s / 1e6);
+  }
   return 0;
 }
 

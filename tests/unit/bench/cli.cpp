@@ -12,7 +12,9 @@
 
 #include "backend.hpp"
 #include "driver.hpp"
+#include "netstat.hpp"
 #include "report.hpp"
+#include "results.hpp"
 #include "support/error_text.hpp"
 
 using namespace fusewire::bench;
@@ -40,7 +42,9 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("defaults follow the paper's Table 2") {
+// bench/README.md lists the paper's Table 2 next to these defaults, with the
+// reason for each difference.
+TEST_CASE("defaults: the paper's Table 2, but a free port per PS") {
   const parse_result r = parse({});
   REQUIRE_FALSE(r.exit_now);
   CHECK(r.cmd.kind == command_kind::run);
@@ -54,8 +58,8 @@ TEST_CASE("defaults follow the paper's Table 2") {
   CHECK(c.time.repetitions == 1);
   CHECK(c.ps == 1);
   CHECK(c.workers == 1);
-  CHECK(c.host == "127.0.0.1");
-  CHECK(c.port == 0);
+  CHECK(c.host == "127.0.0.1");  // the paper's "localhost"
+  CHECK(c.port == 0);            // the paper's 50001 with --port 50001
   CHECK(c.payload == payload_spec{});
   CHECK(c.transport.mode == wait_mode::adaptive);
   CHECK_FALSE(c.transport.fusion);
@@ -408,4 +412,38 @@ TEST_CASE("reports: table, CSV, JSON and the gnuplot script") {
 TEST_CASE("system_error text loses only the category suffix") {
   const std::system_error e(fusewire::make_error_code(fusewire::errc::invalid_argument), "--x 1: bad");
   CHECK(error_text(e) == "--x 1: bad");
+}
+
+TEST_CASE("network bytes: each host's interface counts once, hosts add up") {
+  auto worker = [](unsigned task, const char* host, const char* iface, std::uint64_t tx, std::uint64_t rx) {
+    worker_result w;
+    w.task = task;
+    w.calls = 10;
+    w.exchanges = 10;
+    w.seconds = 1;
+    w.usage.wall_s = 2;
+    w.hostname = host;
+    w.net_interface = iface;
+    w.net_tx_bytes = tx;
+    w.net_rx_bytes = rx;
+    return w;
+  };
+  // Two workers on host a see the same lo counters (the larger reading
+  // counts); the one on host b adds its own interface.
+  const repetition r = combine({worker(0, "a", "lo", 8'000'000, 8'000'000), worker(1, "a", "lo", 6'000'000, 6'000'000),
+                                worker(2, "b", "eth0", 2'000'000, 4'000'000)});
+  CHECK(r.net_tx_mb_per_s == doctest::Approx(4.0 + 1.0));
+  CHECK(r.net_rx_mb_per_s == doctest::Approx(4.0 + 2.0));
+  CHECK(r.net_interfaces == "lo,eth0");
+  // Not measured: no interface, no figure.
+  const repetition none = combine({worker(0, "a", "", 0, 0)});
+  CHECK(none.net_tx_mb_per_s == 0);
+  CHECK(none.net_interfaces.empty());
+
+  CHECK(interface_towards("127.0.0.1") == "lo");
+  CHECK(interface_towards("no-such-host.invalid").empty());
+  const net_counters lo = read_net_counters("lo");
+  CHECK(lo.interface == "lo");
+  CHECK(read_net_counters("../../etc").interface.empty());
+  CHECK(read_net_counters("").interface.empty());
 }

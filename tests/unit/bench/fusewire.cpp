@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backend.hpp"
+#include "driver.hpp"
 #include "payload.hpp"
 #include "support/error_text.hpp"
 #include "support/ports.hpp"
@@ -24,7 +25,7 @@ namespace {
 std::vector<const backend_info*> fusewire_built() {
   std::vector<const backend_info*> out;
   for (const backend_info& b : backends()) {
-    if (b.fusewire && b.available) out.push_back(&b);
+    if (b.fusewire && b.available && !b.rdma) out.push_back(&b);  // verbs: the rdma suite
   }
   return out;
 }
@@ -89,6 +90,18 @@ TEST_CASE("fusewire backends are registered with what compare and the launcher n
   CHECK(uring->available);
 #else
   CHECK(uring->unavailable_reason == "fusewire-uring: not built (liburing >= 2.2 was not found; Debian: liburing-dev)");
+#endif
+  // Verbs is registered (built or not) as RDMA: never compare's TCP subject,
+  // never in the default set of a run.
+  const backend_info* verbs = find_backend("fusewire-verbs");
+  REQUIRE(verbs != nullptr);
+  CHECK(verbs->rdma);
+  CHECK(verbs->fusewire);
+  CHECK_FALSE(asio->rdma);
+  run_config rc;
+  for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-verbs");
+#if !FUSEWIRE_HAS_RDMA
+  CHECK_FALSE(verbs->available);
 #endif
   // The others have no fixed ports: the launcher leaves them port 0.
   CHECK_FALSE(find_backend("floor")->fixed_ports);
