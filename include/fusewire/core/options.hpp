@@ -81,7 +81,8 @@ inline constexpr std::array<knob, 33> env_knobs{{
     {"WORKER_DISABLE_PIN_CORES", "true", "false pins each worker reactor to one CPU of the process's cpuset"},
     {"PS_DISABLE_PIN_CORES", "true", "false pins each parameter-server reactor to one CPU of the process's cpuset"},
     {"TENSOR_FUSE", "false",
-     "fuse the Send/Recv ops that cross between the same two tasks in one step into one transfer"},
+     "fuse the send/recv messages between the same two tasks in one ready-wave of a step into one message "
+     "(graph::partition_options::from)"},
     {"TF_RDMA_ENABLED", "true", "use RDMA verbs when the device is present; false = TCP only"},
     {"TF_RDMA_DEV_NAME", "mlx5_0", "RDMA device (HCA) to use"},
     {"TF_RDMA_CHUNK_SIZE", "4194304", "bytes per chunk when a large tensor is split and its chunks sent in parallel"},
@@ -154,7 +155,7 @@ struct options {
   unsigned cores = 0;
   /// Pin each reactor to one CPU of the cpuset (!*_DISABLE_PIN_CORES).
   bool pin_cores = false;
-  /// Send/Recv op fusion across a step (TENSOR_FUSE).
+  /// Fuse a plan's send/recv messages per ready-wave (TENSOR_FUSE); graph::partition_options::from reads it.
   bool tensor_fuse = false;
   /// Coalesce small sends per peer (FUSEWIRE_COALESCE).
   bool coalesce = true;
