@@ -88,7 +88,8 @@ inline constexpr std::array<knob, 33> env_knobs{{
     {"TF_RDMA_CHUNK_SIZE", "4194304", "bytes per chunk when a large tensor is split and its chunks sent in parallel"},
     {"TF_RDMA_ACC_SIZE", "8192", "small payloads are sent eagerly, coalesced into batches of up to this many bytes"},
     {"TF_RDMA_BUF_SIZE", "1073741824",
-     "bytes of registered (pinned) RDMA buffer memory; a positive multiple of 1 GiB (1073741824)"},
+     "bytes of registered (pinned) RDMA memory one verbs reactor may hold, at most; a positive multiple of 1 GiB "
+     "(1073741824)"},
     {"FUSEWIRE_REACTOR_MODE", "", "poll, adaptive or block; overrides WORKER_ENABLE_POLLING and PS_ENABLE_POLLING"},
     {"FUSEWIRE_IDLE_POLL_US", "200",
      "adaptive mode: microseconds a reactor keeps polling after its last work before it sleeps "
@@ -171,7 +172,8 @@ struct options {
   bool rdma_enabled = true;
   /// RDMA device name (TF_RDMA_DEV_NAME).
   std::string rdma_device = "mlx5_0";
-  /// Registered RDMA memory in bytes, a multiple of 1 GiB (TF_RDMA_BUF_SIZE).
+  /// Registered RDMA memory per verbs reactor in bytes, at most; a multiple of 1 GiB
+  /// (TF_RDMA_BUF_SIZE). verbs_config::from makes it verbs_config::registered_limit.
   std::size_t rdma_buf_size = std::size_t{1} << 30;
   /// Buffer pool bytes (FUSEWIRE_POOL_SIZE).
   std::size_t pool_size = std::size_t{64} << 20;
