@@ -7,6 +7,7 @@ set -u
 exe=$1
 dir=$(mktemp -d) || exit 1
 ps_pid=""
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   if [[ -n $ps_pid ]]; then kill "$ps_pid" 2>/dev/null; wait "$ps_pid" 2>/dev/null; fi
   rm -rf "$dir"
