@@ -1,7 +1,7 @@
 """Conan 2 recipe for fusewire, a header-only C++20 tensor transport.
 
 From the repository root:
-    conan create . --test-folder=tests/package/conan -o "fusewire/*:with_uring=True"
+    conan create . --test-folder=tests/package/conan -s compiler.cppstd=20 -o "fusewire/*:with_uring=True"
 
 The package holds the headers only. Consumers get them through Conan's
 generators (CMakeDeps, PkgConfigDeps) with the same names as an installed

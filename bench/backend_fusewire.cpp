@@ -131,6 +131,8 @@ fusewire::cluster_spec make_spec(const std::string& backend, const std::vector<e
   fusewire::cluster_spec spec;
   spec.add_job("ps", convert(ps, "PS"));
   if (!workers.empty()) spec.add_job("worker", convert(workers, "worker"));
+  // As every fusewire program's --cluster: the environment's .endpoint_map applies.
+  spec.load_endpoint_map_from_env();
   return spec;
 }
 

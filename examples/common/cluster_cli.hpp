@@ -85,18 +85,21 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
       ->check(CLI::Range(1u, 86400u));
   app.add_option("--role", f.role, "run as one task of a cluster")->check(CLI::IsMember({"ps", "worker"}));
   app.add_option("--task", f.task, "index of this task within its job");
-  app.add_option("--cluster", f.cluster, "cluster spec \"ps=h:p,h:p;worker=h:p,...\" (default: TF_CONFIG)");
+  app.add_option("--cluster", f.cluster,
+                 "cluster spec \"ps=h:p,h:p;worker=h:p,...\" (default: TF_CONFIG); an .endpoint_map applies "
+                 "either way (docs/configuration.md)");
   app.footer(
       "Every task reads fusewire's environment knobs (docs/configuration.md), e.g. FUSEWIRE_CLUSTER_TOKEN;\n"
       "--mode and --fusion, when given, win over them. Tasks the launcher starts inherit the environment.");
 }
 
-/// For --role: the cluster from --cluster or TF_CONFIG with this task as self
+/// For --role: the cluster from --cluster or TF_CONFIG, with the endpoint map
+/// the environment names (cluster_spec::from_string_or_env), and this task as self
 /// (--task defaults to TF_CONFIG's index). Prints why and returns nullopt when
 /// the spec lacks a "ps" or "worker" job. Throws what cluster_spec throws on a bad spec.
 inline std::optional<fusewire::cluster_spec> task_cluster(const CLI::App& app, cluster_flags& f, const char* program) {
-  fusewire::cluster_spec spec =
-      f.cluster.empty() ? fusewire::cluster_spec::from_env() : fusewire::cluster_spec::from_string(f.cluster);
+  // Either way the environment's .endpoint_map applies (docs/configuration.md).
+  fusewire::cluster_spec spec = fusewire::cluster_spec::from_string_or_env(f.cluster);
   if (f.cluster.empty() && spec.self() && app.count("--task") == 0) f.task = spec.self()->index;
   if (!spec.has_job("ps") || !spec.has_job("worker")) {
     std::fprintf(stderr,

@@ -53,6 +53,21 @@ run 0 --protocol grpc++ --tensor-fuse --steps 1
 has stdout "session: protocol grpc++, tensor_fuse on -> partition mode send_recv"
 has stdout "plan: send_recv, tensor_fuse on, 3 tasks"
 
+# Without --tensor-fuse the session takes TENSOR_FUSE from the environment;
+# the command line wins over it.
+export TENSOR_FUSE=true
+run 0 --protocol grpc --steps 1
+has stdout "session: protocol grpc, tensor_fuse on -> partition mode send_recv"
+has stdout "plan: send_recv, tensor_fuse on, 3 tasks"
+has stdout "per step: 6 messages"
+run 0 --protocol grpc --tensor-fuse=false --steps 1
+has stdout "session: protocol grpc, tensor_fuse off -> partition mode send_recv"
+has stdout "per step: 10 messages"
+export TENSOR_FUSE=maybe
+run 2
+has stderr "TENSOR_FUSE='maybe': expected a boolean (true/false, 1/0, yes/no, on/off)"
+unset TENSOR_FUSE
+
 run 0 --protocol=grpc --loop
 has stdout "per iteration of frame 'scale/while': 3 messages, 3 tensors, 12 bytes"
 has stdout "  star_server_lite  refused / refused"

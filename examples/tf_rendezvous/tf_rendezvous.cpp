@@ -57,7 +57,8 @@ constexpr std::string_view usage_text =
     "options:\n"
     "  --protocol NAME      grpc, grpc++, star_server or star_server_lite (default star_server)\n"
     "  --tensor-fuse[=BOOL] fuse send/recv messages per ready-wave (ConfigProto.tensor_fuse);\n"
-    "                       BOOL is true/false, 1/0, yes/no or on/off (default false)\n"
+    "                       BOOL is true/false, 1/0, yes/no or on/off (default: the\n"
+    "                       TENSOR_FUSE environment variable, else false)\n"
     "  --steps N            training steps to run, 1 to 1000 (default 3)\n"
     "  --loop               add a while loop whose body multiplies by a ps:1 variable each\n"
     "                       iteration (star_server_lite refuses graphs with loops)\n"
@@ -80,7 +81,7 @@ struct usage_error {
 
 struct settings {
   std::string protocol = "star_server";
-  std::string tensor_fuse = "false";
+  std::optional<std::string> tensor_fuse;  // unset: TENSOR_FUSE, as options::from_env reads it
   int steps = 3;
   bool loop = false;
   std::optional<std::string> key;
@@ -97,6 +98,13 @@ int whole_number(std::string_view flag, const std::string& text, long max) {
     throw usage_error{std::string(flag) + " " + text + ": expected a whole number from 1 to " + std::to_string(max)};
   }
   return static_cast<int>(n);
+}
+
+/// The session's configuration: --tensor-fuse when given, else TENSOR_FUSE
+/// (options::from_env, which also checks the other knobs).
+tf::session_config session(const settings& s) {
+  if (s.tensor_fuse) return tf::session_config::parse(s.protocol, *s.tensor_fuse);
+  return tf::session_config::from(s.protocol, fusewire::options::from_env(fusewire::role::worker));
 }
 
 settings parse_args(int argc, char** argv) {
@@ -377,7 +385,7 @@ std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const f
 
 int run(const settings& s) {
   // 1. The session's configuration, as the fork reads it from its server def and ConfigProto.
-  const tf::session_config config = tf::session_config::parse(s.protocol, s.tensor_fuse);
+  const tf::session_config config = session(s);
   const fg::partition_options options = config.partition_options();
   std::cout << "session: protocol " << tf::to_string(config.proto) << ", tensor_fuse "
             << (config.tensor_fuse ? "on" : "off") << " -> partition mode " << fg::to_string(options.mode) << "\n";
@@ -484,7 +492,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     // Bad configuration values are the command line's fault: check them first.
-    (void)tf::session_config::parse(s.protocol, s.tensor_fuse);
+    (void)session(s);
     if (s.key) (void)tf::route(tf::parse_rendezvous_key(*s.key));
   } catch (const usage_error& e) {
     std::cerr << "tf_rendezvous: " << e.what << " (see --help)\n";

@@ -3,13 +3,25 @@
 // exits 0, or names what is wrong and exits 1.
 //
 // FUSEWIRE_EXPECTED_VERSION (optional): the version the build system found;
-// it must match the headers. FUSEWIRE_HAS_URING: the uring flavour was
-// requested, so liburing must link (a kernel that refuses a ring is a skip
-// noted in the output, not a failure).
+// it must match the headers. Each component the build requested must link
+// and is exercised through fusewire's own calls:
+// - FUSEWIRE_HAS_URING: an io_uring ring (a kernel that refuses one is noted
+//   in the output, not a failure);
+// - FUSEWIRE_HAS_RDMA: verbs::available() asks rdma-core for a device (none
+//   here is noted, not a failure: the point is that libibverbs and librdmacm link);
+// - FUSEWIRE_HAS_CRYPTO: provide_local_token() draws a token from libcrypto.
 
 #include <fusewire/fusewire.hpp>
 
+#if FUSEWIRE_HAS_RDMA
+#include <fusewire/transport/verbs.hpp>
+#endif
+#if FUSEWIRE_HAS_CRYPTO
+#include <fusewire/protocol/local_token.hpp>
+#endif
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -55,7 +67,22 @@ int main() {
   }
 #endif
 
-  std::printf("fusewire %s: %s:%d '%s'%s\n", FUSEWIRE_VERSION_STRING, ec.category().name(), ec.value(),
-              ec.message().c_str(), uring.c_str());
+  std::string rdma = "";
+#if FUSEWIRE_HAS_RDMA
+  std::string why;
+  rdma = fusewire::verbs::available(why) ? ", rdma device ok" : ", rdma linked (" + why + ")";
+#endif
+
+  std::string crypto = "";
+#if FUSEWIRE_HAS_CRYPTO
+  ::unsetenv("FUSEWIRE_CLUSTER_TOKEN");
+  ::unsetenv("FUSEWIRE_CLUSTER_TOKEN_FILE");
+  const char* token = fusewire::protocol::provide_local_token() ? std::getenv("FUSEWIRE_CLUSTER_TOKEN") : nullptr;
+  if (token == nullptr || std::strlen(token) != 64) return fail("provide_local_token() made no token with libcrypto");
+  crypto = ", crypto token ok";
+#endif
+
+  std::printf("fusewire %s: %s:%d '%s'%s%s%s\n", FUSEWIRE_VERSION_STRING, ec.category().name(), ec.value(),
+              ec.message().c_str(), uring.c_str(), rdma.c_str(), crypto.c_str());
   return 0;
 }

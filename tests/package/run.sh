@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Installs fusewire into a fresh prefix and builds and runs the consumer
-# projects in this folder against it:
-#   package/pkg-config           c++ consumer.cpp $(pkg-config --cflags --libs fusewire)
-#                                (and fusewire-uring, when liburing is here)
-#   package/meson                dependency('fusewire')
-#   package/cmake                find_package(fusewire CONFIG REQUIRED COMPONENTS uring),
+# projects in this folder against it. Each consumer requests and uses every
+# component whose system library is here (uring, rdma, crypto):
+#   package/pkg-config           c++ consumer.cpp $(pkg-config --cflags --libs fusewire),
+#                                then with fusewire-uring fusewire-rdma fusewire-crypto
+#   package/meson                dependency('fusewire') and dependency('fusewire-<c>')
+#   package/cmake                find_package(fusewire CONFIG REQUIRED COMPONENTS uring rdma crypto),
 #                                against a moved copy of the prefix (relocatable)
 #   package/cmake-bad-component  COMPONENTS nonexistent must fail, naming it
 #   package/vcpkg-port           ports/fusewire/portfile.cmake run outside vcpkg
 #                                (vcpkg/run_portfile.cmake), then the CMake consumer
+#   package/vcpkg-manifest       ports/fusewire/vcpkg.json lists what the headers include
+#                                (vcpkg/check_manifest.py)
+#   package/conan                conan create of conanfile.py with the test package
+#                                conan/, offline: the requirements are the system's
+#                                libraries (conan/system); conan from .ci/venv.sh conan
+#                                (or $FUSEWIRE_CONAN)
 #
 # Usage: tests/package/run.sh [SOURCE_ROOT]   (default: this repository)
 # Prints one line per consumer, `PASS package/<name>` or
@@ -58,7 +65,7 @@ log=$tmp/install.log
 if ! run "$log" meson setup "$tmp/build" "$src" --prefix="$prefix" --libdir=lib \
        -Dtests=false -Dbench=false -Dexamples=false ||
    ! run "$log" meson install -C "$tmp/build" --quiet; then
-  for name in pkg-config meson cmake cmake-bad-component vcpkg-port; do
+  for name in pkg-config meson cmake cmake-bad-component vcpkg-port vcpkg-manifest conan; do
     fail "$name" "meson setup/install of $src into a fresh prefix failed" "$log"
     log=""  # show it once
   done
@@ -67,50 +74,74 @@ fi
 version=$(meson introspect --projectinfo "$tmp/build" |
           python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-have_uring=false
-if pkg-config --exists 'liburing >= 2.2'; then
-  have_uring=true
-fi
+# The components whose system libraries this machine has: every consumer
+# requests and uses each of them (fusewire-<c>.pc, COMPONENTS <c>).
+components=()
+pkg-config --exists 'liburing >= 2.2' && components+=(uring)
+pkg-config --exists libibverbs librdmacm && components+=(rdma)
+pkg-config --exists libcrypto && components+=(crypto)
+# check_components NAME FILE: the consumer's line shows each component at work.
+check_components() {
+  local line c want
+  line=$(head -n 1 "$2")
+  for c in "${components[@]}"; do
+    case $c in
+      uring) want=io_uring ;;
+      rdma) want=", rdma " ;;
+      crypto) want=", crypto token ok" ;;
+    esac
+    if [[ $line != *"$want"* ]]; then
+      fail "$1" "component $c requested but not at work (no '$want'): '$line'" "$2"
+      return 1
+    fi
+  done
+}
 
 # ---- plain pkg-config -----------------------------------------------------------
+# Twice: the core alone, then every flavour at once (a compile is the costly part).
 name=pkg-config; log=$tmp/$name.log
-flavours=(fusewire)
-if $have_uring; then flavours+=(fusewire-uring); fi
-for pc in "${flavours[@]}"; do
-  # Unquoted on purpose: this is how a Makefile uses pkg-config.
-  if ! flags=$(pkg-config --cflags --libs "$pc" 2>>"$log"); then
-    fail "$name" "pkg-config --cflags --libs $pc failed" "$log"; break
+sets=(fusewire)
+if ((${#components[@]})); then sets+=("$(printf 'fusewire-%s ' "${components[@]}")"); fi
+for set in "${sets[@]}"; do
+  out=$tmp/pkg-config-$((${#set})).out
+  # shellcheck disable=SC2086  # unquoted on purpose: several modules, and as a Makefile uses pkg-config
+  if ! flags=$(pkg-config --cflags --libs $set 2>>"$log"); then
+    fail "$name" "pkg-config --cflags --libs $set failed" "$log"; break
   fi
   # shellcheck disable=SC2086
   if ! run "$log" "$cxx" -std=c++20 -Wall -Wextra -Wpedantic -Werror \
-         -DFUSEWIRE_EXPECTED_VERSION="\"$(pkg-config --modversion "$pc")\"" \
-         "$here/consumer.cpp" -o "$tmp/$pc" $flags; then
-    fail "$name" "compiling consumer.cpp with \$(pkg-config --cflags --libs $pc) failed" "$log"; break
+         -DFUSEWIRE_EXPECTED_VERSION="\"$(pkg-config --modversion fusewire)\"" \
+         "$here/consumer.cpp" -o "$tmp/pkg-config-consumer" $flags; then
+    fail "$name" "compiling consumer.cpp with \$(pkg-config --cflags --libs $set) failed" "$log"; break
   fi
-  if ! "$tmp/$pc" >"$tmp/$pc.out" 2>>"$log"; then
-    fail "$name" "the consumer built with $pc exited non-zero" "$log"; break
+  if ! "$tmp/pkg-config-consumer" >"$out" 2>>"$log"; then
+    fail "$name" "the consumer built with $set exited non-zero" "$log"; break
   fi
-  line=$(head -n 1 "$tmp/$pc.out")
+  line=$(head -n 1 "$out")
   if [[ $line != "fusewire $version: fusewire:40 'buffer pool exhausted'"* ]]; then
-    fail "$name" "unexpected output from the consumer built with $pc: '$line'" "$log"; break
+    fail "$name" "unexpected output from the consumer built with $set: '$line'" "$log"; break
   fi
-  if [[ $pc == fusewire-uring && $line != *io_uring* ]]; then
-    fail "$name" "fusewire-uring did not give FUSEWIRE_HAS_URING: '$line'" "$log"; break
+  if [[ $set == fusewire ]]; then
+    if [[ $line == *", "* ]]; then fail "$name" "the core alone switched a component on: '$line'" "$log"; break; fi
+  elif ! check_components "$name" "$out"; then
+    break
   fi
-  if [[ $pc == "${flavours[-1]}" ]]; then
-    pass "$name" "${flavours[*]}"
+  if [[ $set == "${sets[-1]}" ]]; then
+    detail=fusewire
+    if ((${#sets[@]} > 1)); then detail+=", then ${sets[1]% }"; fi
+    pass "$name" "$detail"
   fi
 done
 
 # ---- meson ----------------------------------------------------------------------
 name=meson; log=$tmp/$name.log
-if ! run "$log" meson setup "$tmp/meson" "$here/meson"; then
+if ! run "$log" meson setup "$tmp/meson" "$here/meson" -Dcomponents="$(IFS=,; echo "${components[*]}")"; then
   fail "$name" "meson setup of the consumer failed (dependency('fusewire') not found?)" "$log"
 elif ! run "$log" ninja -C "$tmp/meson"; then
   fail "$name" "building the consumer failed" "$log"
 elif ! "$tmp/meson/consumer" >"$tmp/$name.out" 2>>"$log"; then
   fail "$name" "the consumer exited non-zero" "$log"
-else
+elif check_components "$name" "$tmp/$name.out"; then
   check_output "$name" "$tmp/$name.out"
 fi
 
@@ -119,20 +150,17 @@ fi
 mv "$prefix" "$tmp/moved"
 prefix=$tmp/moved
 name=cmake; log=$tmp/$name.log
-components=""
-if $have_uring; then components=uring; fi
+cmake_components=$(IFS=';'; echo "${components[*]}")
 if ! run "$log" cmake -S "$here/cmake" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
-       -DFUSEWIRE_COMPONENTS="$components"; then
-  fail "$name" "find_package(fusewire CONFIG REQUIRED COMPONENTS $components) failed" "$log"
+       -DFUSEWIRE_COMPONENTS="$cmake_components"; then
+  fail "$name" "find_package(fusewire CONFIG REQUIRED COMPONENTS ${components[*]}) failed" "$log"
 elif ! grep -qx "fusewire_DIR:PATH=$prefix/lib/cmake/fusewire" "$tmp/cmake/CMakeCache.txt"; then
   fail "$name" "CMake found a fusewire other than the one just installed" "$tmp/cmake/CMakeCache.txt"
 elif ! run "$log" cmake --build "$tmp/cmake"; then
   fail "$name" "building the consumer failed" "$log"
 elif ! "$tmp/cmake/consumer" >"$tmp/$name.out" 2>>"$log"; then
   fail "$name" "the consumer exited non-zero" "$log"
-elif $have_uring && ! grep -q io_uring "$tmp/$name.out"; then
-  fail "$name" "COMPONENTS uring did not give FUSEWIRE_HAS_URING" "$tmp/$name.out"
-else
+elif check_components "$name" "$tmp/$name.out"; then
   check_output "$name" "$tmp/$name.out"
 fi
 
@@ -159,7 +187,7 @@ if ! run "$log" cmake -DPORT_DIR="$port_dir" -DCURRENT_PACKAGES_DIR="$tmp/vcpkg"
 elif [[ ! -s $tmp/vcpkg/share/fusewire/copyright || ! -s $tmp/vcpkg/share/fusewire/usage ]]; then
   fail "$name" "the port installed no share/fusewire/copyright or usage" "$log"
 elif ! run "$log" cmake -S "$here/cmake" -B "$tmp/vcpkg-cmake" -DCMAKE_PREFIX_PATH="$tmp/vcpkg" \
-         -DFUSEWIRE_COMPONENTS="$components"; then
+         -DFUSEWIRE_COMPONENTS="$cmake_components"; then
   fail "$name" "find_package(fusewire) against the port's tree failed" "$log"
 elif ! grep -qx "fusewire_DIR:PATH=$tmp/vcpkg/share/fusewire" "$tmp/vcpkg-cmake/CMakeCache.txt"; then
   fail "$name" "CMake found a fusewire other than the port's" "$tmp/vcpkg-cmake/CMakeCache.txt"
@@ -167,7 +195,100 @@ elif ! run "$log" cmake --build "$tmp/vcpkg-cmake"; then
   fail "$name" "building the consumer against the port's tree failed" "$log"
 elif ! "$tmp/vcpkg-cmake/consumer" >"$tmp/$name.out" 2>>"$log"; then
   fail "$name" "the consumer exited non-zero" "$log"
+elif check_components "$name" "$tmp/$name.out"; then
+  check_output "$name" "$tmp/$name.out"
+fi
+
+# ---- vcpkg manifest -------------------------------------------------------------
+# ports/fusewire/vcpkg.json lists every library the headers include (and no other).
+name=vcpkg-manifest; log=$tmp/$name.log
+if python3 "$here/vcpkg/check_manifest.py" "$src" >"$log" 2>&1; then
+  pass "$name"
 else
+  fail "$name" "ports/fusewire/vcpkg.json does not match the headers' includes" "$log"
+fi
+
+# ---- conan ----------------------------------------------------------------------
+# `conan create` of the recipe (conanfile.py) with its test package (conan/),
+# in a Conan home of its own with no remote: each requirement is the system's
+# library, through a stand-in package (conan/system) with ConanCenter's name
+# and the system's version. Every option combination the machine can satisfy:
+# the one with every available component is built, linked and run; the others
+# are configured (each component's target must exist exactly when its option is on).
+name=conan; log=$tmp/$name.log
+conan=${FUSEWIRE_CONAN:-}
+if [[ -z $conan ]] && venv=$("$src/.ci/venv.sh" conan 2>>"$log"); then conan=$venv/bin/conan; fi
+export CONAN_HOME=$tmp/conan-home
+mkdir -p "$CONAN_HOME"
+echo '{"remotes": []}' >"$CONAN_HOME/remotes.json"
+cp -r "$here" "$tmp/conan-src"  # the test package builds in its folder: not in the clone
+conan_test=$tmp/conan-src/conan
+# system_version NAME: the version of the system's library, as the stand-in is named.
+system_version() {
+  case $1 in
+    boost) printf '#include <boost/version.hpp>\nBOOST_VERSION\n' | "$cxx" -E -P -x c++ - 2>/dev/null |
+             awk 'NF { v = $1 } END { if (v) printf "%d.%d.%d\n", v / 100000, v / 100 % 1000, v % 100 }' ;;
+    nlohmann_json) pkg-config --modversion nlohmann_json ;;
+    liburing) pkg-config --modversion liburing ;;
+    rdma-core) pkg-config --modversion libibverbs | awk -F. '{ print $(NF - 1) "." $NF }' ;;
+    openssl) pkg-config --modversion libcrypto ;;
+  esac
+}
+libs=(boost nlohmann_json)
+for c in "${components[@]}"; do
+  case $c in uring) libs+=(liburing) ;; rdma) libs+=(rdma-core) ;; crypto) libs+=(openssl) ;; esac
+done
+conan_ok=true
+if [[ -z $conan || ! -x $conan ]]; then
+  fail "$name" "no conan (.ci/venv.sh conan failed)" "$log"; conan_ok=false
+elif ! run "$log" "$conan" profile detect; then
+  fail "$name" "conan profile detect failed" "$log"; conan_ok=false
+else
+  # fusewire needs C++20; the detected profile says the compiler's default.
+  sed -i 's/^compiler.cppstd=.*/compiler.cppstd=20/' "$CONAN_HOME/profiles/default"
+  for lib in "${libs[@]}"; do
+    v=$(system_version "$lib")
+    if [[ -z $v ]] || ! run "$log" "$conan" export "$conan_test/system" --name "$lib" --version "$v"; then
+      fail "$name" "exporting the system stand-in for $lib${v:+ $v} failed" "$log"; conan_ok=false; break
+    fi
+  done
+fi
+if $conan_ok; then
+  options=()
+  for c in uring rdma crypto; do
+    on=False
+    if [[ " ${components[*]} " == *" $c "* ]]; then on=True; fi
+    options+=(-o "fusewire/*:with_$c=$on")
+  done
+  if ! run "$log" "$conan" create "$src" --test-folder="$conan_test" --build=missing "${options[@]}"; then
+    fail "$name" "conan create (${options[*]}) failed" "$log"; conan_ok=false
+  elif ! grep -a "^fusewire $version: " "$log" | tail -n 1 >"$tmp/$name.out" || [[ ! -s $tmp/$name.out ]]; then
+    fail "$name" "the test package's consumer printed nothing" "$log"; conan_ok=false
+  elif ! check_components "$name" "$tmp/$name.out"; then
+    conan_ok=false
+  fi
+fi
+if $conan_ok; then
+  combos=0
+  for uring in True False; do
+    for rdma in True False; do
+      for crypto in True False; do
+        combo=(-o "fusewire/*:with_uring=$uring" -o "fusewire/*:with_rdma=$rdma" -o "fusewire/*:with_crypto=$crypto")
+        [[ " ${combo[*]} " == " ${options[*]} " ]] && continue  # built above
+        [[ $uring == True && " ${components[*]} " != *" uring "* ]] && continue
+        [[ $rdma == True && " ${components[*]} " != *" rdma "* ]] && continue
+        [[ $crypto == True && " ${components[*]} " != *" crypto "* ]] && continue
+        if ! run "$log" "$conan" test "$conan_test" "fusewire/$version" -c user.fusewire:configure_only=True \
+               "${combo[@]}"; then
+          fail "$name" "conan test (${combo[*]}) failed" "$log"; conan_ok=false; break 3
+        fi
+        combos=$((combos + 1))
+      done
+    done
+  done
+fi
+if $conan_ok; then
+  sed -i "1s/\$/; $combos other option combinations configured/" "$tmp/$name.out"
   check_output "$name" "$tmp/$name.out"
 fi
 

@@ -195,10 +195,18 @@ class cluster_spec {
   static cluster_spec from_tf_config(std::string_view json);
 
   /// from_tf_config($TF_CONFIG), then load_endpoint_map_from_env().
+  /// Throws system_error(errc::invalid_config) when TF_CONFIG is unset.
   static cluster_spec from_env(const env_lookup& lookup = process_env());
 
   /// From "ps=h:p,h:p;worker=h:p" (jobs separated by ';', tasks by ','; spaces allowed).
+  /// Parses only: no endpoint map (see from_string_or_env).
   static cluster_spec from_string(std::string_view text);
+
+  /// The cluster a program's --cluster option gives: from_string(text), or
+  /// from $TF_CONFIG as from_env() when `text` is empty; then, either way,
+  /// load_endpoint_map_from_env(). What every --cluster should use, so that
+  /// an .endpoint_map applies however the cluster is given.
+  static cluster_spec from_string_or_env(std::string_view text, const env_lookup& lookup = process_env());
 
   /// Adds job `name` with `tasks` (task i at tasks[i]). Throws
   /// system_error(errc::invalid_config) for a bad or repeated job name, an
@@ -521,6 +529,13 @@ inline cluster_spec cluster_spec::from_env(const env_lookup& lookup) {
                 "\"task\": {\"type\": \"worker\", \"index\": 0}})");
   }
   cluster_spec spec = from_tf_config(*config);
+  spec.load_endpoint_map_from_env(lookup);
+  return spec;
+}
+
+inline cluster_spec cluster_spec::from_string_or_env(std::string_view text, const env_lookup& lookup) {
+  if (util::trim(text).empty()) return from_env(lookup);
+  cluster_spec spec = from_string(text);
   spec.load_endpoint_map_from_env(lookup);
   return spec;
 }

@@ -81,13 +81,15 @@ inline constexpr std::array<knob, 33> env_knobs{{
     {"WORKER_DISABLE_PIN_CORES", "true", "false pins each worker reactor to one CPU of the process's cpuset"},
     {"PS_DISABLE_PIN_CORES", "true", "false pins each parameter-server reactor to one CPU of the process's cpuset"},
     {"TENSOR_FUSE", "false",
-     "fuse the Send/Recv ops that cross between the same two tasks in one step into one transfer"},
+     "fuse the send/recv messages between the same two tasks in one ready-wave of a step into one message "
+     "(graph::partition_options::from)"},
     {"TF_RDMA_ENABLED", "true", "use RDMA verbs when the device is present; false = TCP only"},
     {"TF_RDMA_DEV_NAME", "mlx5_0", "RDMA device (HCA) to use"},
     {"TF_RDMA_CHUNK_SIZE", "4194304", "bytes per chunk when a large tensor is split and its chunks sent in parallel"},
     {"TF_RDMA_ACC_SIZE", "8192", "small payloads are sent eagerly, coalesced into batches of up to this many bytes"},
     {"TF_RDMA_BUF_SIZE", "1073741824",
-     "bytes of registered (pinned) RDMA buffer memory; a positive multiple of 1 GiB (1073741824)"},
+     "bytes of registered (pinned) RDMA memory one verbs reactor may hold, at most; a positive multiple of 1 GiB "
+     "(1073741824)"},
     {"FUSEWIRE_REACTOR_MODE", "", "poll, adaptive or block; overrides WORKER_ENABLE_POLLING and PS_ENABLE_POLLING"},
     {"FUSEWIRE_IDLE_POLL_US", "200",
      "adaptive mode: microseconds a reactor keeps polling after its last work before it sleeps "
@@ -154,7 +156,7 @@ struct options {
   unsigned cores = 0;
   /// Pin each reactor to one CPU of the cpuset (!*_DISABLE_PIN_CORES).
   bool pin_cores = false;
-  /// Send/Recv op fusion across a step (TENSOR_FUSE).
+  /// Fuse a plan's send/recv messages per ready-wave (TENSOR_FUSE); graph::partition_options::from reads it.
   bool tensor_fuse = false;
   /// Coalesce small sends per peer (FUSEWIRE_COALESCE).
   bool coalesce = true;
@@ -170,7 +172,8 @@ struct options {
   bool rdma_enabled = true;
   /// RDMA device name (TF_RDMA_DEV_NAME).
   std::string rdma_device = "mlx5_0";
-  /// Registered RDMA memory in bytes, a multiple of 1 GiB (TF_RDMA_BUF_SIZE).
+  /// Registered RDMA memory per verbs reactor in bytes, at most; a multiple of 1 GiB
+  /// (TF_RDMA_BUF_SIZE). verbs_config::from makes it verbs_config::registered_limit.
   std::size_t rdma_buf_size = std::size_t{1} << 30;
   /// Buffer pool bytes (FUSEWIRE_POOL_SIZE).
   std::size_t pool_size = std::size_t{64} << 20;

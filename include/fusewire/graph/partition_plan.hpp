@@ -11,6 +11,7 @@
 
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>
 #include <fusewire/graph/graph.hpp>
 
@@ -55,6 +56,15 @@ struct partition_options {
   std::string server_job = "ps";
   /// star_server only.
   star_clustering clustering = star_clustering::rounds;
+
+  /// The plan that fusewire's options ask for (options::from_env reads
+  /// TENSOR_FUSE into options::tensor_fuse): tensor_fuse from `o`, the other
+  /// fields at their defaults.
+  static partition_options from(const options& o) {
+    partition_options p;
+    p.tensor_fuse = o.tensor_fuse;
+    return p;
+  }
 };
 
 /// What a message is for.

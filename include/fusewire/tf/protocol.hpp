@@ -108,6 +108,13 @@ struct session_config {
     return session_config{parse_protocol(protocol_name), parse_flag("tensor_fuse", tensor_fuse)};
   }
 
+  /// From the protocol name, with tensor_fuse from fusewire's options
+  /// (options::from_env reads it from TENSOR_FUSE): for a session whose
+  /// ConfigProto does not say.
+  static session_config from(std::string_view protocol_name, const options& o) {
+    return session_config{parse_protocol(protocol_name), o.tensor_fuse};
+  }
+
   /// The partition options these settings mean; PS tasks are those of `server_job`.
   graph::partition_options partition_options(std::string server_job = "ps") const {
     graph::partition_options o;

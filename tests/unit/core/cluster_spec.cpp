@@ -266,6 +266,41 @@ TEST_CASE("the .endpoint_map in the working directory is used when no path is se
         }) == with_suffix(".endpoint_map has no entry for worker 1 (localhost:2225)"));
 }
 
+TEST_CASE("from_string_or_env: a --cluster string gets the environment's endpoint map too") {
+  const std::string text = "ps=localhost:2222,localhost:2224;worker=localhost:2223,localhost:2225";
+  temp_dir dir;
+  dir.write(".endpoint_map", two_by_two_map);
+  const auto env = lookup_in({{"TF_SEASTAR_ENDPOINT_MAP_PATH", dir.path.string()}});
+
+  // from_string only parses; from_string_or_env applies the map as from_env does.
+  CHECK_FALSE(cluster_spec::from_string(text).has_endpoint_map());
+  const cluster_spec spec = cluster_spec::from_string_or_env(text, env);
+  REQUIRE(spec.has_endpoint_map());
+  CHECK(spec.fast_path_endpoint({"worker", 1}).to_string() == "[::1]:5225");
+  CHECK(spec.control_endpoint({"worker", 1}).to_string() == "localhost:2225");
+  CHECK_FALSE(spec.self());
+
+  // No text: TF_CONFIG, with self, and the map.
+  const cluster_spec from_config = cluster_spec::from_string_or_env(
+      "  ", lookup_in({{"TF_CONFIG", two_by_two}, {"TF_SEASTAR_ENDPOINT_MAP_PATH", dir.path.string()}}));
+  CHECK(*from_config.self() == task_id{"worker", 1});
+  CHECK(from_config.fast_path_endpoint({"worker", 1}).to_string() == "[::1]:5225");
+  CHECK(error_of([&] { (void)cluster_spec::from_string_or_env("", env); }).rfind("TF_CONFIG is not set", 0) == 0);
+
+  // A map that lacks a task of the --cluster string is an error naming it.
+  temp_dir partial;
+  partial.write(".endpoint_map", "localhost:2222=localhost:5222\n");
+  CHECK(error_of([&] {
+          (void)cluster_spec::from_string_or_env(text,
+                                                 lookup_in({{"TF_SEASTAR_ENDPOINT_MAP_PATH", partial.path.string()}}));
+        }) == with_suffix((partial.path / ".endpoint_map").string() + " has no entry for ps 1 (localhost:2224)"));
+
+  // The working directory's .endpoint_map when no path is set.
+  scoped_cwd cwd(dir.path);
+  CHECK(cluster_spec::from_string_or_env(text, lookup_in({})).fast_path_endpoint({"ps", 0}).to_string() ==
+        "localhost:5222");
+}
+
 TEST_CASE("an endpoint map gives every task its fast-path endpoint") {
   temp_dir dir;
   const fs::path file = dir.write(".endpoint_map", two_by_two_map);

@@ -3,9 +3,13 @@
 
 #include <doctest/doctest.h>
 
+#include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>
 
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -133,6 +137,27 @@ TEST_CASE("wide-and-deep: messages per step in each mode") {
   MESSAGE("wide-and-deep messages per step: send_recv ", unfused.per_step().messages, ", send_recv+tensor_fuse ",
           fused.per_step().messages, ", star_server ", star.per_step().messages, ", star_server(single_call) ",
           single_call.per_step().messages, ", star_server_lite ", lite.per_step().messages);
+}
+
+TEST_CASE("TENSOR_FUSE fuses the messages of a plan built from the environment") {
+  fg::placed_graph g(wide_and_deep());
+  auto plan_with = [&](std::map<std::string, std::string, std::less<>> env) {
+    const fusewire::env_lookup lookup = [env](std::string_view name) -> std::optional<std::string> {
+      auto it = env.find(name);
+      if (it == env.end()) return std::nullopt;
+      return it->second;
+    };
+    const fusewire::options o = fusewire::options::from_env(fusewire::role::worker, lookup);
+    return fg::partition(g, fg::partition_options::from(o));
+  };
+  const fg::plan unset = plan_with({});
+  CHECK_FALSE(unset.options.tensor_fuse);
+  CHECK(unset.per_step().messages == 36);
+  const fg::plan on = plan_with({{"TENSOR_FUSE", "true"}});
+  CHECK(on.options.tensor_fuse);
+  CHECK(on.per_step().messages == 18);  // as partition_options{.tensor_fuse = true}
+  CHECK(on.per_step().tensors == unset.per_step().tensors);
+  CHECK(plan_with({{"TENSOR_FUSE", "off"}}).per_step().messages == 36);
 }
 
 TEST_CASE("a tensor feeding several nodes of one task is sent once") {

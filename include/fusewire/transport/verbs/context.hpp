@@ -103,21 +103,13 @@ class verbs_context {
       buffer_pool_config pc;
       pc.block_size = config_.message_size;
       pc.total_bytes = (std::size_t{srq_depth_} + config_.send_slots) * config_.message_size;
-      const std::size_t locked = pc.total_bytes;
-      pc.register_slab = [pd = pd_, locked](void* base, std::size_t len) {
-        return register_memory(*pd, base, len, locked);
-      };
-      pc.unregister_slab = [pd = pd_](const registration& r, void*, std::size_t) { deregister_memory(r); };
+      register_slabs(pc);
       slots_.emplace(std::move(pc));
       if (config_.rdma_write_threshold != 0) {
         buffer_pool_config sc;
         sc.block_size = config_.chunk_size;
         sc.total_bytes = std::size_t{config_.staging_blocks} * config_.chunk_size;
-        const std::size_t all = locked + sc.total_bytes;
-        sc.register_slab = [pd = pd_, all](void* base, std::size_t len) {
-          return register_memory(*pd, base, len, all);
-        };
-        sc.unregister_slab = [pd = pd_](const registration& r, void*, std::size_t) { deregister_memory(r); };
+        register_slabs(sc);
         staging_.emplace(std::move(sc));
       }
       recv_slots_.resize(srq_depth_);
@@ -140,6 +132,20 @@ class verbs_context {
   ibv_context* device() const noexcept { return device_; }
   ibv_pd* pd() const noexcept { return pd_->get(); }
   const std::shared_ptr<verbs_pd>& pd_handle() const noexcept { return pd_; }
+  /// Registered bytes of this reactor, held to config().registered_limit (TF_RDMA_BUF_SIZE).
+  registered_budget& budget() const noexcept { return *budget_; }
+
+  /// Makes `cfg`'s pool register each slab in this reactor's protection
+  /// domain, within its TF_RDMA_BUF_SIZE budget. The hooks own what they
+  /// need, so the pool may outlive this context.
+  void register_slabs(buffer_pool_config& cfg) const {
+    cfg.register_slab = [pd = pd_, budget = budget_](void* base, std::size_t len) {
+      return register_memory(*pd, *budget, base, len);
+    };
+    cfg.unregister_slab = [pd = pd_, budget = budget_](const registration& r, void*, std::size_t len) {
+      deregister_memory(r, *budget, len);
+    };
+  }
   ibv_cq* cq() const noexcept { return cq_; }
   ibv_srq* srq() const noexcept { return srq_; }
   rdma_event_channel* cm_channel() const noexcept { return cm_channel_; }
@@ -240,6 +246,7 @@ class verbs_context {
   verbs_config config_;
   ibv_context* device_ = nullptr;
   std::shared_ptr<verbs_pd> pd_;
+  std::shared_ptr<registered_budget> budget_ = std::make_shared<registered_budget>(config_.registered_limit);
   rdma_event_channel* cm_channel_ = nullptr;
   ibv_comp_channel* comp_channel_ = nullptr;
   ibv_cq* cq_ = nullptr;

@@ -1,7 +1,8 @@
 #pragma once
 /// Device-level helpers of the verbs transport: choosing the RDMA device,
 /// the protection domain shared by everything registered on it, and memory
-/// registration with a memlock diagnosis. Private to the transport layer.
+/// registration within TF_RDMA_BUF_SIZE with a memlock diagnosis. Private
+/// to the transport layer.
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -19,6 +20,7 @@
 
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/transport/verbs/config.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -56,21 +58,30 @@ inline std::string memlock_limit_text() {
   return std::to_string(static_cast<unsigned long long>(rl.rlim_cur)) + " bytes";
 }
 
-/// ibv_reg_mr for local writes and remote writes. Throws
-/// system_error(errc::out_of_memory) that names the size, the memlock limit
-/// and how to raise it.
-inline registration register_memory(verbs_pd& pd, void* base, std::size_t len, std::size_t locked_total) {
+/// ibv_reg_mr for local writes and remote writes, within `budget`
+/// (TF_RDMA_BUF_SIZE): the bytes are taken from it first, so a registration
+/// past it fails before anything is locked. Throws
+/// system_error(errc::out_of_memory) naming TF_RDMA_BUF_SIZE, or, when the
+/// kernel refuses, the size, the memlock limit and how to raise it.
+inline registration register_memory(verbs_pd& pd, registered_budget& budget, void* base, std::size_t len) {
+  budget.take(len);
   ibv_mr* mr = ibv_reg_mr(pd.get(), base, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr == nullptr) {
     const int err = errno;
+    const std::size_t locked = budget.used();
+    budget.give_back(len);
+    // The kernel's limit is below what TF_RDMA_BUF_SIZE allows: raising the
+    // memlock limit to TF_RDMA_BUF_SIZE per reactor keeps the kernel from
+    // refusing, and lowering TF_RDMA_BUF_SIZE only turns this into the
+    // budget's error.
     throw_error(errc::out_of_memory,
                 "verbs: ibv_reg_mr of " + std::to_string(len) + " bytes on " +
                     ibv_get_device_name(pd.context()->device) + " failed (" + std::generic_category().message(err) +
-                    "); RLIMIT_MEMLOCK is " + memlock_limit_text() + " and this process needs at least " +
-                    std::to_string(locked_total) +
-                    " bytes locked: raise it (ulimit -l unlimited, memlock in /etc/security/limits.conf, "
-                    "LimitMEMLOCK=infinity for systemd, --ulimit memlock=-1 for docker) or lower "
-                    "TF_RDMA_BUF_SIZE");
+                    "); RLIMIT_MEMLOCK is " + memlock_limit_text() + " and this reactor would hold " +
+                    std::to_string(locked) + " bytes locked (TF_RDMA_BUF_SIZE allows " +
+                    std::to_string(budget.limit()) +
+                    "): raise it to at least TF_RDMA_BUF_SIZE per reactor (ulimit -l unlimited, memlock in "
+                    "/etc/security/limits.conf, LimitMEMLOCK=infinity for systemd, --ulimit memlock=-1 for docker)");
   }
   registration r;
   r.lkey = mr->lkey;
@@ -79,8 +90,11 @@ inline registration register_memory(verbs_pd& pd, void* base, std::size_t len, s
   return r;
 }
 
-inline void deregister_memory(const registration& r) noexcept {
-  if (r.handle != nullptr) ibv_dereg_mr(static_cast<ibv_mr*>(r.handle));
+/// Undoes register_memory: deregisters `r` and gives its `len` bytes back to `budget`.
+inline void deregister_memory(const registration& r, registered_budget& budget, std::size_t len) noexcept {
+  if (r.handle == nullptr) return;
+  ibv_dereg_mr(static_cast<ibv_mr*>(r.handle));
+  budget.give_back(len);
 }
 
 /// True if `ctx` has a port in state ACTIVE.

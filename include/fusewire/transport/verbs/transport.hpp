@@ -62,10 +62,10 @@ class verbs {
   using listener_type = verbs_listener;
   using config = verbs_config;
 
-  /// The default config, with the device from TF_RDMA_DEV_NAME when set.
-  verbs() {
-    if (const char* dev = std::getenv("TF_RDMA_DEV_NAME"); dev != nullptr && *dev != '\0') config_.device = dev;
-  }
+  /// The config of the environment's RDMA knobs (verbs_config::from_env:
+  /// TF_RDMA_DEV_NAME, TF_RDMA_ACC_SIZE, TF_RDMA_CHUNK_SIZE, TF_RDMA_BUF_SIZE).
+  /// Throws std::system_error naming a bad variable or field.
+  verbs() : verbs(verbs_config::from_env()) {}
   /// Throws std::system_error(errc::invalid_argument) naming a bad field.
   explicit verbs(config cfg) : config_(std::move(cfg)) { config_.validate(); }
 
@@ -158,21 +158,22 @@ class verbs {
   /// A buffer pool whose slabs are registered (once each) with `reactor`'s
   /// device, for zero-copy one-sided writes: its buffers may be described to
   /// peers and used as async_write_remote sources. The pool may outlive the
-  /// reactor. Throws std::system_error naming the memlock limit if
-  /// registration fails. Reactor thread.
+  /// reactor. Its bytes count against the reactor's TF_RDMA_BUF_SIZE
+  /// (verbs_config::registered_limit) until the pool's memory is released.
+  /// Throws std::system_error(errc::out_of_memory) naming TF_RDMA_BUF_SIZE
+  /// when the pool would pass it, or the memlock limit when the kernel
+  /// refuses. Reactor thread.
   buffer_pool make_registered_pool(verbs_reactor& reactor, buffer_pool_config cfg) const {
     detail::check_reactor_thread(reactor, "verbs", "make_registered_pool");
     std::error_code ec;
     std::string why;
     detail::verbs_context* ctx = context(reactor, ec, &why);
     if (ctx == nullptr) throw std::system_error(ec, "verbs::make_registered_pool: " + why);
-    const std::size_t locked = cfg.total_bytes;
-    cfg.register_slab = [pd = ctx->pd_handle(), locked](void* base, std::size_t len) {
-      return detail::register_memory(*pd, base, len, locked);
-    };
-    cfg.unregister_slab = [pd = ctx->pd_handle()](const registration& r, void*, std::size_t) {
-      detail::deregister_memory(r);
-    };
+    // Refuse a pool past TF_RDMA_BUF_SIZE before mapping any of it.
+    detail::registered_budget& budget = ctx->budget();
+    budget.take(cfg.total_bytes);
+    budget.give_back(cfg.total_bytes);
+    ctx->register_slabs(cfg);
     return buffer_pool(std::move(cfg));
   }
 

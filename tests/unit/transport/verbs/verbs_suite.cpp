@@ -200,6 +200,44 @@ TEST_CASE("verbs: bad configs are refused naming the field") {
 
 static_assert(fw::rdma_transport<fw::verbs>);
 
+TEST_CASE("verbs: registered pools past TF_RDMA_BUF_SIZE are refused until memory is released") {
+  fw::verbs_config vc = fw::test::small_verbs_config();
+  const std::size_t pool_bytes = std::size_t{4} << 20;
+  vc.registered_limit = vc.fixed_registered_bytes() + pool_bytes;  // room for one pool
+  fw::reactor_config cfg;
+  cfg.count = 1;
+  fw::verbs_reactor_group group(cfg);
+  fw::verbs t(vc);
+  fw::buffer_pool_config pc;
+  pc.total_bytes = pool_bytes;
+  pc.block_size = std::size_t{1} << 20;
+  struct outcome {
+    bool first_ok = false;
+    std::string refused;
+    bool again_ok = false;
+  };
+  auto result = group.submit(0, [&] {
+    outcome o;
+    fw::verbs_reactor& r = *fw::verbs_reactor::current();
+    std::optional<fw::buffer_pool> first(t.make_registered_pool(r, pc));
+    o.first_ok = first->allocate(pc.block_size, 0).size() == pc.block_size;
+    try {
+      (void)t.make_registered_pool(r, pc);
+    } catch (const std::system_error& e) {
+      if (e.code() == fw::errc::out_of_memory) o.refused = e.what();
+    }
+    first.reset();  // its memory is deregistered: the bytes come back
+    fw::buffer_pool again = t.make_registered_pool(r, pc);
+    o.again_ok = again.allocate(pc.block_size, 0).size() == pc.block_size;
+    return o;
+  });
+  const outcome o = result.get();
+  group.stop();
+  CHECK(o.first_ok);
+  CHECK(o.refused.find("would pass TF_RDMA_BUF_SIZE = " + std::to_string(vc.registered_limit)) != std::string::npos);
+  CHECK(o.again_ok);
+}
+
 TEST_CASE("verbs: one-sided writes land in the peer's registered buffer, ordered before later messages") {
   harness<fw::verbs> h;
   fw::buffer_pool_config pc;
