@@ -13,7 +13,7 @@ import tensorflow as tf
 
 __all__ = [
     "configure", "reset", "serve_ps", "stop_serving", "shutdown_ps", "barrier",
-    "send", "recv", "pull", "push", "pull_rows", "push_rows", "ops_path",
+    "send", "recv", "pull", "push", "pull_rows", "push_rows", "pull_many", "ops_path",
     "SUPPORTED_DTYPES", "Embedding", "PSDense",
 ]
 
@@ -103,6 +103,32 @@ def pull_rows(var, ids, dim, trigger=None):
 def push_rows(var, ids, grads):
     """Pushes row gradients (ids.size x dim) of embedding `var`."""
     return _ops.fusewire_push_rows(tf.cast(ids, tf.int64), tf.convert_to_tensor(grads, tf.float32), var=var)
+
+
+def pull_many(dense=(), rows=(), trigger=None):
+    """One step's pulls in one request per PS: `dense` is [(var, shape)],
+    `rows` is [(var, ids, dim)]. Returns (dense values, row tensors), lists in
+    the given orders. Its gradient pushes every gradient in one request per PS."""
+    dense, rows = list(dense), list(rows)
+    out = _ops.fusewire_pull_many(
+        [tf.cast(ids, tf.int64) for _, ids, _ in rows], _trigger(trigger),
+        dense_vars=[v for v, _ in dense], dense_shapes=[s for _, s in dense],
+        table_vars=[v for v, _, _ in rows], dims=[d for _, _, d in rows], num_dense=len(dense))
+    return list(out[0]), list(out[1])
+
+
+@tf.RegisterGradient("FusewirePullMany")
+def _pull_many_grad(op, *grads):
+    nd, nt = op.get_attr("num_dense"), op.get_attr("num_tables")
+    dense_vars, table_vars, dims = op.get_attr("dense_vars"), op.get_attr("table_vars"), op.get_attr("dims")
+    # Only what the loss depends on is pushed (a zero gradient still moves some optimizers).
+    dv = [(dense_vars[i], grads[i]) for i in range(nd) if grads[i] is not None]
+    rv = [(table_vars[j], tf.reshape(op.inputs[j], [-1]), tf.reshape(grads[nd + j], [-1, dims[j]]))
+          for j in range(nt) if grads[nd + j] is not None]
+    push_op = _ops.fusewire_push_many([g for _, g in dv], [i for _, i, _ in rv], [g for _, _, g in rv],
+                                      dense_vars=[v for v, _ in dv], table_vars=[v for v, _, _ in rv])
+    with tf.control_dependencies([push_op]):
+        return [None] * nt + [tf.zeros_like(op.inputs[nt])]
 
 
 @tf.RegisterGradient("FusewirePull")

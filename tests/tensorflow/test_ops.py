@@ -78,6 +78,21 @@ class PsOpsTest(tf.test.TestCase):
         self.assertAllClose(fw.pull("w", [2, 3]), np.full([2, 3], 0.9))
         fw.push("w", -tf.ones([2, 3]))
 
+    def test_pull_many_and_its_gradient(self):
+        trig = tf.Variable(0.0)
+        ids = tf.constant([[30, 31], [30, 32]])
+        with tf.GradientTape() as tape:
+            (w,), (rows,) = fw.pull_many([("w", [2, 3])], [("emb", ids, 4)], trigger=trig)
+            self.assertEqual(rows.shape, [2, 2, 4])
+            self.assertAllClose(w, np.ones([2, 3]))
+            self.assertAllClose(rows, np.full([2, 2, 4], 0.5))
+            loss = tf.reduce_sum(rows)  # w unused: no push for it
+        tape.gradient(loss, trig)
+        self.assertAllClose(fw.pull("w", [2, 3]), np.ones([2, 3]))
+        # id 30 twice: its two gradients are summed.
+        self.assertAllClose(fw.pull_rows("emb", tf.constant([30, 31, 32]), 4),
+                            [[0.3] * 4, [0.4] * 4, [0.4] * 4])
+
     def test_keras_fit_trains_ps_variables(self):
         before = fw.pull_rows("kemb", tf.constant([1, 2, 3]), 2).numpy()
         ids = keras.Input(shape=(1,), dtype="int64")

@@ -626,6 +626,99 @@ class PushRowsOp : public tfw::OpKernel {
   std::string var_;
 };
 
+// One request per PS for a whole step's pulls: every dense variable and the
+// rows of every table in one ps::batch (client::run fuses them per PS).
+class PullManyOp : public tfw::OpKernel {
+ public:
+  explicit PullManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const std::size_t nd = dense_.size();
+    const std::size_t nt = tables_.size();
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     fw::ps::batch b;
+                     std::vector<fw::ps::batch::handle> handles;
+                     std::vector<tfw::Tensor*> outs(nd + nt, nullptr);
+                     for (std::size_t i = 0; i < nd; ++i) {
+                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
+                       tfw::TensorShape shape;
+                       for (std::int64_t d : v->shape) shape.AddDim(d);
+                       if (!ctx->allocate_output(static_cast<int>(i), shape, &outs[i]).ok()) return;
+                       handles.push_back(b.pull(dense_[i]));
+                     }
+                     for (std::size_t j = 0; j < nt; ++j) {
+                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
+                       const tfw::Tensor& ids = ctx->input(static_cast<int>(j));
+                       tfw::TensorShape shape = ids.shape();
+                       shape.AddDim(v->row_size());
+                       if (!ctx->allocate_output(static_cast<int>(nd + j), shape, &outs[nd + j]).ok()) return;
+                       const auto f = ids.flat<std::int64_t>();
+                       handles.push_back(b.pull_rows(
+                           tables_[j], std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size()))));
+                     }
+                     c.run(b);
+                     for (std::size_t k = 0; k < nd + nt; ++k) {
+                       const auto vals = b.result(handles[k]);
+                       if (!vals.empty())
+                         std::memcpy(outs[k]->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+                     }
+                   }));
+  }
+
+ private:
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
+};
+
+// The gradients of a PullMany: every push of the step in one ps::batch.
+class PushManyOp : public tfw::OpKernel {
+ public:
+  explicit PushManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const std::size_t nd = dense_.size();
+    const std::size_t nt = tables_.size();
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     fw::ps::batch b;
+                     for (std::size_t i = 0; i < nd; ++i) {
+                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
+                       const tfw::Tensor& g = ctx->input(static_cast<int>(i));
+                       if (g.NumElements() != v->num_elements())
+                         fw::throw_error(fw::errc::invalid_argument,
+                                         "push of '" + dense_[i] + "': gradient of " + std::to_string(g.NumElements()) +
+                                             " values, the variable has " + std::to_string(v->num_elements()));
+                       const auto f = g.flat<float>();
+                       b.push(dense_[i], std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
+                     }
+                     for (std::size_t j = 0; j < nt; ++j) {
+                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
+                       const tfw::Tensor& ids = ctx->input(static_cast<int>(nd + j));
+                       const tfw::Tensor& g = ctx->input(static_cast<int>(nd + nt + j));
+                       if (g.NumElements() != ids.NumElements() * v->row_size())
+                         fw::throw_error(fw::errc::invalid_argument,
+                                         "push_rows of '" + tables_[j] + "': " + std::to_string(g.NumElements()) +
+                                             " gradient values for " + std::to_string(ids.NumElements()) +
+                                             " ids of dim " + std::to_string(v->row_size()));
+                       if (ids.NumElements() == 0) continue;
+                       const auto fi = ids.flat<std::int64_t>();
+                       const auto fg = g.flat<float>();
+                       b.push_rows(tables_[j],
+                                   std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
+                                   std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
+                     }
+                     if (!b.empty()) c.run(b);
+                   }));
+  }
+
+ private:
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
+};
+
 }  // namespace fwtf
 
 // ---- registration -------------------------------------------------------------------
@@ -703,12 +796,60 @@ REGISTER_OP("FusewirePushRows")
     .SetIsStateful()
     .SetShapeFn(shape_inference::NoOutputs);
 
+REGISTER_OP("FusewirePullMany")
+    .Input("ids: num_tables * int64")
+    .Input("trigger: float")
+    .Output("dense: num_dense * float")
+    .Output("rows: num_tables * float")
+    .Attr("dense_vars: list(string) >= 0")
+    .Attr("dense_shapes: list(shape) >= 0")
+    .Attr("table_vars: list(string) >= 0")
+    .Attr("dims: list(int) >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("num_tables: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      std::vector<PartialTensorShape> shapes;
+      std::vector<int64_t> dims;
+      TF_RETURN_IF_ERROR(c->GetAttr("dense_shapes", &shapes));
+      TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
+      const int nd = static_cast<int>(shapes.size());
+      const int nt = static_cast<int>(dims.size());
+      if (c->num_outputs() != nd + nt || c->num_inputs() != nt + 1)
+        return absl::InvalidArgumentError(
+            "FusewirePullMany: dense_shapes and dims must match num_dense and num_tables");
+      for (int i = 0; i < nd; ++i) {
+        ShapeHandle out;
+        TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[static_cast<std::size_t>(i)], &out));
+        c->set_output(i, out);
+      }
+      for (int j = 0; j < nt; ++j) {
+        ShapeHandle out;
+        TF_RETURN_IF_ERROR(c->Concatenate(c->input(j), c->Vector(dims[static_cast<std::size_t>(j)]), &out));
+        c->set_output(nd + j, out);
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("FusewirePushMany")
+    .Input("dense_grads: num_dense * float")
+    .Input("ids: num_tables * int64")
+    .Input("row_grads: num_tables * float")
+    .Attr("dense_vars: list(string) >= 0")
+    .Attr("table_vars: list(string) >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("num_tables: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
 REGISTER_KERNEL_BUILDER(Name("FusewireSend").Device(DEVICE_CPU), fwtf::SendOp);
 REGISTER_KERNEL_BUILDER(Name("FusewireRecv").Device(DEVICE_CPU), fwtf::RecvOp);
 REGISTER_KERNEL_BUILDER(Name("FusewirePull").Device(DEVICE_CPU), fwtf::PullOp);
 REGISTER_KERNEL_BUILDER(Name("FusewirePush").Device(DEVICE_CPU), fwtf::PushOp);
 REGISTER_KERNEL_BUILDER(Name("FusewirePullRows").Device(DEVICE_CPU), fwtf::PullRowsOp);
 REGISTER_KERNEL_BUILDER(Name("FusewirePushRows").Device(DEVICE_CPU), fwtf::PushRowsOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePullMany").Device(DEVICE_CPU), fwtf::PullManyOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePushMany").Device(DEVICE_CPU), fwtf::PushManyOp);
 
 }  // namespace tensorflow
 
