@@ -2,6 +2,7 @@
 and worker:0."""
 
 import threading
+import time
 
 import common
 import keras
@@ -11,7 +12,7 @@ import tensorflow as tf
 import fusewire_tf as fw
 from fusewire_tf.keras import dense_spec
 
-CLUSTER = common.cluster(1, 1)
+CLUSTER = common.cluster(1, 2)  # worker:1 never starts: recvs from it wait
 MODEL = {
     "variables": [
         {"name": "w", "kind": "dense", "shape": [2, 3], "init": {"type": "constant", "a": 1.0}},
@@ -154,6 +155,27 @@ class RendezvousOpsTest(tf.test.TestCase):
     def test_recv_times_out(self):
         with self.assertRaisesRegex(tf.errors.UnavailableError, "fusewire recv of .* from worker:1"):
             fw.recv(common.key(1, 0, "never"), tf.float32, timeout_ms=300)
+
+
+class ResetTest(tf.test.TestCase):
+    def test_reset_fails_a_waiting_recv_and_frees_the_port(self):
+        errors = []
+
+        def waiter():
+            try:
+                fw.recv(common.key(1, 0, "waits"), tf.float32)
+            except tf.errors.UnavailableError as e:
+                errors.append(str(e))
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.5)  # the recv is posted
+        fw.reset()
+        t.join(20)
+        self.assertFalse(t.is_alive(), "reset() left a recv waiting")
+        fw.configure("worker:0", CLUSTER, model=MODEL)  # listens on the same port again
+        self.assertEqual(len(errors), 1)
+        self.assertRegex(errors[0], "fusewire recv of .*waits.* from worker:1: .*cancel")
 
 
 class NotConfiguredTest(tf.test.TestCase):

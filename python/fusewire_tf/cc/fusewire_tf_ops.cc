@@ -417,11 +417,16 @@ class RecvOp : public tfw::AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, false, r), done);
     const auto timeout = timeout_of(timeout_ms_);
     const tfw::DataType want = dtype_;
-    // The handler runs on the endpoint's reactor thread; `rt` keeps the
-    // endpoint alive while the data recv it posts is pending.
-    rt->ep().recv(
+    // The handlers run on the endpoint's reactor thread and hold only the
+    // endpoint's address, never the runtime: dropping the last reference to
+    // the runtime there would destroy the endpoint on its own reactor thread.
+    // The endpoint outlives its handlers (its destructor fails pending
+    // operations, then joins the reactors), and a recv posted while it closes
+    // fails at once.
+    endpoint_t* ep = &rt->ep();
+    ep->recv(
         r.src, r.channel_key,
-        [rt, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
+        [ep, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
           const std::string where = "fusewire recv of '" + key + "' from " + r.src.to_string();
           if (ec) {
             ctx->SetStatus(err_unavailable(where, ": ", ec_text(ec)));
@@ -481,10 +486,9 @@ class RecvOp : public tfw::AsyncOpKernel {
           auto hold = std::make_shared<tfw::Tensor>(*out);
           auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
           fw::tensor_buffer dest = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
-          endpoint_t& ep = rt->ep();
-          ep.recv(
+          ep->recv(
               r.src, r.channel_key + kDataSuffix, std::move(dest),
-              [rt, ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
+              [ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
                 if (ec2) ctx->SetStatus(err_unavailable(where, ": ", ec_text(ec2)));
                 done();
               },
