@@ -153,7 +153,7 @@ class RendezvousOpsTest(tf.test.TestCase):
             fw.send(tf.ones([1] * 9), common.key(0, 1, "t"))
 
     def test_recv_times_out(self):
-        with self.assertRaisesRegex(tf.errors.UnavailableError, "fusewire recv of .* from worker:1"):
+        with self.assertRaisesRegex(tf.errors.DeadlineExceededError, "fusewire recv of .* from worker:1"):
             fw.recv(common.key(1, 0, "never"), tf.float32, timeout_ms=300)
 
 
@@ -164,7 +164,7 @@ class ResetTest(tf.test.TestCase):
         def waiter():
             try:
                 fw.recv(common.key(1, 0, "waits"), tf.float32)
-            except tf.errors.UnavailableError as e:
+            except tf.errors.CancelledError as e:
                 errors.append(str(e))
 
         t = threading.Thread(target=waiter)

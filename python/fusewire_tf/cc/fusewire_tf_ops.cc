@@ -331,6 +331,18 @@ absl::Status no_runtime() {
 
 std::string ec_text(const std::error_code& ec) { return ec.message(); }
 
+// The TensorFlow status of a failed send or recv: a deadline is
+// DeadlineExceeded, close() Cancelled, a bad peer or size InvalidArgument,
+// a peer that is gone or unreachable Unavailable.
+absl::Status status_of(const std::error_code& ec, const std::string& where) {
+  const std::string text = where + ": " + ec_text(ec);
+  if (ec == fw::errc::timed_out) return absl::DeadlineExceededError(text);
+  if (ec == fw::errc::cancelled) return absl::CancelledError(text);
+  if (ec == fw::errc::invalid_argument || ec == fw::errc::frame_too_large || ec == fw::errc::size_mismatch)
+    return absl::InvalidArgumentError(text);
+  return absl::UnavailableError(text);
+}
+
 // ---- rendezvous kernels -------------------------------------------------------------
 
 class SendOp : public tfw::AsyncOpKernel {
@@ -361,16 +373,17 @@ class SendOp : public tfw::AsyncOpKernel {
     struct state {
       std::atomic<int> left{0};
       std::mutex mutex;
-      std::string error;
+      std::string where;
+      std::error_code error;
       tfw::OpKernelContext* ctx;
       DoneCallback done;
-      void finish(const std::error_code& ec, const std::string& what) {
+      void finish(const std::error_code& ec) {
         if (ec) {
           std::lock_guard lock(mutex);
-          if (error.empty()) error = what + ": " + ec_text(ec);
+          if (!error) error = ec;
         }
         if (left.fetch_sub(1) == 1) {
-          if (!error.empty()) ctx->SetStatus(err_unavailable(error));
+          if (error) ctx->SetStatus(status_of(error, where));
           done();
         }
       }
@@ -381,9 +394,9 @@ class SendOp : public tfw::AsyncOpKernel {
     st->left = h.bytes > 0 ? 2 : 1;
     endpoint_t& ep = rt->ep();
     const auto timeout = timeout_of(timeout_ms_);
-    const std::string where = "fusewire send of '" + key + "' to " + r.dst.to_string();
+    st->where = "fusewire send of '" + key + "' to " + r.dst.to_string();
     ep.send(
-        r.dst, r.channel_key, encode(h), [st, where](std::error_code ec) { st->finish(ec, where); }, timeout);
+        r.dst, r.channel_key, encode(h), [st](std::error_code ec) { st->finish(ec); }, timeout);
     if (h.bytes > 0) {
       // Zero copy: the endpoint sends from the tensor's own buffer; the
       // deleter's Tensor copy keeps that buffer alive until the send is done.
@@ -391,8 +404,8 @@ class SendOp : public tfw::AsyncOpKernel {
       auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
       fw::tensor_buffer payload = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
       ep.send(
-          r.dst, r.channel_key + kDataSuffix, std::move(payload),
-          [st, where](std::error_code ec) { st->finish(ec, where); }, timeout);
+          r.dst, r.channel_key + kDataSuffix, std::move(payload), [st](std::error_code ec) { st->finish(ec); },
+          timeout);
     }
   }
 
@@ -429,7 +442,7 @@ class RecvOp : public tfw::AsyncOpKernel {
         [ep, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
           const std::string where = "fusewire recv of '" + key + "' from " + r.src.to_string();
           if (ec) {
-            ctx->SetStatus(err_unavailable(where, ": ", ec_text(ec)));
+            ctx->SetStatus(status_of(ec, where));
             done();
             return;
           }
@@ -489,7 +502,7 @@ class RecvOp : public tfw::AsyncOpKernel {
           ep->recv(
               r.src, r.channel_key + kDataSuffix, std::move(dest),
               [ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
-                if (ec2) ctx->SetStatus(err_unavailable(where, ": ", ec_text(ec2)));
+                if (ec2) ctx->SetStatus(status_of(ec2, where));
                 done();
               },
               timeout);
