@@ -148,6 +148,16 @@ else
   tail -20 "$out/qemu-setup.log"; fail "rdma: tests/qemu/setup.sh"
 fi
 
+# 4b. the TensorFlow op library and its tests, against the pinned TensorFlow
+# (the venv is cached; its own build directory, only the tensorflow suite)
+note "tensorflow: op library (python/fusewire_tf) against the pinned TensorFlow"
+if tf_venv=$(.ci/venv.sh tensorflow 2>"$out/tf-venv.log"); then
+  meson_suite "tensorflow" "$out/tf" -Dbuildtype=debugoptimized -Ddebug=false -Dtensorflow=enabled \
+    -Dtensorflow_python="$tf_venv/bin/python" -Dbench=false -- --suite tensorflow
+else
+  tail -20 "$out/tf-venv.log"; fail "tensorflow: .ci/venv.sh tensorflow"
+fi
+
 # 5. package consumers against a fresh install prefix
 note "package consumers"
 if [ -x tests/package/run.sh ]; then

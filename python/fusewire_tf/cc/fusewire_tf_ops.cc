@@ -1,0 +1,919 @@
+// fusewire's TensorFlow op library: parameter-server ops on ps::client and
+// rendezvous send/recv on rendezvous::endpoint, plus a small C interface the
+// Python package reaches through ctypes (configure the process, serve as a
+// PS, shut the PS tasks down).
+//
+// One translation unit on purpose: TensorFlow's headers cost most of the
+// compile time, and every extra file pays it again.
+//
+// A process holds one runtime (made by fusewire_tf_configure): its task, the
+// cluster, and either a ps::client (when a model is given; the rendezvous ops
+// then share the client's endpoint) or a bare rendezvous endpoint. Ops look
+// the runtime up on every call, so a graph built before configure() works.
+//
+// Rendezvous wire format: a tensor under TensorFlow key K travels as two
+// fusewire messages to the same peer: a header under K ("FWTF", version,
+// dead flag, dtype, rank, dims, byte count) and, unless the tensor is dead or
+// empty, its bytes under K + kDataSuffix. The receiver reads the header,
+// allocates the output with TensorFlow's allocator and posts the data recv
+// into that tensor, so the bytes land in TensorFlow's memory; the sender hands
+// the input tensor's buffer to the endpoint without a copy (a reference to
+// the tensor is held until the send completed). Per-(peer, key) FIFO order
+// keeps the i-th header paired with the i-th payload.
+
+#include <fusewire/core/cluster_spec.hpp>
+#include <fusewire/core/error.hpp>
+#include <fusewire/core/options.hpp>
+#include <fusewire/core/tensor_buffer.hpp>
+#include <fusewire/core/tensor_descriptor.hpp>
+#include <fusewire/ps/client.hpp>
+#include <fusewire/ps/server.hpp>
+#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/tf/rendezvous_key.hpp>
+#include <fusewire/transport/asio_tcp.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace fwtf {
+
+namespace fw = fusewire;
+namespace tfw = tensorflow;
+using transport = fw::asio_tcp;
+using endpoint_t = fw::rendezvous::endpoint<transport>;
+using client_t = fw::ps::client<transport>;
+using server_t = fw::ps::server<transport>;
+using json = nlohmann::json;
+
+// ---- statuses ---------------------------------------------------------------------
+
+template <class... A>
+absl::Status err_invalid(const A&... a) {
+  return absl::InvalidArgumentError(absl::StrCat(a...));
+}
+template <class... A>
+absl::Status err_unavailable(const A&... a) {
+  return absl::UnavailableError(absl::StrCat(a...));
+}
+template <class... A>
+absl::Status err_data_loss(const A&... a) {
+  return absl::DataLossError(absl::StrCat(a...));
+}
+template <class... A>
+absl::Status err_precondition(const A&... a) {
+  return absl::FailedPreconditionError(absl::StrCat(a...));
+}
+template <class... A>
+absl::Status err_internal(const A&... a) {
+  return absl::InternalError(absl::StrCat(a...));
+}
+
+// ---- configuration (JSON) ----------------------------------------------------
+
+fw::ps::initializer parse_init(const json& j) {
+  if (j.is_null()) return {};
+  const std::string type = j.value("type", "zeros");
+  const auto a = j.value("a", 0.0f);
+  const auto b = j.value("b", 0.0f);
+  const auto seed = j.value("seed", std::uint64_t{0});
+  if (type == "zeros") return fw::ps::initializer::zeros();
+  if (type == "constant") return fw::ps::initializer::constant(a);
+  if (type == "uniform") return fw::ps::initializer::uniform(a, b, seed);
+  if (type == "normal") return fw::ps::initializer::normal(a, b, seed);
+  throw std::invalid_argument("initializer type '" + type + "' (allowed: zeros, constant, uniform, normal)");
+}
+
+fw::ps::optimizer_config parse_optimizer(const json& j) {
+  fw::ps::optimizer_config o;
+  if (j.is_null()) return o;
+  const std::string kind = j.value("kind", "sgd");
+  if (kind == "sgd")
+    o.kind = fw::ps::optimizer_kind::sgd;
+  else if (kind == "momentum")
+    o.kind = fw::ps::optimizer_kind::momentum;
+  else if (kind == "adagrad")
+    o.kind = fw::ps::optimizer_kind::adagrad;
+  else if (kind == "adam")
+    o.kind = fw::ps::optimizer_kind::adam;
+  else
+    throw std::invalid_argument("optimizer kind '" + kind + "' (allowed: sgd, momentum, adagrad, adam)");
+  o.learning_rate = j.value("learning_rate", o.learning_rate);
+  o.momentum = j.value("momentum", o.momentum);
+  o.nesterov = j.value("nesterov", o.nesterov);
+  o.initial_accumulator = j.value("initial_accumulator", o.initial_accumulator);
+  o.beta1 = j.value("beta1", o.beta1);
+  o.beta2 = j.value("beta2", o.beta2);
+  o.epsilon = j.value("epsilon", o.epsilon);
+  o.validate();
+  return o;
+}
+
+fw::ps::model_spec parse_model(const json& j) {
+  fw::ps::model_spec m;
+  m.optimizer = parse_optimizer(j.value("optimizer", json()));
+  m.min_slice_bytes = j.value("min_slice_bytes", m.min_slice_bytes);
+  for (const json& v : j.at("variables")) {
+    const std::string name = v.at("name").get<std::string>();
+    const std::string kind = v.value("kind", "dense");
+    std::optional<fw::ps::optimizer_config> opt;
+    if (v.contains("optimizer")) opt = parse_optimizer(v.at("optimizer"));
+    if (kind == "dense") {
+      m.add_dense(name, v.at("shape").get<std::vector<std::int64_t>>(), parse_init(v.value("init", json())), opt);
+    } else if (kind == "embedding") {
+      m.add_embedding(name, v.at("dim").get<std::int64_t>(), parse_init(v.value("init", json())),
+                      v.value("num_ids", std::int64_t{0}), opt);
+    } else {
+      throw std::invalid_argument("variable '" + name + "': kind '" + kind + "' (allowed: dense, embedding)");
+    }
+  }
+  m.validate();
+  return m;
+}
+
+fw::ps::training_mode parse_mode(const json& j) {
+  const std::string mode = j.value("mode", "async");
+  if (mode == "async") return fw::ps::training_mode::async;
+  if (mode == "sync") return fw::ps::training_mode::sync;
+  throw std::invalid_argument("mode '" + mode + "' (allowed: async, sync)");
+}
+
+fw::cluster_spec parse_cluster(const json& j) {
+  const json& c = j.at("cluster");
+  if (c.is_string()) return fw::cluster_spec::from_string(c.get<std::string>());
+  return fw::cluster_spec::from_tf_config(json{{"cluster", c}}.dump());
+}
+
+// ---- the per-process runtime ---------------------------------------------------
+
+struct runtime {
+  fw::task_id self;
+  std::unique_ptr<client_t> client;    // set when a model was configured
+  std::unique_ptr<endpoint_t> own_ep;  // else: rendezvous only
+  std::mutex ps_mutex;                 // ps::client members are called by one thread at a time
+
+  endpoint_t& ep() { return client ? client->endpoint() : *own_ep; }
+};
+
+std::mutex g_mutex;
+std::shared_ptr<runtime> g_runtime;
+
+std::shared_ptr<runtime> current_runtime() {
+  std::lock_guard lock(g_mutex);
+  return g_runtime;
+}
+
+void configure(const std::string& text) {
+  const json j = json::parse(text);
+  auto rt = std::make_shared<runtime>();
+  rt->self = fw::task_id::parse(j.at("task").get<std::string>());
+  fw::cluster_spec spec = parse_cluster(j);
+  const bool is_ps_client = j.contains("model") && !j.at("model").is_null();
+  fw::options opts = fw::options::from_env(fw::role::worker);
+  {
+    // Drop the previous runtime first: the new endpoint listens on the same port.
+    std::lock_guard lock(g_mutex);
+    g_runtime.reset();
+  }
+  if (is_ps_client) {
+    fw::ps::client_config<transport> cfg;
+    cfg.options = opts;
+    cfg.mode = parse_mode(j);
+    cfg.step_timeout = std::chrono::milliseconds(j.value("step_timeout_ms", 30000));
+    cfg.ps_job = j.value("ps_job", std::string("ps"));
+    rt->client = std::make_unique<client_t>(rt->self, std::move(spec), parse_model(j.at("model")), std::move(cfg));
+  } else {
+    rt->own_ep = std::make_unique<endpoint_t>(rt->self, std::move(spec),
+                                              fw::rendezvous::endpoint_config<transport>{.options = opts});
+  }
+  std::lock_guard lock(g_mutex);
+  g_runtime = std::move(rt);
+}
+
+std::atomic<bool> g_stop_serving{false};
+
+void serve(const std::string& text) {
+  const json j = json::parse(text);
+  fw::ps::server_config<transport> cfg;
+  cfg.options = fw::options::from_env(fw::role::ps);
+  cfg.mode = parse_mode(j);
+  cfg.worker_job = j.value("worker_job", std::string("worker"));
+  server_t srv(fw::task_id::parse(j.at("task").get<std::string>()), parse_cluster(j), parse_model(j.at("model")),
+               std::move(cfg));
+  g_stop_serving = false;
+  while (!srv.wait_for(std::chrono::milliseconds(50)) && !g_stop_serving.load()) {
+  }
+  srv.stop();
+}
+
+int report(const std::exception& e, char* err, std::size_t n) {
+  if (err != nullptr && n > 0) {
+    std::strncpy(err, e.what(), n - 1);
+    err[n - 1] = '\0';
+  }
+  return 1;
+}
+
+// ---- dtypes ---------------------------------------------------------------------
+
+// fusewire's dtype values are TensorFlow's DataType numbers.
+bool to_fw_dtype(tfw::DataType t, fw::dtype& out) {
+  const int v = static_cast<int>(t);
+  if (v <= 0 || v > 255) return false;
+  out = static_cast<fw::dtype>(v);
+  return fw::is_valid(out);
+}
+
+std::string supported_dtypes() {
+  std::string s;
+  for (fw::dtype t : fw::all_dtypes) s += (s.empty() ? "" : ", ") + std::string(fw::to_string(t));
+  return s;
+}
+
+absl::Status unsupported(tfw::DataType t) {
+  return err_invalid("fusewire cannot carry dtype ", tfw::DataTypeString(t), " (supported: ", supported_dtypes(), ")");
+}
+
+// ---- rendezvous header -------------------------------------------------------------
+
+constexpr char kMagic[4] = {'F', 'W', 'T', 'F'};
+constexpr std::uint8_t kVersion = 1;
+constexpr const char* kDataSuffix = ";fusewire-data";
+
+struct header {
+  bool dead = false;
+  fw::dtype type = fw::dtype::invalid;
+  std::vector<std::int64_t> dims;
+  std::uint64_t bytes = 0;
+};
+
+fw::tensor_buffer encode(const header& h) {
+  const std::size_t n = 8 + 8 * h.dims.size() + 8;
+  fw::tensor_buffer b = fw::tensor_buffer::allocate(n);
+  auto* p = reinterpret_cast<unsigned char*>(b.data());
+  std::memcpy(p, kMagic, 4);
+  p[4] = kVersion;
+  p[5] = h.dead ? 1 : 0;
+  p[6] = static_cast<unsigned char>(h.type);
+  p[7] = static_cast<unsigned char>(h.dims.size());
+  std::memcpy(p + 8, h.dims.data(), 8 * h.dims.size());
+  std::memcpy(p + 8 + 8 * h.dims.size(), &h.bytes, 8);
+  return b;
+}
+
+// What is wrong with the header in `b`, or "" (then `out` is filled).
+std::string decode(const fw::tensor_buffer& b, header& out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (b.size() < 16 || std::memcmp(p, kMagic, 4) != 0) return "not a fusewire_tf tensor header";
+  if (p[4] != kVersion) return "header version " + std::to_string(p[4]) + " (this library reads 1)";
+  const std::size_t rank = p[7];
+  if (rank > fw::max_rank) return "rank " + std::to_string(rank) + " above " + std::to_string(fw::max_rank);
+  if (b.size() != 16 + 8 * rank)
+    return "header of " + std::to_string(b.size()) + " bytes for rank " + std::to_string(rank);
+  out.dead = p[5] != 0;
+  out.type = static_cast<fw::dtype>(p[6]);
+  out.dims.resize(rank);
+  std::memcpy(out.dims.data(), p + 8, 8 * rank);
+  std::memcpy(&out.bytes, p + 8 + 8 * rank, 8);
+  return {};
+}
+
+fw::rendezvous::clock::duration timeout_of(std::int64_t ms) {
+  return ms <= 0 ? fw::rendezvous::no_deadline : std::chrono::milliseconds(ms);
+}
+
+// Parses `key` and checks that this process is `side` ("src" or "dst") of it.
+absl::Status route_of(runtime& rt, const std::string& key, bool sending, fw::tf::rendezvous_route& out) {
+  std::error_code ec;
+  auto parsed = fw::tf::parse_rendezvous_key(key, ec);
+  if (!parsed) {
+    try {
+      (void)fw::tf::parse_rendezvous_key(key);
+    } catch (const std::exception& e) {
+      return err_invalid(e.what());
+    }
+  }
+  try {
+    out = fw::tf::route(*parsed);
+  } catch (const std::exception& e) {
+    return err_invalid("rendezvous key '", key, "': ", e.what());
+  }
+  const fw::task_id& me = sending ? out.src : out.dst;
+  if (!(me == rt.self)) {
+    return err_invalid("rendezvous key '", key, "': its ", sending ? "src" : "dst", " device is task ", me.to_string(),
+                       " but this process is ", rt.self.to_string());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status no_runtime() {
+  return err_precondition("fusewire is not configured in this process: call fusewire_tf.configure()");
+}
+
+std::string ec_text(const std::error_code& ec) { return ec.message(); }
+
+// The TensorFlow status of a failed send or recv: a deadline is
+// DeadlineExceeded, close() Cancelled, a bad peer or size InvalidArgument,
+// a peer that is gone or unreachable Unavailable.
+absl::Status status_of(const std::error_code& ec, const std::string& where) {
+  const std::string text = where + ": " + ec_text(ec);
+  if (ec == fw::errc::timed_out) return absl::DeadlineExceededError(text);
+  if (ec == fw::errc::cancelled) return absl::CancelledError(text);
+  if (ec == fw::errc::invalid_argument || ec == fw::errc::frame_too_large || ec == fw::errc::size_mismatch)
+    return absl::InvalidArgumentError(text);
+  return absl::UnavailableError(text);
+}
+
+// ---- rendezvous kernels -------------------------------------------------------------
+
+class SendOp : public tfw::AsyncOpKernel {
+ public:
+  explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
+  }
+
+  void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = current_runtime();
+    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
+    const tfw::Tensor& value = ctx->input(0);
+    const std::string key(ctx->input(1).scalar<tfw::tstring>()());
+    const bool dead = ctx->input(2).scalar<bool>()();
+    fw::tf::rendezvous_route r;
+    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, true, r), done);
+    header h;
+    h.dead = dead;
+    OP_REQUIRES_ASYNC(ctx, to_fw_dtype(value.dtype(), h.type), unsupported(value.dtype()), done);
+    OP_REQUIRES_ASYNC(ctx, static_cast<std::size_t>(value.dims()) <= fw::max_rank,
+                      err_invalid("fusewire carries tensors of rank up to ", fw::max_rank, ", not ", value.dims()),
+                      done);
+    for (int i = 0; i < value.dims(); ++i) h.dims.push_back(value.dim_size(i));
+    const auto data = value.tensor_data();
+    h.bytes = dead ? 0 : data.size();
+
+    // Completes the op once both sends completed; the first error wins.
+    struct state {
+      std::atomic<int> left{0};
+      std::mutex mutex;
+      std::string where;
+      std::error_code error;
+      tfw::OpKernelContext* ctx;
+      DoneCallback done;
+      void finish(const std::error_code& ec) {
+        if (ec) {
+          std::lock_guard lock(mutex);
+          if (!error) error = ec;
+        }
+        if (left.fetch_sub(1) == 1) {
+          if (error) ctx->SetStatus(status_of(error, where));
+          done();
+        }
+      }
+    };
+    auto st = std::make_shared<state>();
+    st->ctx = ctx;
+    st->done = std::move(done);
+    st->left = h.bytes > 0 ? 2 : 1;
+    endpoint_t& ep = rt->ep();
+    const auto timeout = timeout_of(timeout_ms_);
+    st->where = "fusewire send of '" + key + "' to " + r.dst.to_string();
+    ep.send(
+        r.dst, r.channel_key, encode(h), [st](std::error_code ec) { st->finish(ec); }, timeout);
+    if (h.bytes > 0) {
+      // Zero copy: the endpoint sends from the tensor's own buffer; the
+      // deleter's Tensor copy keeps that buffer alive until the send is done.
+      auto hold = std::make_shared<tfw::Tensor>(value);
+      auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
+      fw::tensor_buffer payload = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
+      ep.send(
+          r.dst, r.channel_key + kDataSuffix, std::move(payload), [st](std::error_code ec) { st->finish(ec); },
+          timeout);
+    }
+  }
+
+ private:
+  std::int64_t timeout_ms_ = 0;
+};
+
+class RecvOp : public tfw::AsyncOpKernel {
+ public:
+  explicit RecvOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("dtype", &dtype_));
+    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
+    fw::dtype t;
+    OP_REQUIRES(c, to_fw_dtype(dtype_, t), unsupported(dtype_));
+  }
+
+  void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
+    auto rt = current_runtime();
+    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
+    const std::string key(ctx->input(0).scalar<tfw::tstring>()());
+    fw::tf::rendezvous_route r;
+    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, false, r), done);
+    const auto timeout = timeout_of(timeout_ms_);
+    const tfw::DataType want = dtype_;
+    // The handlers run on the endpoint's reactor thread and hold only the
+    // endpoint's address, never the runtime: dropping the last reference to
+    // the runtime there would destroy the endpoint on its own reactor thread.
+    // The endpoint outlives its handlers (its destructor fails pending
+    // operations, then joins the reactors), and a recv posted while it closes
+    // fails at once.
+    endpoint_t* ep = &rt->ep();
+    ep->recv(
+        r.src, r.channel_key,
+        [ep, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
+          const std::string where = "fusewire recv of '" + key + "' from " + r.src.to_string();
+          if (ec) {
+            ctx->SetStatus(status_of(ec, where));
+            done();
+            return;
+          }
+          header h;
+          if (std::string why = decode(buf, h); !why.empty()) {
+            ctx->SetStatus(err_data_loss(where, ": ", why));
+            done();
+            return;
+          }
+          if (static_cast<int>(h.type) != static_cast<int>(want)) {
+            ctx->SetStatus(err_invalid(where, ": the sender sent ", fw::to_string(h.type), ", this op expects ",
+                                       tfw::DataTypeString(want)));
+            done();
+            return;
+          }
+          tfw::Tensor* dead_out = nullptr;
+          if (!ctx->allocate_output(1, tfw::TensorShape({}), &dead_out).ok()) {
+            done();
+            return;
+          }
+          dead_out->scalar<bool>()() = h.dead;
+          tfw::TensorShape shape;
+          if (h.dead) {
+            shape = tfw::TensorShape({0});  // a dead value has no bytes
+          } else {
+            for (std::int64_t d : h.dims) {
+              if (d < 0 || !shape.AddDimWithStatus(d).ok()) {
+                ctx->SetStatus(err_data_loss(where, ": bad dimension ", d));
+                done();
+                return;
+              }
+            }
+          }
+          tfw::Tensor* out = nullptr;
+          if (absl::Status s = ctx->allocate_output(0, shape, &out); !s.ok()) {
+            ctx->SetStatus(s);
+            done();
+            return;
+          }
+          const auto data = out->tensor_data();
+          if (h.dead || data.size() == 0) {
+            if (!h.dead && h.bytes != 0)
+              ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes for an empty tensor"));
+            done();
+            return;
+          }
+          if (h.bytes != data.size()) {
+            ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes, its shape needs ", data.size()));
+            done();
+            return;
+          }
+          // The bytes land in the output TensorFlow allocated (no copy when
+          // the recv is posted before they arrive).
+          auto hold = std::make_shared<tfw::Tensor>(*out);
+          auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
+          fw::tensor_buffer dest = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
+          ep->recv(
+              r.src, r.channel_key + kDataSuffix, std::move(dest),
+              [ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
+                if (ec2) ctx->SetStatus(status_of(ec2, where));
+                done();
+              },
+              timeout);
+        },
+        timeout);
+  }
+
+ private:
+  tfw::DataType dtype_ = tfw::DT_INVALID;
+  std::int64_t timeout_ms_ = 0;
+};
+
+// ---- PS kernels -------------------------------------------------------------------
+
+// Runs `f(client)` under the runtime's PS lock, turning exceptions into a status.
+template <class F>
+absl::Status with_client(F&& f) {
+  auto rt = current_runtime();
+  if (rt == nullptr) return no_runtime();
+  if (!rt->client)
+    return err_precondition(
+        "fusewire is configured without a model in this process: pass model= to fusewire_tf.configure() to use "
+        "the PS ops");
+  try {
+    std::lock_guard lock(rt->ps_mutex);
+    f(*rt->client);
+  } catch (const std::system_error& e) {
+    if (e.code() == fw::errc::invalid_argument) return err_invalid(e.what());
+    return err_unavailable(e.what());
+  } catch (const std::exception& e) {
+    return err_internal(e.what());
+  }
+  return absl::OkStatus();
+}
+
+const fw::ps::variable_spec* find_var(client_t& c, const std::string& name, fw::ps::variable_kind kind) {
+  const auto i = c.model().index_of(name);
+  const auto& v = c.model().variables[i];
+  if (v.kind != kind)
+    fw::throw_error(fw::errc::invalid_argument,
+                    "variable '" + name + "' is " +
+                        (v.kind == fw::ps::variable_kind::dense ? "dense" : "an embedding") +
+                        (kind == fw::ps::variable_kind::dense ? "; this op needs a dense variable"
+                                                              : "; this op needs an embedding"));
+  return &v;
+}
+
+class PullOp : public tfw::OpKernel {
+ public:
+  explicit PullOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    tfw::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
+                     tfw::TensorShape shape;
+                     for (std::int64_t d : v->shape) shape.AddDim(d);
+                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
+                     fw::ps::batch b;
+                     const auto h = b.pull(var_);
+                     c.run(b);
+                     const auto vals = b.result(h);
+                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+                   }));
+  }
+
+ private:
+  std::string var_;
+};
+
+class PushOp : public tfw::OpKernel {
+ public:
+  explicit PushOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const tfw::Tensor& g = ctx->input(0);
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
+                     if (g.NumElements() != v->num_elements())
+                       fw::throw_error(fw::errc::invalid_argument,
+                                       "push of '" + var_ + "': gradient of " + std::to_string(g.NumElements()) +
+                                           " values, the variable has " + std::to_string(v->num_elements()));
+                     const auto f = g.flat<float>();
+                     c.push(var_, std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
+                   }));
+  }
+
+ private:
+  std::string var_;
+};
+
+class PullRowsOp : public tfw::OpKernel {
+ public:
+  explicit PullRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const tfw::Tensor& ids = ctx->input(0);
+    tfw::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
+                     tfw::TensorShape shape = ids.shape();
+                     shape.AddDim(v->row_size());
+                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
+                     if (ids.NumElements() == 0) return;
+                     const auto f = ids.flat<std::int64_t>();
+                     fw::ps::batch b;
+                     const auto h =
+                         b.pull_rows(var_, std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size())));
+                     c.run(b);
+                     const auto vals = b.result(h);
+                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+                   }));
+  }
+
+ private:
+  std::string var_;
+};
+
+class PushRowsOp : public tfw::OpKernel {
+ public:
+  explicit PushRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const tfw::Tensor& ids = ctx->input(0);
+    const tfw::Tensor& g = ctx->input(1);
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
+                     if (g.NumElements() != ids.NumElements() * v->row_size())
+                       fw::throw_error(fw::errc::invalid_argument,
+                                       "push_rows of '" + var_ + "': " + std::to_string(g.NumElements()) +
+                                           " gradient values for " + std::to_string(ids.NumElements()) +
+                                           " ids of dim " + std::to_string(v->row_size()));
+                     if (ids.NumElements() == 0) return;
+                     const auto fi = ids.flat<std::int64_t>();
+                     const auto fg = g.flat<float>();
+                     c.push_rows(var_, std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
+                                 std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
+                   }));
+  }
+
+ private:
+  std::string var_;
+};
+
+// One request per PS for a whole step's pulls: every dense variable and the
+// rows of every table in one ps::batch (client::run fuses them per PS).
+class PullManyOp : public tfw::OpKernel {
+ public:
+  explicit PullManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const std::size_t nd = dense_.size();
+    const std::size_t nt = tables_.size();
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     fw::ps::batch b;
+                     std::vector<fw::ps::batch::handle> handles;
+                     std::vector<tfw::Tensor*> outs(nd + nt, nullptr);
+                     for (std::size_t i = 0; i < nd; ++i) {
+                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
+                       tfw::TensorShape shape;
+                       for (std::int64_t d : v->shape) shape.AddDim(d);
+                       if (!ctx->allocate_output(static_cast<int>(i), shape, &outs[i]).ok()) return;
+                       handles.push_back(b.pull(dense_[i]));
+                     }
+                     for (std::size_t j = 0; j < nt; ++j) {
+                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
+                       const tfw::Tensor& ids = ctx->input(static_cast<int>(j));
+                       tfw::TensorShape shape = ids.shape();
+                       shape.AddDim(v->row_size());
+                       if (!ctx->allocate_output(static_cast<int>(nd + j), shape, &outs[nd + j]).ok()) return;
+                       const auto f = ids.flat<std::int64_t>();
+                       handles.push_back(b.pull_rows(
+                           tables_[j], std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size()))));
+                     }
+                     c.run(b);
+                     for (std::size_t k = 0; k < nd + nt; ++k) {
+                       const auto vals = b.result(handles[k]);
+                       if (!vals.empty())
+                         std::memcpy(outs[k]->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+                     }
+                   }));
+  }
+
+ private:
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
+};
+
+// The gradients of a PullMany: every push of the step in one ps::batch.
+class PushManyOp : public tfw::OpKernel {
+ public:
+  explicit PushManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  }
+  void Compute(tfw::OpKernelContext* ctx) override {
+    const std::size_t nd = dense_.size();
+    const std::size_t nt = tables_.size();
+    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+                     fw::ps::batch b;
+                     for (std::size_t i = 0; i < nd; ++i) {
+                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
+                       const tfw::Tensor& g = ctx->input(static_cast<int>(i));
+                       if (g.NumElements() != v->num_elements())
+                         fw::throw_error(fw::errc::invalid_argument,
+                                         "push of '" + dense_[i] + "': gradient of " + std::to_string(g.NumElements()) +
+                                             " values, the variable has " + std::to_string(v->num_elements()));
+                       const auto f = g.flat<float>();
+                       b.push(dense_[i], std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
+                     }
+                     for (std::size_t j = 0; j < nt; ++j) {
+                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
+                       const tfw::Tensor& ids = ctx->input(static_cast<int>(nd + j));
+                       const tfw::Tensor& g = ctx->input(static_cast<int>(nd + nt + j));
+                       if (g.NumElements() != ids.NumElements() * v->row_size())
+                         fw::throw_error(fw::errc::invalid_argument,
+                                         "push_rows of '" + tables_[j] + "': " + std::to_string(g.NumElements()) +
+                                             " gradient values for " + std::to_string(ids.NumElements()) +
+                                             " ids of dim " + std::to_string(v->row_size()));
+                       if (ids.NumElements() == 0) continue;
+                       const auto fi = ids.flat<std::int64_t>();
+                       const auto fg = g.flat<float>();
+                       b.push_rows(tables_[j],
+                                   std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
+                                   std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
+                     }
+                     if (!b.empty()) c.run(b);
+                   }));
+  }
+
+ private:
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
+};
+
+}  // namespace fwtf
+
+// ---- registration -------------------------------------------------------------------
+
+namespace tensorflow {
+
+using shape_inference::InferenceContext;
+using shape_inference::ShapeHandle;
+
+REGISTER_OP("FusewireSend")
+    .Input("tensor: T")
+    .Input("key: string")
+    .Input("is_dead: bool")
+    .Attr("T: type")
+    .Attr("timeout_ms: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs)
+    .Doc("Sends `tensor` under TensorFlow rendezvous key `key` to the key's dst task.");
+
+REGISTER_OP("FusewireRecv")
+    .Input("key: string")
+    .Output("tensor: dtype")
+    .Output("is_dead: bool")
+    .Attr("dtype: type")
+    .Attr("timeout_ms: int = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->UnknownShape());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc("Receives the tensor the key's src task sends under `key` (either side may come first).");
+
+REGISTER_OP("FusewirePull")
+    .Input("trigger: float")
+    .Output("value: float")
+    .Attr("var: string")
+    .Attr("shape: shape")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      PartialTensorShape shape;
+      TF_RETURN_IF_ERROR(c->GetAttr("shape", &shape));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shape, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("FusewirePush")
+    .Input("grad: float")
+    .Attr("var: string")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+REGISTER_OP("FusewirePullRows")
+    .Input("ids: int64")
+    .Input("trigger: float")
+    .Output("rows: float")
+    .Attr("var: string")
+    .Attr("dim: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->Concatenate(c->input(0), c->Vector(dim), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("FusewirePushRows")
+    .Input("ids: int64")
+    .Input("grads: float")
+    .Attr("var: string")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+REGISTER_OP("FusewirePullMany")
+    .Input("ids: num_tables * int64")
+    .Input("trigger: float")
+    .Output("dense: num_dense * float")
+    .Output("rows: num_tables * float")
+    .Attr("dense_vars: list(string) >= 0")
+    .Attr("dense_shapes: list(shape) >= 0")
+    .Attr("table_vars: list(string) >= 0")
+    .Attr("dims: list(int) >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("num_tables: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      std::vector<PartialTensorShape> shapes;
+      std::vector<int64_t> dims;
+      TF_RETURN_IF_ERROR(c->GetAttr("dense_shapes", &shapes));
+      TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
+      const int nd = static_cast<int>(shapes.size());
+      const int nt = static_cast<int>(dims.size());
+      if (c->num_outputs() != nd + nt || c->num_inputs() != nt + 1)
+        return absl::InvalidArgumentError(
+            "FusewirePullMany: dense_shapes and dims must match num_dense and num_tables");
+      for (int i = 0; i < nd; ++i) {
+        ShapeHandle out;
+        TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[static_cast<std::size_t>(i)], &out));
+        c->set_output(i, out);
+      }
+      for (int j = 0; j < nt; ++j) {
+        ShapeHandle out;
+        TF_RETURN_IF_ERROR(c->Concatenate(c->input(j), c->Vector(dims[static_cast<std::size_t>(j)]), &out));
+        c->set_output(nd + j, out);
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("FusewirePushMany")
+    .Input("dense_grads: num_dense * float")
+    .Input("ids: num_tables * int64")
+    .Input("row_grads: num_tables * float")
+    .Attr("dense_vars: list(string) >= 0")
+    .Attr("table_vars: list(string) >= 0")
+    .Attr("num_dense: int >= 0")
+    .Attr("num_tables: int >= 0")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+REGISTER_KERNEL_BUILDER(Name("FusewireSend").Device(DEVICE_CPU), fwtf::SendOp);
+REGISTER_KERNEL_BUILDER(Name("FusewireRecv").Device(DEVICE_CPU), fwtf::RecvOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePull").Device(DEVICE_CPU), fwtf::PullOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePush").Device(DEVICE_CPU), fwtf::PushOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePullRows").Device(DEVICE_CPU), fwtf::PullRowsOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePushRows").Device(DEVICE_CPU), fwtf::PushRowsOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePullMany").Device(DEVICE_CPU), fwtf::PullManyOp);
+REGISTER_KERNEL_BUILDER(Name("FusewirePushMany").Device(DEVICE_CPU), fwtf::PushManyOp);
+
+}  // namespace tensorflow
+
+// ---- C interface (ctypes) ------------------------------------------------------------
+
+extern "C" {
+
+__attribute__((visibility("default"))) int fusewire_tf_configure(const char* config_json, char* err,
+                                                                 std::size_t errlen) {
+  try {
+    fwtf::configure(config_json);
+    return 0;
+  } catch (const std::exception& e) {
+    return fwtf::report(e, err, errlen);
+  }
+}
+
+__attribute__((visibility("default"))) int fusewire_tf_reset() {
+  std::lock_guard lock(fwtf::g_mutex);
+  fwtf::g_runtime.reset();
+  return 0;
+}
+
+__attribute__((visibility("default"))) int fusewire_tf_serve(const char* config_json, char* err, std::size_t errlen) {
+  try {
+    fwtf::serve(config_json);
+    return 0;
+  } catch (const std::exception& e) {
+    return fwtf::report(e, err, errlen);
+  }
+}
+
+__attribute__((visibility("default"))) void fusewire_tf_stop_serving() { fwtf::g_stop_serving = true; }
+
+__attribute__((visibility("default"))) int fusewire_tf_shutdown_ps(char* err, std::size_t errlen) {
+  const absl::Status s = fwtf::with_client([](fwtf::client_t& c) { c.shutdown_servers(); });
+  if (s.ok()) return 0;
+  std::snprintf(err, errlen, "%s", std::string(s.message()).c_str());
+  return 1;
+}
+
+__attribute__((visibility("default"))) int fusewire_tf_barrier(std::int64_t timeout_ms, char* err, std::size_t errlen) {
+  const absl::Status s =
+      fwtf::with_client([&](fwtf::client_t& c) { c.barrier(std::chrono::milliseconds(timeout_ms)); });
+  if (s.ok()) return 0;
+  std::snprintf(err, errlen, "%s", std::string(s.message()).c_str());
+  return 1;
+}
+
+}  // extern "C"
