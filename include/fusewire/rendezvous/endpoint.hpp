@@ -115,6 +115,7 @@
 /// from a handler, an operation starts at once, with no hand-off); the
 /// blocking helpers must not be called on any of the endpoint's reactor threads.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,6 +162,7 @@
 #include <fusewire/rendezvous/detail/op_awaitable.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
+#include <fusewire/rendezvous/detail/report_signal.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
 #include <fusewire/rendezvous/detail/slot_table.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -241,6 +243,8 @@ class endpoint {
       if (t.index == 0) job_base_.emplace(t.job, position);
       ++position;
     }
+    if constexpr (observe_enabled) cells_ = std::make_unique<peer_cells[]>(spec_.size());
+    if (opts_.stall_report.count() != 0) detail::install_report_signal();
     reactor_config cfg = make_reactor_config(opts_, 1);
     cfg.count = shards_;
     group_ = std::make_unique<group_type>(cfg);
@@ -260,6 +264,7 @@ class endpoint {
       throw std::system_error(ec,
                               "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
     }
+    if (!opts_.stats_file.empty()) group_->submit(0, [this] { shard_list_[0]->arm_stats_dump(); }).get();
   }
 
   endpoint(const endpoint&) = delete;
@@ -294,6 +299,20 @@ class endpoint {
     s.frames_too_large = frames_too_large_.load(relaxed);
     return s;
   }
+  /// Per-peer counters (see peer_counters), one entry per other task of the
+  /// cluster in spec order; any thread, no hand-off to the reactors (each
+  /// counter has one writer, the peer's reactor; reads are approximate while
+  /// it runs). All zero in a build with FUSEWIRE_NO_OBSERVE.
+  std::vector<peer_counters> counters() const;
+
+  /// The operations not completed yet, oldest first, with what each waits
+  /// for (docs/observability.md). Any thread but the endpoint's reactors
+  /// (there it returns an empty list: it asks every reactor and waits).
+  std::vector<pending_operation> pending();
+
+  /// pending() as the readable block a stall report logs.
+  std::string pending_report() { return format_report("pending operations", pending()); }
+
   const cluster_spec& spec() const noexcept { return spec_; }
   /// Reactors (threads) it runs (endpoint_tuning::reactors).
   unsigned reactors() const noexcept { return shards_; }
@@ -421,6 +440,8 @@ class endpoint {
  private:
   struct send_op;
   struct recv_op;
+  /// An operation whose peer is not in the cluster (counts nowhere).
+  static constexpr std::uint32_t no_peer = 0xffffffffu;
   /// One operation checked off the reactor, ready to start on it.
   struct pending_op {
     std::shared_ptr<send_op> send;  ///< set for a send
@@ -433,8 +454,9 @@ class endpoint {
   struct peer_info {
     std::string name;
     bool known = false;
-    unsigned shard = 0;      ///< the reactor that owns it
-    std::uint64_t hash = 0;  ///< detail::peer_hash_of(name)
+    unsigned shard = 0;             ///< the reactor that owns it
+    std::uint64_t hash = 0;         ///< detail::peer_hash_of(name)
+    std::uint32_t index = no_peer;  ///< its position in the cluster spec
   };
 
  public:
@@ -494,6 +516,25 @@ class endpoint {
     return r != nullptr && &r->group() == group_.get();
   }
 
+  // Counters, stall reports and counter dumps (rendezvous/detail/observe.hpp).
+  /// One peer's counters; each has one writer (the peer's reactor), so a bump
+  /// is a plain load and store, no locked instruction.
+  struct alignas(64) peer_cells {
+    std::atomic<std::uint64_t> sends{0}, bytes_sent{0}, send_errors{0}, recvs{0}, bytes_received{0}, recv_errors{0};
+    std::atomic<std::uint64_t> tensor_frames{0}, fused_frames{0}, tensors_fused{0}, chunk_frames{0};
+    std::atomic<std::uint64_t> connects{0}, lost{0}, sends_started{0}, recvs_started{0};
+  };
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  /// The cells of the peer at `index` in spec order, or nullptr (unknown peer, or no counters built).
+  peer_cells* cells(std::uint32_t index) const noexcept {
+    if constexpr (!observe_enabled) return nullptr;
+    return index < spec_.size() ? &cells_[index] : nullptr;
+  }
+  std::uint32_t index_of(const task_id& t) const noexcept;
+  static std::string format_report(std::string_view title, std::vector<pending_operation> ops);
+
   // Which reactor owns a peer; handing operations to it (rendezvous/detail/dispatch.hpp).
   peer_info resolve(const task_id& peer) const;
   unsigned reactor_count() const noexcept;
@@ -537,6 +578,7 @@ class endpoint {
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
   std::map<std::string, unsigned, std::less<>> job_base_;  ///< a job's first task's position in spec order
+  std::unique_ptr<peer_cells[]> cells_;                    ///< one per task of the spec (counters())
   std::unique_ptr<group_type> group_;
   std::vector<std::unique_ptr<shard>> shard_list_;
   /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).
@@ -554,4 +596,5 @@ class endpoint {
 #include <fusewire/rendezvous/detail/operations.hpp>
 #include <fusewire/rendezvous/detail/shard.hpp>
 #include <fusewire/rendezvous/detail/dispatch.hpp>
+#include <fusewire/rendezvous/detail/observe.hpp>
 #include <fusewire/rendezvous/op_batch.hpp>
