@@ -105,6 +105,11 @@
 ///   another reactor, reaches the owner through that reactor's inbox. The
 ///   log sink may then be called from several reactor threads at once.
 /// - Payloads are raw bytes (described on the wire as uint8[n]).
+/// - Observability (docs/observability.md): an operation pending longer than
+///   options.stall_report is named in the log (peer, key, bytes, age, the
+///   connection, what is missing), again at doubling ages; pending() and
+///   SIGUSR1 give the same on demand; counters() per peer, dumped to
+///   options.stats_file; options.trace_file keeps a timeline of every operation.
 /// - RDMA (an rdma_transport such as verbs): a recv posted into registered
 ///   memory (allocate_registered) above options.acc_size is advertised to the
 ///   sender, which RDMA-writes the tensor straight into it; the semantics above
@@ -132,6 +137,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -163,6 +169,7 @@
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
 #include <fusewire/rendezvous/detail/report_signal.hpp>
+#include <fusewire/rendezvous/detail/trace.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
 #include <fusewire/rendezvous/detail/slot_table.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -274,6 +281,7 @@ class endpoint {
   ~endpoint() {
     close();
     group_->join();
+    write_trace();
     shard_list_.clear();
   }
 
@@ -309,6 +317,18 @@ class endpoint {
   /// for (docs/observability.md). Any thread but the endpoint's reactors
   /// (there it returns an empty list: it asks every reactor and waits).
   std::vector<pending_operation> pending();
+
+  /// Whether options.trace_file (FUSEWIRE_TRACE) is set: a timeline is kept.
+  bool tracing() const noexcept { return observe_enabled && !opts_.trace_file.empty(); }
+
+  /// Adds a span named `name` from `begin` to `end` to the timeline's "steps"
+  /// track (a PS step, a training step), with `detail` as its argument. Any
+  /// thread; nothing when not tracing().
+  void trace_mark(std::string name, clock::time_point begin, clock::time_point end, std::string detail = {}) {
+    if (!tracing()) return;
+    std::lock_guard lock(marks_mutex_);
+    marks_.add({begin, end, std::move(name), {}, std::move(detail), 0, 'm', true});
+  }
 
   /// pending() as the readable block a stall report logs.
   std::string pending_report() { return format_report("pending operations", pending()); }
@@ -534,6 +554,7 @@ class endpoint {
   }
   std::uint32_t index_of(const task_id& t) const noexcept;
   static std::string format_report(std::string_view title, std::vector<pending_operation> ops);
+  void write_trace();
 
   // Which reactor owns a peer; handing operations to it (rendezvous/detail/dispatch.hpp).
   peer_info resolve(const task_id& peer) const;
@@ -579,6 +600,9 @@ class endpoint {
   }();
   std::map<std::string, unsigned, std::less<>> job_base_;  ///< a job's first task's position in spec order
   std::unique_ptr<peer_cells[]> cells_;                    ///< one per task of the spec (counters())
+  std::mutex marks_mutex_;
+  /// trace_mark()'s spans (at most 100,000).
+  detail::trace_buffer marks_{observe_enabled && !opts_.trace_file.empty() ? std::size_t{100000} : std::size_t{0}};
   std::unique_ptr<group_type> group_;
   std::vector<std::unique_ptr<shard>> shard_list_;
   /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).

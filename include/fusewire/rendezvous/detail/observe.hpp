@@ -224,7 +224,12 @@ inline void endpoint<Transport>::shard::dump_stats() {
     out += "]}\n";
   }
   const bool replace = opts_.stats_format == "prometheus";
-  const std::string path = replace ? opts_.stats_file + ".tmp" : opts_.stats_file;
+  // "{task}" in the path names this task ("worker-0"): one setting for every task of a job.
+  std::string file = opts_.stats_file;
+  if (const auto at = file.find("{task}"); at != std::string::npos) {
+    file.replace(at, 6, ep_.self_.job + "-" + std::to_string(ep_.self_.index));
+  }
+  const std::string path = replace ? file + ".tmp" : file;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_APPEND), 0644);
   bool ok = fd >= 0;
   if (ok) {
@@ -233,10 +238,31 @@ inline void endpoint<Transport>::shard::dump_stats() {
     ok = n == static_cast<ssize_t>(out.size());
     ok = ::close(fd) == 0 && ok;
   }
-  if (ok && replace) ok = ::rename(path.c_str(), opts_.stats_file.c_str()) == 0;
+  if (ok && replace) ok = ::rename(path.c_str(), file.c_str()) == 0;
   if (!ok) {
     log_limited("stats-file", "cannot write counters to " + path + " (FUSEWIRE_STATS_FILE): " +
                                   std::error_code(errno, std::generic_category()).message());
+  }
+}
+
+// ---- timeline (options.trace_file) ----
+
+/// After the reactors stopped: every reactor's spans and the marks, one file.
+template <transport Transport>
+inline void endpoint<Transport>::write_trace() {
+  if (!tracing() || shard_list_.empty()) return;
+  std::string file = opts_.trace_file;
+  if (const auto at = file.find("{task}"); at != std::string::npos) {
+    file.replace(at, 6, self_.job + "-" + std::to_string(self_.index));
+  }
+  std::vector<detail::trace_track> tracks;
+  for (unsigned i = 0; i < shards_; ++i) {
+    tracks.push_back({static_cast<int>(i), "reactor " + std::to_string(i), &shard_list_[i]->trace()});
+  }
+  tracks.push_back({static_cast<int>(shards_), "steps", &marks_});
+  const std::uint32_t at = index_of(self_);
+  if (const std::error_code ec = detail::write_chrome_trace(file, self_.to_string(), static_cast<int>(at), tracks)) {
+    shard_list_[0]->log_line("cannot write the trace to " + file + " (FUSEWIRE_TRACE): " + ec.message());
   }
 }
 

@@ -21,7 +21,9 @@ class endpoint<Transport>::shard {
         index_(index),
         log_(std::move(log)),
         limits_(protocol::limits_for(ep.opts_.max_frame_bytes, ep.opts_.max_transfer_bytes)),
-        pool_(pool_config(ep.opts_, ep.shards_)) {
+        pool_(pool_config(ep.opts_, ep.shards_)),
+        tracing_(observe_enabled && !ep.opts_.trace_file.empty()),
+        trace_(tracing_ ? std::max<std::size_t>(1, ep.opts_.trace_events / ep.shards_) : 0) {
     identity_.self = ep.self_;
     identity_.token = ep.opts_.cluster_token;
     if (reverse_allowed()) identity_.features = protocol::feature_reverse;
@@ -111,7 +113,7 @@ class endpoint<Transport>::shard {
     if (closing_) return complete(*op, make_error_code(errc::cancelled));
     op->link(send_ops_);
     if constexpr (observe_enabled) {
-      op->started = util::coarse_now();
+      op->started = tracing_ ? clock::now() : util::coarse_now();
       if (peer_cells* c = ep_.cells(op->peer_index)) bump(c->sends_started);
     }
     out_peer& p = out_peer_of(op->peer);
@@ -149,7 +151,7 @@ class endpoint<Transport>::shard {
     if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
     op->link(recv_ops_);
     if constexpr (observe_enabled) {
-      op->started = util::coarse_now();
+      op->started = tracing_ ? clock::now() : util::coarse_now();
       if (peer_cells* c = ep_.cells(op->peer_index)) bump(c->recvs_started);
     }
     slot& s = slot_for(op->peer, op->key, op->slot_hash);
@@ -202,6 +204,7 @@ class endpoint<Transport>::shard {
           bump(c->bytes_sent, op.bytes);
         }
       }
+      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, op.bytes, 's', !ec});
       op.unlink();
     }
     op.owned.reset();
@@ -225,6 +228,7 @@ class endpoint<Transport>::shard {
           bump(c->bytes_received, b.size());
         }
       }
+      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, b.size(), 'r', !ec});
     }
     op.bound.reset();
     op.xfer.reset();
@@ -384,6 +388,10 @@ class endpoint<Transport>::shard {
  public:
   /// The operations of this shard not completed yet, with what each waits for. `min_age` filters.
   void snapshot(clock::time_point now, std::vector<pending_operation>& out, clock::duration min_age = {});
+  /// options.trace_file: this reactor's spans (read once the reactors stopped).
+  const detail::trace_buffer& trace() const noexcept { return trace_; }
+  /// Writes `line` to the endpoint's log (any thread once the reactors stopped).
+  void log_line(const std::string& line) { log(line); }
   /// options.stats_file (reactor 0's shard): dumps the counters every stats_interval.
   void arm_stats_dump();
   void dump_stats();
@@ -433,6 +441,8 @@ class endpoint<Transport>::shard {
   timer_id stall_timer_;         ///< options.stall_report: the periodic check
   timer_id stats_timer_;         ///< options.stats_file: the next counter dump
   unsigned seen_requests_ = 0;   ///< report requests (SIGUSR1) already answered
+  bool tracing_ = false;         ///< options.trace_file is set
+  detail::trace_buffer trace_;   ///< this reactor's spans
   std::set<std::string> down_;   ///< peers whose connections all broke
   std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
   std::vector<std::shared_ptr<incoming>> starved_;         ///< transfers whose buffer waits for the budget
