@@ -166,7 +166,7 @@ TEST_CASE("per-peer counters match a scripted exchange exactly; the dump files c
   wo.stats_file = (dir / "worker.jsonl").string();
   wo.stats_interval = 100ms;
   fw::options po = block_options();
-  po.stats_file = (dir / "ps.prom").string();
+  po.stats_file = (dir / "{task}.prom").string();
   po.stats_format = "prometheus";
   po.stats_interval = 100ms;
   {
@@ -228,9 +228,9 @@ TEST_CASE("per-peer counters match a scripted exchange exactly; the dump files c
   CHECK(last.find("\"task\":\"worker:0\"") != std::string::npos);
   CHECK(last.find("{\"peer\":\"ps:0\",\"sends\":4,\"bytes_sent\":1049686,\"send_errors\":0,\"recvs\":2,"
                   "\"bytes_received\":14,\"recv_errors\":1,") != std::string::npos);
-  const std::string prom = read_file(dir / "ps.prom");
+  const std::string prom = read_file(dir / "ps-0.prom");
   CHECK(prom.find("fusewire_peer_bytes_received{task=\"ps:0\",peer=\"worker:0\"} 1049686\n") != std::string::npos);
   CHECK(prom.find("fusewire_peer_recvs{task=\"ps:0\",peer=\"worker:0\"} 4\n") != std::string::npos);
-  CHECK_FALSE(std::filesystem::exists(dir / "ps.prom.tmp"));
+  CHECK_FALSE(std::filesystem::exists(dir / "ps-0.prom.tmp"));
   std::filesystem::remove_all(dir);
 }

@@ -60,7 +60,10 @@ class endpoint<Transport>::shard {
       accept();
     }
     if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
-    if (ep_.opts_.stall_report.count() != 0) arm_stall();
+    if (ep_.opts_.stall_report.count() != 0) {
+      seen_requests_ = detail::report_requests().load(std::memory_order_relaxed);  // only requests from now on
+      arm_stall();
+    }
     return {};
   }
 
