@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,6 +198,11 @@ TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected span
   CHECK(worker["otherData"]["task"] == "worker:0");
   CHECK(worker["otherData"]["dropped_events"] == 0);
   CHECK(worker["otherData"].contains("steady_to_wall_us"));
+  std::map<int, std::string> names;  // track id -> name
+  for (const auto& e : worker["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  CHECK(std::ranges::count_if(names, [](const auto& n) { return n.second == "steps"; }) == 1);
   int steps = 0, requests = 0, replies = 0, served = 0;
   double last_step_end = 0;
   for (const auto& e : worker["traceEvents"]) {
@@ -211,7 +218,7 @@ TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected span
     } else if (e["cat"] == "send" && e["args"]["key"] == "fusewire.ps/req") {
       CHECK(e["args"]["peer"] == "ps:0");
       CHECK(e["args"]["bytes"].get<std::uint64_t>() > 0);
-      CHECK(e["tid"] == 0);  // reactor 0's track
+      CHECK(names.at(e["tid"].get<int>()) == "reactor 0: send to ps:0");  // its reactor's track to that peer
       ++requests;
     } else if (e["cat"] == "recv" && e["args"]["key"] == "fusewire.ps/rep" && e["args"]["ok"] == true) {
       ++replies;

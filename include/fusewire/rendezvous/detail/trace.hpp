@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -59,7 +60,7 @@ class trace_buffer {
   std::uint64_t dropped_ = 0;
 };
 
-/// One track of the written trace: its id and name ("reactor 0", "steps").
+/// One buffer of the written trace: its track id and name ("reactor 0", "steps").
 struct trace_track {
   int tid = 0;
   std::string name;
@@ -85,12 +86,30 @@ inline std::error_code write_chrome_trace(const std::string& path, const std::st
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", task}}}});
   events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", sort_index}}}});
   std::uint64_t dropped = 0;
+  // Operations go on one track per reactor, direction and peer ("reactor 0:
+  // send to ps:1"): operations of one track rarely overlap, so the viewers
+  // stack them cleanly. Marks keep their own track.
+  std::map<std::pair<int, std::string>, int> tids;
+  int next_tid = 0;
+  for (const trace_track& t : tracks) next_tid = std::max(next_tid, t.tid + 1);
+  auto tid_of = [&](const trace_track& t, const trace_event& e) {
+    if (e.kind == 'm') return t.tid;
+    const std::string name = t.name + (e.kind == 's' ? ": send to " : ": recv from ") + e.peer;
+    auto [it, fresh] = tids.try_emplace({t.tid, name}, 0);
+    if (fresh) {
+      it->second = next_tid++;
+      events.push_back(
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", it->second}, {"args", {{"name", name}}}});
+    }
+    return it->second;
+  };
   for (const trace_track& t : tracks) {
     events.push_back(
         {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t.tid}, {"args", {{"name", t.name}}}});
     dropped += t.events->dropped();
     for (const trace_event& e : t.events->events()) {
-      json ev = {{"ph", "X"}, {"pid", pid}, {"tid", t.tid}, {"ts", us(e.begin)}, {"dur", us(e.end) - us(e.begin)}};
+      const int tid = tid_of(t, e);
+      json ev = {{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", us(e.begin)}, {"dur", us(e.end) - us(e.begin)}};
       if (e.kind == 'm') {
         ev["name"] = e.name;
         ev["cat"] = "mark";
