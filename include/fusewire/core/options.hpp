@@ -67,7 +67,7 @@ struct knob {
 /// Every environment variable options::from_env() reads. Booleans accept
 /// true/false, 1/0, yes/no, on/off (any case); sizes are decimal byte counts;
 /// a variable set to the empty string counts as unset.
-inline constexpr std::array<knob, 33> env_knobs{{
+inline constexpr std::array<knob, 39> env_knobs{{
     {"WORKER_ENABLE_POLLING", "",
      "worker reactors: true = busy-poll, false = sleep when idle; unset = adaptive (see "
      "FUSEWIRE_IDLE_POLL_US)"},
@@ -141,6 +141,20 @@ inline constexpr std::array<knob, 33> env_knobs{{
     {"FUSEWIRE_UNMATCHED_MAX_AGE_MS", "600000",
      "milliseconds a tensor that arrived for no posted receive is kept before it is dropped and "
      "counted (0 to 86400000); 0 = kept until its receive or the peer's restart"},
+    {"FUSEWIRE_STALL_MS", "5000",
+     "milliseconds an operation may stay pending before a stall report names it, then again at "
+     "doubling ages (0 to 86400000); 0 = off (SIGUSR1 snapshots too)"},
+    {"FUSEWIRE_STATS_FILE", "",
+     "path the endpoint's counters are written to every FUSEWIRE_STATS_INTERVAL_MS ({task} becomes the task, "
+     "e.g. worker-0); unset = none"},
+    {"FUSEWIRE_STATS_INTERVAL_MS", "10000", "milliseconds between counter dumps (100 to 86400000)"},
+    {"FUSEWIRE_STATS_FORMAT", "json",
+     "json appends one JSON line per dump; prometheus rewrites the file in the Prometheus text format"},
+    {"FUSEWIRE_TRACE", "",
+     "path of a Chrome trace (chrome://tracing, Perfetto) of every send and receive, written when the endpoint "
+     "closes ({task} becomes the task); unset = no trace"},
+    {"FUSEWIRE_TRACE_EVENTS", "1000000",
+     "spans a trace keeps, at most, per process (1000 to 100000000); later ones are counted, not kept"},
 }};
 
 /// Reactor count used when none is configured (and the seeds' cap).
@@ -205,6 +219,18 @@ struct options {
   std::chrono::milliseconds transfer_idle{60000};
   /// An unmatched arrival older than this is dropped; 0 = never (FUSEWIRE_UNMATCHED_MAX_AGE_MS).
   std::chrono::milliseconds unmatched_max_age{600000};
+  /// Pending operations older than this are reported, again at doubling ages; 0 = off (FUSEWIRE_STALL_MS).
+  std::chrono::milliseconds stall_report{5000};
+  /// Where counters are dumped; empty = nowhere (FUSEWIRE_STATS_FILE).
+  std::string stats_file;
+  /// Time between counter dumps (FUSEWIRE_STATS_INTERVAL_MS).
+  std::chrono::milliseconds stats_interval{10000};
+  /// Counter dump format, "json" or "prometheus" (FUSEWIRE_STATS_FORMAT).
+  std::string stats_format = "json";
+  /// Where the timeline is written; empty = no trace (FUSEWIRE_TRACE).
+  std::string trace_file;
+  /// Spans the timeline keeps, at most (FUSEWIRE_TRACE_EVENTS).
+  std::size_t trace_events = 1000000;
 
   /// Throws system_error(errc::invalid_config) naming the first bad field, its
   /// value, its environment variable and what is allowed.
@@ -250,6 +276,10 @@ struct uint_rule {
 inline constexpr uint_rule cores_rule{1, 1024, 1, false, "expected a number of cores (an integer from 1 to 1024)"};
 inline constexpr uint_rule micros_rule{0, 1000000, 1, false, "expected microseconds (an integer from 0 to 1000000)"};
 inline constexpr uint_rule millis_rule{0, 86400000, 1, false, "expected milliseconds (an integer from 0 to 86400000)"};
+inline constexpr uint_rule trace_events_rule{1000, 100000000, 1, false,
+                                             "expected a number of spans (an integer from 1000 to 100000000)"};
+inline constexpr uint_rule stats_interval_rule{100, 86400000, 1, false,
+                                               "expected milliseconds (an integer from 100 to 86400000)"};
 inline constexpr uint_rule chunk_rule{1, uint_max, 1, false,
                                       "expected a size in bytes (a positive integer such as 4194304)"};
 inline constexpr uint_rule acc_rule{1, uint_max, 1, false,
@@ -371,6 +401,12 @@ inline void options::validate() const {
   check_field("recv_peer_budget", recv_peer_budget, "FUSEWIRE_RECV_PEER_BUDGET_BYTES", budget_rule);
   check_millis("transfer_idle", transfer_idle, "FUSEWIRE_TRANSFER_IDLE_MS");
   check_millis("unmatched_max_age", unmatched_max_age, "FUSEWIRE_UNMATCHED_MAX_AGE_MS");
+  check_millis("stall_report", stall_report, "FUSEWIRE_STALL_MS");
+  check_millis("stats_interval", stats_interval, "FUSEWIRE_STATS_INTERVAL_MS", stats_interval_rule);
+  if (stats_format != "json" && stats_format != "prometheus") {
+    bad_field("stats_format", "'" + stats_format + "'", "FUSEWIRE_STATS_FORMAT", "expected json or prometheus");
+  }
+  check_field("trace_events", trace_events, "FUSEWIRE_TRACE_EVENTS", trace_events_rule);
   if (max_transfer_bytes < max_frame_bytes) {
     throw_error(errc::invalid_config, "options.max_transfer_bytes = " + std::to_string(max_transfer_bytes) +
                                           " (FUSEWIRE_MAX_TRANSFER_BYTES) is below options.max_frame_bytes = " +
@@ -467,6 +503,15 @@ inline options options::from_env(role r, const env_lookup& lookup) {
   read_size("FUSEWIRE_RECV_PEER_BUDGET_BYTES", o.recv_peer_budget, budget_rule);
   read_millis("FUSEWIRE_TRANSFER_IDLE_MS", o.transfer_idle, millis_rule);
   read_millis("FUSEWIRE_UNMATCHED_MAX_AGE_MS", o.unmatched_max_age, millis_rule);
+  read_millis("FUSEWIRE_STALL_MS", o.stall_report, millis_rule);
+  if (auto v = get("FUSEWIRE_STATS_FILE")) o.stats_file = *v;
+  read_millis("FUSEWIRE_STATS_INTERVAL_MS", o.stats_interval, stats_interval_rule);
+  if (auto v = get("FUSEWIRE_STATS_FORMAT")) {
+    if (*v != "json" && *v != "prometheus") bad_env("FUSEWIRE_STATS_FORMAT", *v, "expected json or prometheus");
+    o.stats_format = *v;
+  }
+  if (auto v = get("FUSEWIRE_TRACE")) o.trace_file = *v;
+  read_size("FUSEWIRE_TRACE_EVENTS", o.trace_events, trace_events_rule);
   o.validate();
   return o;
 }
@@ -503,6 +548,12 @@ inline std::string to_string(const options& o) {
   s += " recv_peer_budget=" + std::to_string(o.recv_peer_budget);
   s += " transfer_idle_ms=" + std::to_string(o.transfer_idle.count());
   s += " unmatched_max_age_ms=" + std::to_string(o.unmatched_max_age.count());
+  s += " stall_ms=" + std::to_string(o.stall_report.count());
+  s += " stats_file=" + (o.stats_file.empty() ? std::string("unset") : o.stats_file);
+  s += " stats_interval_ms=" + std::to_string(o.stats_interval.count());
+  s += " stats_format=" + o.stats_format;
+  s += " trace=" + (o.trace_file.empty() ? std::string("unset") : o.trace_file);
+  s += " trace_events=" + std::to_string(o.trace_events);
   return s;
 }
 

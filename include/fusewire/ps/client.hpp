@@ -106,6 +106,7 @@ class client {
         (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
     events_ = std::make_shared<event_queue>();
     log_ = log;
+    stall_ = opts.stall_report;
     ep_ = std::make_unique<endpoint_type>(
         std::move(self), std::move(spec),
         rendezvous::endpoint_config<Transport>{
@@ -236,6 +237,7 @@ class client {
   struct ps_plan {
     request_builder rb;
     std::vector<sink> sinks;
+    std::vector<std::uint32_t> vars;  ///< the variables it pulls or pushes (stall reports)
   };
 
   struct attempt {
@@ -292,6 +294,8 @@ class client {
   /// posted at a time.
   bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
                 std::string& why);
+  /// Logs which PS tasks (and variables) the exchange begun at `start` still waits for.
+  void report_stall(const std::vector<attempt>& attempts, clock::time_point start, clock::time_point now);
 
   // ---- control requests (detail/client_control.hpp) ----
   /// save_checkpoint() and shutdown_servers(): a request with `flags` to every PS.
@@ -308,6 +312,7 @@ class client {
   std::vector<std::uint64_t> seq_, ps_step_, want_;
   std::vector<std::uint64_t> ps_incarnation_;  ///< each PS's process as last seen; 0 = no reply yet
   rendezvous::log_sink log_;                   ///< a copy of the endpoint's
+  std::chrono::milliseconds stall_{};          ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
   std::vector<bool> recv_outstanding_;
   std::uint64_t incarnation_ = 0;
   std::uint64_t barrier_generation_ = 0;

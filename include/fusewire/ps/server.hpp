@@ -89,8 +89,10 @@ class server {
     // handlers must run on the same thread (NETWORK_PS_CORE_NUMBER does not apply).
     ep_ = std::make_unique<endpoint_type>(
         std::move(self), std::move(spec),
-        rendezvous::endpoint_config<Transport>{
-            .options = std::move(opts), .tuning = {.reactors = 1}, .transport = std::move(t), .log = std::move(log)});
+        rendezvous::endpoint_config<Transport>{.options = std::move(opts),
+                                               .tuning = {.reactors = 1, .idle_keys = {std::string(request_key)}},
+                                               .transport = std::move(t),
+                                               .log = std::move(log)});
     for (std::uint32_t w = 0; w < workers_.size(); ++w) post_recv(w);
     housekeeping_ = std::thread([this] { housekeep(); });
   }

@@ -1,12 +1,15 @@
 #pragma once
 /// What a rendezvous::endpoint is made with (endpoint_config: options, tuning,
-/// transport, log sink) and the counters it reports (endpoint_stats).
+/// transport, log sink) and what it reports: counters (endpoint_stats,
+/// peer_counters) and the operations it waits on (pending_operation).
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fusewire/core/options.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -37,6 +40,53 @@ struct endpoint_stats {
   std::uint64_t frames_too_large = 0;  ///< frames or transfers above max_frame_bytes / max_transfer_bytes (closed)
 };
 
+/// False when built with FUSEWIRE_NO_OBSERVE defined: the per-peer counters
+/// and the operations' start stamps are compiled out (stall reports then give
+/// no ages and peer_counters stay zero). For measuring what they cost.
+#if defined(FUSEWIRE_NO_OBSERVE)
+inline constexpr bool observe_enabled = false;
+#else
+inline constexpr bool observe_enabled = true;
+#endif
+
+/// Counters of the traffic with one peer (endpoint::counters()); each is
+/// written by the reactor that owns the peer and read from any thread.
+struct peer_counters {
+  std::string peer;                      ///< task name, e.g. "ps:0"
+  std::uint64_t sends = 0;               ///< sends completed without error
+  std::uint64_t bytes_sent = 0;          ///< their payload bytes
+  std::uint64_t send_errors = 0;         ///< sends completed with an error (timeouts, resets, cancels)
+  std::uint64_t recvs = 0;               ///< receives completed without error
+  std::uint64_t bytes_received = 0;      ///< their payload bytes
+  std::uint64_t recv_errors = 0;         ///< receives completed with an error
+  std::uint64_t tensor_frames_sent = 0;  ///< frames carrying one tensor
+  std::uint64_t fused_frames_sent = 0;   ///< frames carrying several small tensors
+  std::uint64_t tensors_fused = 0;       ///< tensors inside those (tensors per fused frame = this / fused_frames_sent)
+  std::uint64_t chunk_frames_sent = 0;   ///< chunk frames of large tensors
+  std::uint64_t connects = 0;            ///< connections made to it (handshake done); above 1 = reconnects
+  std::uint64_t connections_lost = 0;    ///< times its connections broke (not counting an orderly close)
+  std::uint64_t pending_sends = 0;       ///< sends started, not completed (a queue depth)
+  std::uint64_t pending_recvs = 0;       ///< receives started, not completed
+};
+
+/// One send or receive an endpoint has not completed (endpoint::pending(),
+/// stall reports): what it is, how long it has waited and what it waits for.
+struct pending_operation {
+  bool is_send = false;
+  std::string peer;  ///< task name
+  std::string key;
+  std::uint64_t bytes = 0;          ///< a send's payload, a receive's destination (0: none posted)
+  std::chrono::milliseconds age{};  ///< since it started on its reactor
+  /// Where it is, e.g. "waiting for a connection", "in a fusion batch",
+  /// "written, not yet taken by the kernel", "waiting for the tensor".
+  std::string stage;
+  /// The peer's connection: "connected", "connecting", "reconnecting",
+  /// "handshaking", "closed" or "refused".
+  std::string connection;
+  std::string last_error;  ///< the last error on the peer's connections ("" if none)
+  std::string missing;     ///< which side is missing, in words
+};
+
 /// Endpoint settings that `options` does not carry.
 struct endpoint_tuning {
   /// Connections per peer that the chunks of one large tensor are striped over
@@ -59,6 +109,10 @@ struct endpoint_tuning {
   /// the number of peers. Transports whose connections cannot move between
   /// reactors (handoff_transport), RDMA ones among them, always run 1.
   unsigned reactors = 0;
+  /// Keys whose receives wait for requests that may come at any time (a
+  /// server's request key): stall reports leave them out (pending() still
+  /// lists them).
+  std::vector<std::string> idle_keys{};
 };
 
 /// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.

@@ -105,6 +105,11 @@
 ///   another reactor, reaches the owner through that reactor's inbox. The
 ///   log sink may then be called from several reactor threads at once.
 /// - Payloads are raw bytes (described on the wire as uint8[n]).
+/// - Observability (docs/observability.md): an operation pending longer than
+///   options.stall_report is named in the log (peer, key, bytes, age, the
+///   connection, what is missing), again at doubling ages; pending() and
+///   SIGUSR1 give the same on demand; counters() per peer, dumped to
+///   options.stats_file; options.trace_file keeps a timeline of every operation.
 /// - RDMA (an rdma_transport such as verbs): a recv posted into registered
 ///   memory (allocate_registered) above options.acc_size is advertised to the
 ///   sender, which RDMA-writes the tensor straight into it; the semantics above
@@ -115,6 +120,7 @@
 /// from a handler, an operation starts at once, with no hand-off); the
 /// blocking helpers must not be called on any of the endpoint's reactor threads.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -131,6 +137,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -161,6 +168,8 @@
 #include <fusewire/rendezvous/detail/op_awaitable.hpp>
 #include <fusewire/rendezvous/detail/op_blocks.hpp>
 #include <fusewire/rendezvous/detail/rdma_direct.hpp>
+#include <fusewire/rendezvous/detail/report_signal.hpp>
+#include <fusewire/rendezvous/detail/trace.hpp>
 #include <fusewire/rendezvous/detail/segments.hpp>
 #include <fusewire/rendezvous/detail/slot_table.hpp>
 #include <fusewire/transport/concepts.hpp>
@@ -241,6 +250,8 @@ class endpoint {
       if (t.index == 0) job_base_.emplace(t.job, position);
       ++position;
     }
+    if constexpr (observe_enabled) cells_ = std::make_unique<peer_cells[]>(spec_.size());
+    if (opts_.stall_report.count() != 0) detail::install_report_signal();
     reactor_config cfg = make_reactor_config(opts_, 1);
     cfg.count = shards_;
     group_ = std::make_unique<group_type>(cfg);
@@ -260,6 +271,7 @@ class endpoint {
       throw std::system_error(ec,
                               "rendezvous endpoint " + self_.to_string() + ": cannot listen on " + here.to_string());
     }
+    if (!opts_.stats_file.empty()) group_->submit(0, [this] { shard_list_[0]->arm_stats_dump(); }).get();
   }
 
   endpoint(const endpoint&) = delete;
@@ -269,6 +281,7 @@ class endpoint {
   ~endpoint() {
     close();
     group_->join();
+    write_trace();
     shard_list_.clear();
   }
 
@@ -294,6 +307,32 @@ class endpoint {
     s.frames_too_large = frames_too_large_.load(relaxed);
     return s;
   }
+  /// Per-peer counters (see peer_counters), one entry per other task of the
+  /// cluster in spec order; any thread, no hand-off to the reactors (each
+  /// counter has one writer, the peer's reactor; reads are approximate while
+  /// it runs). All zero in a build with FUSEWIRE_NO_OBSERVE.
+  std::vector<peer_counters> counters() const;
+
+  /// The operations not completed yet, oldest first, with what each waits
+  /// for (docs/observability.md). Any thread but the endpoint's reactors
+  /// (there it returns an empty list: it asks every reactor and waits).
+  std::vector<pending_operation> pending();
+
+  /// Whether options.trace_file (FUSEWIRE_TRACE) is set: a timeline is kept.
+  bool tracing() const noexcept { return observe_enabled && !opts_.trace_file.empty(); }
+
+  /// Adds a span named `name` from `begin` to `end` to the timeline's "steps"
+  /// track (a PS step, a training step), with `detail` as its argument. Any
+  /// thread; nothing when not tracing().
+  void trace_mark(std::string name, clock::time_point begin, clock::time_point end, std::string detail = {}) {
+    if (!tracing()) return;
+    std::lock_guard lock(marks_mutex_);
+    marks_.add({begin, end, std::move(name), {}, std::move(detail), 0, 'm', true});
+  }
+
+  /// pending() as the readable block a stall report logs.
+  std::string pending_report() { return format_report("pending operations", pending()); }
+
   const cluster_spec& spec() const noexcept { return spec_; }
   /// Reactors (threads) it runs (endpoint_tuning::reactors).
   unsigned reactors() const noexcept { return shards_; }
@@ -421,6 +460,8 @@ class endpoint {
  private:
   struct send_op;
   struct recv_op;
+  /// An operation whose peer is not in the cluster (counts nowhere).
+  static constexpr std::uint32_t no_peer = 0xffffffffu;
   /// One operation checked off the reactor, ready to start on it.
   struct pending_op {
     std::shared_ptr<send_op> send;  ///< set for a send
@@ -433,8 +474,9 @@ class endpoint {
   struct peer_info {
     std::string name;
     bool known = false;
-    unsigned shard = 0;      ///< the reactor that owns it
-    std::uint64_t hash = 0;  ///< detail::peer_hash_of(name)
+    unsigned shard = 0;             ///< the reactor that owns it
+    std::uint64_t hash = 0;         ///< detail::peer_hash_of(name)
+    std::uint32_t index = no_peer;  ///< its position in the cluster spec
   };
 
  public:
@@ -494,6 +536,26 @@ class endpoint {
     return r != nullptr && &r->group() == group_.get();
   }
 
+  // Counters, stall reports and counter dumps (rendezvous/detail/observe.hpp).
+  /// One peer's counters; each has one writer (the peer's reactor), so a bump
+  /// is a plain load and store, no locked instruction.
+  struct alignas(64) peer_cells {
+    std::atomic<std::uint64_t> sends{0}, bytes_sent{0}, send_errors{0}, recvs{0}, bytes_received{0}, recv_errors{0};
+    std::atomic<std::uint64_t> tensor_frames{0}, fused_frames{0}, tensors_fused{0}, chunk_frames{0};
+    std::atomic<std::uint64_t> connects{0}, lost{0}, sends_started{0}, recvs_started{0};
+  };
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  /// The cells of the peer at `index` in spec order, or nullptr (unknown peer, or no counters built).
+  peer_cells* cells(std::uint32_t index) const noexcept {
+    if constexpr (!observe_enabled) return nullptr;
+    return index < spec_.size() ? &cells_[index] : nullptr;
+  }
+  std::uint32_t index_of(const task_id& t) const noexcept;
+  static std::string format_report(std::string_view title, std::vector<pending_operation> ops);
+  void write_trace();
+
   // Which reactor owns a peer; handing operations to it (rendezvous/detail/dispatch.hpp).
   peer_info resolve(const task_id& peer) const;
   unsigned reactor_count() const noexcept;
@@ -537,6 +599,10 @@ class endpoint {
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
   std::map<std::string, unsigned, std::less<>> job_base_;  ///< a job's first task's position in spec order
+  std::unique_ptr<peer_cells[]> cells_;                    ///< one per task of the spec (counters())
+  std::mutex marks_mutex_;
+  /// trace_mark()'s spans (at most 100,000).
+  detail::trace_buffer marks_{observe_enabled && !opts_.trace_file.empty() ? std::size_t{100000} : std::size_t{0}};
   std::unique_ptr<group_type> group_;
   std::vector<std::unique_ptr<shard>> shard_list_;
   /// Batched operation records, reused from step to step (see detail/op_blocks.hpp).
@@ -554,4 +620,5 @@ class endpoint {
 #include <fusewire/rendezvous/detail/operations.hpp>
 #include <fusewire/rendezvous/detail/shard.hpp>
 #include <fusewire/rendezvous/detail/dispatch.hpp>
+#include <fusewire/rendezvous/detail/observe.hpp>
 #include <fusewire/rendezvous/op_batch.hpp>

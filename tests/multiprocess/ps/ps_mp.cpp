@@ -11,6 +11,8 @@
 //   ps_mp restart     a PS is SIGKILLed mid-training and restarted from its checkpoint; the worker
 //                     keeps going (its steps retry) and ends with exactly the reference values
 //   ps_mp dead        a PS dies for good: the worker's step fails with timed_out within its deadline
+//   ps_mp stall       a PS is stopped (SIGSTOP): the worker's stall report names it, the variables
+//                     its step waits on and the age, at the threshold, then at doubling ages
 //   ps_mp barrier     2 PS + 3 workers arriving at different times meet at client::barrier() twice;
 //                     past each one, every worker sees every other worker's pushes from before it
 //   ps_mp barrier_timeout  one of 2 workers never comes: barrier() fails with timed_out by its timeout
@@ -36,6 +38,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -541,6 +544,72 @@ int run_dead() {
   return ok ? 0 : 1;
 }
 
+// ---- stall ---------------------------------------------------------------------------
+
+// A PS stopped (SIGSTOP) mid-training: the worker's stall report names it, the
+// variables its step waits on there, and the age, at the threshold.
+int stall_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const signal_pipe& stopped) {
+  const auto m = semantics_model();
+  auto co = client_opts();
+  co.options.stall_report = 300ms;
+  co.step_timeout = 2500ms;
+  co.retry_interval = 1000ms;
+  std::mutex mu;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> lines;
+  co.log = [&](std::string_view l) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(std::chrono::steady_clock::now(), std::string(l));
+  };
+  ps::client<transport> cl({"worker", 0}, spec, m, co);
+  (void)cl.pull("w");
+  ready.notify();
+  EXPECT(stopped.wait(20000));
+  ps::batch b;
+  b.pull("w");
+  b.pull("b");
+  std::error_code ec;
+  const auto start = std::chrono::steady_clock::now();
+  cl.run(b, ec);
+  EXPECT(ec == fw::make_error_code(fw::errc::timed_out));
+  std::lock_guard lock(mu);
+  std::size_t reports = 0;
+  for (const auto& [when, l] : lines) {
+    if (l.find("ps client worker:0: stall report") == std::string::npos) continue;
+    std::printf("%s\n", l.c_str());
+    if (reports++ != 0) continue;
+    // The first: at the threshold (plus scheduling slack), naming the stopped PS and its variables.
+    EXPECT(when - start >= 290ms);
+    EXPECT(when - start < 300ms + 1000ms);
+    EXPECT(l.find("a step has waited 0.3") != std::string::npos);
+    EXPECT(l.find("ps:1: no reply; variables ") != std::string::npos);
+    const std::string ps1 = l.substr(l.find("ps:1: no reply"));
+    EXPECT(ps1.find("w") != std::string::npos);
+    EXPECT(ps1.find("connection connected") != std::string::npos);
+    EXPECT(ps1.find("missing: ps:1's reply") != std::string::npos);
+  }
+  // At 0.3 s, 0.6 s and 1.2 s (2.4 s may race the 2.5 s deadline); a loaded
+  // machine may push the third past the deadline, so two show the repetition.
+  EXPECT(reports >= 2 && reports <= 4);
+  return 0;
+}
+
+int run_stall() {
+  const auto spec = setup::cluster(2, 1);
+  const auto m = semantics_model();
+  signal_pipe ready, stopped;
+  const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
+  const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
+  const pid_t w0 = spawn(60, [&] { return stall_worker(spec, ready, stopped); });
+  bool ok = ready.wait(30000);
+  ::kill(p1, SIGSTOP);
+  stopped.notify();
+  ok = succeeded(w0, "worker:0") && ok;
+  ::kill(p1, SIGCONT);
+  fusewire::test::kill_and_reap(p0);
+  fusewire::test::kill_and_reap(p1);
+  return ok ? 0 : 1;
+}
+
 // ---- barrier -------------------------------------------------------------------------
 
 constexpr unsigned barrier_workers = 3;
@@ -652,9 +721,10 @@ int run_serve_signal() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|barrier|barrier_timeout|serve_signal\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|stall|barrier|barrier_timeout|serve_signal\n",
+        argv[0]);
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -675,15 +745,18 @@ int main(int argc, char** argv) {
     rc = run_dead();
   else if (scenario == "barrier")
     rc = run_barrier();
+  else if (scenario == "stall")
+    rc = run_stall();
   else if (scenario == "barrier_timeout")
     rc = run_barrier_timeout();
   else if (scenario == "serve_signal")
     rc = run_serve_signal();
   else {
-    std::fprintf(stderr,
-                 "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, barrier, "
-                 "barrier_timeout, serve_signal)\n",
-                 argv[1]);
+    std::fprintf(
+        stderr,
+        "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, stall, barrier, "
+        "barrier_timeout, serve_signal)\n",
+        argv[1]);
     return 2;
   }
   std::printf("%s: %s\n", argv[1], rc == 0 ? "passed" : "FAILED");

@@ -236,7 +236,8 @@ TEST_CASE("every knob reaches its field") {
         "rdma_buf_size=10737418240 pool_size=1048576 pool_block_size=4096 connect_timeout_ms=0 keepalive_ms=250 "
         "cluster_token=set max_frame_bytes=4096 insecure=true handshake_timeout_ms=1500 max_pending_handshakes=64 "
         "max_pending_per_source=4 max_transfer_bytes=1048576 recv_budget=8388608 recv_peer_budget=4194304 "
-        "transfer_idle_ms=2000 unmatched_max_age_ms=0");
+        "transfer_idle_ms=2000 unmatched_max_age_ms=0 stall_ms=5000 stats_file=unset stats_interval_ms=10000 "
+        "stats_format=json trace=unset trace_events=1000000");
 }
 
 TEST_CASE("bad environment values: exact messages naming the variable, the value and what is allowed") {
@@ -399,4 +400,42 @@ TEST_CASE("from_env(role) reads the process environment") {
   const options o = options::from_env(role::worker);
   ::unsetenv("FUSEWIRE_KEEPALIVE_MS");
   CHECK(o.keepalive == 1234ms);
+}
+
+TEST_CASE("observability knobs: stall threshold and counter dumps reach their fields and are checked") {
+  const options o = from({{"FUSEWIRE_STALL_MS", "0"},
+                          {"FUSEWIRE_STATS_FILE", "/tmp/fw.prom"},
+                          {"FUSEWIRE_STATS_INTERVAL_MS", "100"},
+                          {"FUSEWIRE_STATS_FORMAT", "prometheus"},
+                          {"FUSEWIRE_TRACE", "/tmp/{task}.json"},
+                          {"FUSEWIRE_TRACE_EVENTS", "5000"}});
+  CHECK(o.stall_report == 0ms);
+  CHECK(o.stats_file == "/tmp/fw.prom");
+  CHECK(o.stats_interval == 100ms);
+  CHECK(o.stats_format == "prometheus");
+  CHECK(o.trace_file == "/tmp/{task}.json");
+  CHECK(o.trace_events == 5000);
+  CHECK(fusewire::to_string(o).ends_with(
+      "stall_ms=0 stats_file=/tmp/fw.prom stats_interval_ms=100 stats_format=prometheus trace=/tmp/{task}.json "
+      "trace_events=5000"));
+  CHECK(env_error({{"FUSEWIRE_STALL_MS", "5s"}}) ==
+        "FUSEWIRE_STALL_MS='5s': expected milliseconds (an integer from 0 to 86400000)" + std::string(suffix));
+  CHECK(env_error({{"FUSEWIRE_STATS_INTERVAL_MS", "10"}}) ==
+        "FUSEWIRE_STATS_INTERVAL_MS='10': expected milliseconds (an integer from 100 to 86400000)" +
+            std::string(suffix));
+  CHECK(env_error({{"FUSEWIRE_TRACE_EVENTS", "10"}}) ==
+        "FUSEWIRE_TRACE_EVENTS='10': expected a number of spans (an integer from 1000 to 100000000)" +
+            std::string(suffix));
+  CHECK(env_error({{"FUSEWIRE_STATS_FORMAT", "csv"}}) ==
+        "FUSEWIRE_STATS_FORMAT='csv': expected json or prometheus" + std::string(suffix));
+  options bad;
+  bad.stats_format = "xml";
+  CHECK(validate_error(bad) ==
+        "options.stats_format = 'xml' (FUSEWIRE_STATS_FORMAT): expected json or prometheus" + std::string(suffix));
+  bad = options{};
+  bad.stall_report = -1ms;
+  CHECK(validate_error(bad) ==
+        "options.stall_report = -1 (FUSEWIRE_STALL_MS): expected milliseconds (an integer "
+        "from 0 to 86400000)" +
+            std::string(suffix));
 }

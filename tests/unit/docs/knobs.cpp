@@ -125,6 +125,7 @@ constexpr std::string_view recv_budget = "include/fusewire/rendezvous/detail/rec
 constexpr std::string_view accept = "include/fusewire/rendezvous/detail/accept.hpp";
 constexpr std::string_view shard = "include/fusewire/rendezvous/detail/shard.hpp";
 constexpr std::string_view verbs_cfg = "include/fusewire/transport/verbs/config.hpp";
+constexpr std::string_view observe = "include/fusewire/rendezvous/detail/observe.hpp";
 
 constexpr consumer consumers[] = {
     {"WORKER_ENABLE_POLLING", reactor_cfg, "cfg.mode = o.mode;"},
@@ -164,6 +165,12 @@ constexpr consumer consumers[] = {
     {"FUSEWIRE_RECV_PEER_BUDGET_BYTES", recv_budget, "a.held + n > o.recv_peer_budget"},
     {"FUSEWIRE_TRANSFER_IDLE_MS", recv_budget, "if (o.transfer_idle.count() != 0)"},
     {"FUSEWIRE_UNMATCHED_MAX_AGE_MS", recv_budget, "const auto age = ep_.opts_.unmatched_max_age;"},
+    {"FUSEWIRE_STALL_MS", shard, "if (ep_.opts_.stall_report.count() != 0) {"},
+    {"FUSEWIRE_STATS_FILE", "include/fusewire/rendezvous/endpoint.hpp", "if (!opts_.stats_file.empty())"},
+    {"FUSEWIRE_STATS_INTERVAL_MS", observe, "reactor_->run_after(ep_.opts_.stats_interval,"},
+    {"FUSEWIRE_STATS_FORMAT", observe, "if (opts_.stats_format == \"prometheus\") {"},
+    {"FUSEWIRE_TRACE", shard, "tracing_(observe_enabled && !ep.opts_.trace_file.empty())"},
+    {"FUSEWIRE_TRACE_EVENTS", shard, "ep.opts_.trace_events / ep.shards_"},
 };
 
 }  // namespace

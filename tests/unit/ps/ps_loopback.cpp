@@ -3,8 +3,13 @@
 #include <fusewire/transport/asio_tcp.hpp>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,5 +165,74 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   ps1.stop();
   // the fused push step, plus the unfused client's push of 'b' on the PS that holds it
   CHECK(ps0.state().global_step() + ps1.state().global_step() == 3);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected spans") {
+  const auto spec = fw::test::loopback_cluster(1, 1);
+  const auto m = model();
+  const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_trace_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  fw::options o = test_options();
+  o.trace_file = (dir / "{task}.json").string();
+  {
+    ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = o});
+    ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, {.options = o, .step_timeout = 20000ms});
+    for (int step = 0; step < 3; ++step) {
+      ps::batch b;
+      (void)b.pull("w");
+      b.push("b", std::vector<float>(4, 1.0f));
+      cl.run(b);
+    }
+    cl.shutdown_servers();
+    ps0.wait();
+  }  // destroyed: each writes its trace
+  auto load = [&](const char* name) {
+    std::ifstream f(dir / name);
+    REQUIRE_MESSAGE(f.good(), "no trace file " << name);
+    return nlohmann::json::parse(f);  // throws (fails the test) unless it is JSON
+  };
+  const auto worker = load("worker-0.json");
+  const auto ps = load("ps-0.json");
+  CHECK(worker["otherData"]["task"] == "worker:0");
+  CHECK(worker["otherData"]["dropped_events"] == 0);
+  CHECK(worker["otherData"].contains("steady_to_wall_us"));
+  std::map<int, std::string> names;  // track id -> name
+  for (const auto& e : worker["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  CHECK(std::ranges::count_if(names, [](const auto& n) { return n.second == "steps"; }) == 1);
+  int steps = 0, requests = 0, replies = 0, served = 0;
+  double last_step_end = 0;
+  for (const auto& e : worker["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    CHECK(e["dur"].get<double>() >= 0);
+    if (e["cat"] == "mark") {
+      CHECK(e["args"]["detail"] == "requests to ps:0");
+      if (e["name"] == "ps control") continue;  // shutdown_servers()
+      CHECK(e["name"] == "ps step");
+      CHECK(e["ts"].get<double>() >= last_step_end);  // one after the other
+      last_step_end = e["ts"].get<double>() + e["dur"].get<double>();
+      ++steps;
+    } else if (e["cat"] == "send" && e["args"]["key"] == "fusewire.ps/req") {
+      CHECK(e["args"]["peer"] == "ps:0");
+      CHECK(e["args"]["bytes"].get<std::uint64_t>() > 0);
+      CHECK(names.at(e["tid"].get<int>()) == "reactor 0: send to ps:0");  // its reactor's track to that peer
+      ++requests;
+    } else if (e["cat"] == "recv" && e["args"]["key"] == "fusewire.ps/rep" && e["args"]["ok"] == true) {
+      ++replies;
+    }
+  }
+  CHECK(steps == 3);
+  CHECK(requests == 4);  // 3 steps and the shutdown
+  CHECK(replies == 4);
+  for (const auto& e : ps["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "recv" && e["args"]["key"] == "fusewire.ps/req" && e["args"]["ok"] == true) {
+      CHECK(e["args"]["peer"] == "worker:0");
+      ++served;
+    }
+  }
+  CHECK(served == 4);
   std::filesystem::remove_all(dir);
 }

@@ -40,9 +40,15 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
   }
   std::size_t left = attempts.size();
   std::deque<event> got;
+  // Stall reports: at stall_, then each time the wait doubled.
+  clock::duration report_at = stall_;
   for (;;) {
     if (left == 0) return true;
     auto now = clock::now();
+    if (stall_.count() != 0 && now - start >= report_at) {
+      report_stall(attempts, start, now);
+      while (report_at <= now - start) report_at *= 2;
+    }
     if (now >= deadline) {
       for (const attempt& a : attempts) {
         if (a.done) continue;
@@ -53,6 +59,7 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
       }
     }
     auto wake = deadline;
+    if (stall_.count() != 0) wake = std::min(wake, start + report_at);
     for (std::size_t i = 0; i < attempts.size(); ++i) {
       attempt& a = attempts[i];
       if (a.done || !a.need_send) continue;
@@ -161,6 +168,56 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
     }
     got.clear();
   }
+}
+
+template <transport Transport>
+void client<Transport>::report_stall(const std::vector<attempt>& attempts, clock::time_point start,
+                                     clock::time_point now) {
+  auto age = [](clock::duration d) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    std::string frac = std::to_string(ms % 1000);
+    return std::to_string(ms / 1000) + "." + std::string(3 - frac.size(), '0') + frac + " s";
+  };
+  std::size_t waiting = 0;
+  for (const attempt& a : attempts) waiting += a.done ? 0 : 1;
+  std::string s = "ps client " + ep_->self().to_string() + ": stall report: a step has waited " + age(now - start) +
+                  " (FUSEWIRE_STALL_MS = " + std::to_string(stall_.count()) + ") for " + std::to_string(waiting) +
+                  " of " + std::to_string(attempts.size()) + " PS requests";
+  // The endpoint's view of each PS connection (asked once, from this thread).
+  const std::vector<rendezvous::pending_operation> ops = ep_->pending();
+  for (const attempt& a : attempts) {
+    const std::string who = ps_tasks_[a.ps].to_string();
+    s += "\n  " + who + ": ";
+    if (a.done) {
+      s += "answered";
+      continue;
+    }
+    std::string vars;
+    if (a.plan != nullptr) {
+      std::vector<std::uint32_t> v = a.plan->vars;
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      std::size_t shown = 0;
+      for (const std::uint32_t var : v) {
+        if (shown++ == 16) {
+          vars += ", ... (" + std::to_string(v.size()) + " in all)";
+          break;
+        }
+        vars += (vars.empty() ? "" : ", ") + model_.variables[var].name;
+      }
+    }
+    s += "no reply; variables " + (vars.empty() ? std::string("(none: a control request)") : vars) + "; request " +
+         std::to_string(a.request.size()) + " B, seq " + std::to_string(a.seq) + ", last sent " +
+         age(now - a.last_send) + " ago";
+    if (a.last_error) s += ", last error: " + a.last_error.message();
+    for (const rendezvous::pending_operation& o : ops) {
+      if (o.peer != who) continue;
+      s += "; connection " + o.connection + (o.last_error.empty() ? "" : " (last error: " + o.last_error + ")");
+      break;
+    }
+    s += "; missing: " + who + "'s reply";
+  }
+  rendezvous::write_log(log_, s);  // to stderr without a sink: a stall must be seen
 }
 
 }  // namespace ps

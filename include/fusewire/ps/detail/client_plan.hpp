@@ -73,6 +73,7 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
       for (std::uint32_t s = 0; s < slices.size(); ++s) {
         const slice_info& si = slices[s];
         ps_plan& pl = plans[si.ps];
+        pl.vars.push_back(var);
         const auto first = static_cast<std::size_t>(si.element_begin),
                    count = static_cast<std::size_t>(si.element_count);
         if (it.kind == op::pull_dense) {
@@ -110,9 +111,11 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
           if (fresh) ids.push_back(it.ids[k]);
           pos.emplace_back(k, at->second);
         }
+        plans[0].vars.push_back(var);
         plans[0].rb.pull_rows(var, ids);
         plans[0].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids.size() * dim, &pos, dim});
       } else {
+        plans[0].vars.push_back(var);
         plans[0].rb.push_rows(var, it.ids, it.values);
       }
       continue;
@@ -141,6 +144,7 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
     }
     for (std::uint32_t p = 0; p < num_ps; ++p) {
       if (ids_of[p] == nullptr) continue;
+      plans[p].vars.push_back(var);
       if (it.kind == op::pull_rows) {
         plans[p].rb.pull_rows(var, *ids_of[p]);
         plans[p].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids_of[p]->size() * dim, pos_of[p], dim});

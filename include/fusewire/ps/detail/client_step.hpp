@@ -69,7 +69,15 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
     }
   }
   std::string why;
-  if (!exchange(attempts, copts_.step_timeout, ec, why)) {
+  const auto step_begin = clock::now();
+  const bool answered = exchange(attempts, copts_.step_timeout, ec, why);
+  if (ep_->tracing()) {
+    std::string to;
+    for (const attempt& a : attempts) to += (to.empty() ? "" : ", ") + ps_tasks_[a.ps].to_string();
+    ep_->trace_mark(control_flags == 0 ? "ps step" : "ps control", step_begin, clock::now(),
+                    "requests to " + to + (answered ? std::string() : "; failed: " + why));
+  }
+  if (!answered) {
     b.error_ = std::move(why);
     return;
   }

@@ -37,6 +37,7 @@ inline void endpoint<Transport>::shard::connect(out_peer& p) {
           if (closing_) return ch->close();
           reactor_->cancel(deadline);
           if (e) {
+            pp->last_error = e;
             ch->close();
             if (e == make_error_code(errc::auth_failed)) {
               // Permanent: the same token will be refused again, so no retry storm.
@@ -56,8 +57,10 @@ inline void endpoint<Transport>::shard::connect(out_peer& p) {
           pp->ch = ch;
           pp->ready = true;
           pp->connecting = false;
+          pp->was_connected = true;
           pp->last_write = util::coarse_now();
           ep_.made_.fetch_add(1, std::memory_order_relaxed);
+          if (peer_cells* c = ep_.cells(pp->index)) bump(c->connects);
           watch_lane(*pp, ch, who.incarnation);
           auto waiting = std::move(pp->waiting);
           for (auto& op : waiting) {
@@ -70,6 +73,7 @@ inline void endpoint<Transport>::shard::connect(out_peer& p) {
 template <transport Transport>
 inline void endpoint<Transport>::shard::retry(out_peer& p, std::error_code ec) {
   const auto limit = ep_.opts_.connect_timeout;
+  p.last_error = ec;
   if (limit.count() != 0 && clock::now() + p.backoff - p.first_attempt > limit) {
     p.connecting = false;
     (void)ec;
@@ -150,6 +154,9 @@ inline void endpoint<Transport>::shard::drop_outbound(out_peer& p, const std::sh
   unanswered_.erase(ch.get());
   const bool ours = p.ch == ch || std::find(p.extra.begin(), p.extra.end(), ch) != p.extra.end();
   if (!ours) return;
+  if (p.ready) {
+    if (peer_cells* c = ep_.cells(p.index)) bump(c->lost);
+  }
   if (p.ch) {
     p.ch->close();
     unanswered_.erase(p.ch.get());

@@ -21,7 +21,10 @@ inline auto endpoint<Transport>::resolve(const task_id& peer) const -> peer_info
   thread_local last_answer last;
   if (last.endpoint == serial_ && last.index == peer.index && last.job == peer.job) return last.info;
   peer_info info{peer.to_string(), spec_.contains(peer), 0, 0};
-  if (info.known) info.shard = shard_of(peer);
+  if (info.known) {
+    info.shard = shard_of(peer);
+    info.index = index_of(peer);
+  }
   info.hash = detail::peer_hash_of(info.name);
   last.endpoint = 0;  // until the whole answer is stored
   last.index = peer.index;
@@ -86,9 +89,11 @@ template <transport Transport>
 inline auto endpoint<Transport>::prepare_send(const peer_info& peer, std::string key, std::shared_ptr<send_op> op,
                                               send_handler h, clock::duration timeout) -> pending_op {
   op->peer = peer.name;
+  op->peer_index = peer.index;
   op->h = std::move(h);
   pending_op p;
   p.error = check_send(peer, key, *op);
+  op->bytes = total_size(op->sg.view());
   if (!p.error) op->key = std::move(key);
   p.send = std::move(op);
   p.timeout = timeout;
@@ -102,6 +107,7 @@ inline auto endpoint<Transport>::prepare_recv(std::shared_ptr<recv_op> op, const
     -> pending_op {
   if constexpr (rdma_transport<Transport>) op->self = op;  // RDMA direct placement
   op->peer = peer.name;
+  op->peer_index = peer.index;
   op->key = std::move(key);
   op->slot_hash = detail::slot_hash_of(peer.hash, op->key);
   op->dst = std::move(dst);

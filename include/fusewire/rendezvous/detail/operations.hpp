@@ -10,6 +10,31 @@ namespace rendezvous {
 
 template <transport Transport>
 struct endpoint<Transport>::send_op {
+  send_op() = default;
+  send_op(const send_op&) = delete;
+  send_op& operator=(const send_op&) = delete;
+  ~send_op() { unlink(); }
+
+  /// Reactor thread: joins the list of started, not yet completed sends (stall reports).
+  void link(send_op*& head) noexcept {
+    list_head = &head;
+    prev = nullptr;
+    next = head;
+    if (head != nullptr) head->prev = this;
+    head = this;
+  }
+  void unlink() noexcept {
+    if (list_head == nullptr) return;
+    if (prev != nullptr) {
+      prev->next = next;
+    } else {
+      *list_head = next;
+    }
+    if (next != nullptr) next->prev = prev;
+    list_head = nullptr;
+    prev = next = nullptr;
+  }
+
   std::string peer;
   std::string key;
   tensor_buffer owned;
@@ -21,6 +46,13 @@ struct endpoint<Transport>::send_op {
   bool in_flight = false;
   bool timed_out = false;
   bool done = false;
+  std::uint32_t peer_index = no_peer;  ///< the peer's position in the cluster spec (counters)
+  std::uint64_t bytes = 0;             ///< payload bytes
+  clock::time_point started{};         ///< when its reactor took it (coarse; unset without observe_enabled)
+  clock::duration report_at{};         ///< the age at which a stall report names it next
+  send_op** list_head = nullptr;       ///< set while linked into shard::send_ops_
+  send_op* prev = nullptr;
+  send_op* next = nullptr;
 };
 
 template <transport Transport>
@@ -62,7 +94,10 @@ struct endpoint<Transport>::recv_op {
   std::shared_ptr<incoming> xfer;       ///< the chunked transfer it waits for, if any
   bool timed_out = false;
   bool done = false;
-  recv_op** list_head = nullptr;  ///< set while linked into shard::recv_ops_
+  std::uint32_t peer_index = no_peer;  ///< the peer's position in the cluster spec (counters)
+  clock::time_point started{};         ///< when its reactor took it (coarse; unset without observe_enabled)
+  clock::duration report_at{};         ///< the age at which a stall report names it next
+  recv_op** list_head = nullptr;       ///< set while linked into shard::recv_ops_
   recv_op* prev = nullptr;
   recv_op* next = nullptr;
 };
@@ -89,6 +124,9 @@ struct endpoint<Transport>::out_peer {
   /// The peer refused our cluster token: every send to it fails with this at
   /// once, without a new connection (an authentication failure is not retried).
   std::error_code refused;
+  std::uint32_t index = no_peer;  ///< the peer's position in the cluster spec (counters)
+  bool was_connected = false;     ///< a connection to it was up once (connecting again = reconnecting)
+  std::error_code last_error;     ///< the last connect or lane error (stall reports)
 };
 
 /// One peer's share of the receive budget (options.recv_peer_budget): what its
@@ -99,6 +137,7 @@ struct endpoint<Transport>::recv_account {
   std::size_t held = 0;           ///< bytes charged to it now
   std::uint64_t incarnation = 0;  ///< of the peer process last seen on an inbound connection (0: none yet)
   unsigned parked = 0;            ///< its connections not read until memory is released
+  std::error_code last_error;     ///< the last error that closed a connection from it (stall reports)
 };
 
 /// Bytes charged to a peer's account and to the process total

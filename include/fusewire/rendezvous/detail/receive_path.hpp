@@ -457,6 +457,7 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
   const std::string peer = it->second.peer;
   const std::uint64_t incarnation = it->second.incarnation;
   out_peer* const out = it->second.out;
+  recv_account* const it_account = it->second.account;
   unpark(ch.get());
   in_.erase(it);
   ch->close();
@@ -464,6 +465,7 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
   if (out != nullptr) drop_outbound(*out, ch);
   const bool orderly = ec == make_error_code(errc::connection_closed);
   if (!orderly) {
+    if (it_account != nullptr) it_account->last_error = ec;
     log_limited("closing", "closing connection from " + (peer.empty() ? std::string("?") : peer) + " (" + remote(*ch) +
                                "): " + ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
   }

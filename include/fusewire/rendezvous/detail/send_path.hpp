@@ -95,10 +95,17 @@ inline void endpoint<Transport>::shard::flush(out_peer& p) {
   }
   ep_.fused_frames_.fetch_add(1, std::memory_order_relaxed);
   ep_.tensors_fused_.fetch_add(batch.size(), std::memory_order_relaxed);
+  if (peer_cells* c = ep_.cells(p.index)) {
+    bump(c->fused_frames);
+    bump(c->tensors_fused, batch.size());
+  }
   p.last_write = util::coarse_now();
   auto ch = p.ch;
   ch->write(builder.meta(), *sg, [this, pp = &p, ch, batch = std::move(batch), meta_buffer, sg](std::error_code ec) {
-    if (ec) drop_outbound(*pp, ch);
+    if (ec) {
+      pp->last_error = ec;
+      drop_outbound(*pp, ch);
+    }
     for (auto& op : batch) {
       if (op->timed_out) {
         complete(*op, make_error_code(errc::timed_out));
@@ -121,6 +128,7 @@ inline void endpoint<Transport>::shard::write(out_peer& p, std::shared_ptr<send_
   meta.segments = wire::segment_list(payload);
   op->in_flight = true;
   ep_.tensor_frames_.fetch_add(1, std::memory_order_relaxed);
+  if (peer_cells* c = ep_.cells(p.index)) bump(c->tensor_frames);
   p.last_write = util::coarse_now();
   // One reference count taken for the handler (the lane), none for a local
   // copy, and the op moved in: this runs between a frame's arrival and the
@@ -129,6 +137,7 @@ inline void endpoint<Transport>::shard::write(out_peer& p, std::shared_ptr<send_
   lane.write(meta, payload, [this, pp = &p, op = std::move(op), ch = p.ch](std::error_code ec) {
     if (op->timed_out) return complete(*op, make_error_code(errc::timed_out));
     if (ec) {
+      pp->last_error = ec;
       drop_outbound(*pp, ch);
       return complete(*op, make_error_code(closing_ ? errc::cancelled : errc::connection_reset));
     }
@@ -153,6 +162,7 @@ inline void endpoint<Transport>::shard::write_chunked(out_peer& p, std::shared_p
   if (ep_.tuning_.stripes > 1 && !p.extra_started) connect_lanes(p);
   op->in_flight = true;
   op->pending_chunks = count;
+  if (peer_cells* c = ep_.cells(p.index)) bump(c->chunk_frames, count);
   p.last_write = util::coarse_now();
   wire::chunk_meta meta;
   meta.transfer_id = ep_.next_id_.fetch_add(1, std::memory_order_relaxed);
@@ -184,6 +194,7 @@ inline void endpoint<Transport>::shard::write_chunked(out_peer& p, std::shared_p
     lane->write(meta, part, [this, pp = &p, op, lane](std::error_code ec) {
       if (ec) {
         if (!op->chunk_error) op->chunk_error = ec;
+        pp->last_error = ec;
         drop_outbound(*pp, lane);
       }
       if (--op->pending_chunks != 0) return;

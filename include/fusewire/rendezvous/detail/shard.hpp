@@ -21,7 +21,9 @@ class endpoint<Transport>::shard {
         index_(index),
         log_(std::move(log)),
         limits_(protocol::limits_for(ep.opts_.max_frame_bytes, ep.opts_.max_transfer_bytes)),
-        pool_(pool_config(ep.opts_, ep.shards_)) {
+        pool_(pool_config(ep.opts_, ep.shards_)),
+        tracing_(observe_enabled && !ep.opts_.trace_file.empty()),
+        trace_(tracing_ ? std::max<std::size_t>(1, ep.opts_.trace_events / ep.shards_) : 0) {
     identity_.self = ep.self_;
     identity_.token = ep.opts_.cluster_token;
     if (reverse_allowed()) identity_.features = protocol::feature_reverse;
@@ -38,6 +40,7 @@ class endpoint<Transport>::shard {
   ~shard() {
     closing_ = true;
     while (recv_ops_ != nullptr) recv_ops_->unlink();
+    while (send_ops_ != nullptr) send_ops_->unlink();
     slots_.clear();
     // A charge still held (by a read's handler that never ran, say) may
     // outlive this shard: it then releases nothing.
@@ -57,6 +60,10 @@ class endpoint<Transport>::shard {
       accept();
     }
     if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
+    if (ep_.opts_.stall_report.count() != 0) {
+      seen_requests_ = detail::report_requests().load(std::memory_order_relaxed);  // only requests from now on
+      arm_stall();
+    }
     return {};
   }
 
@@ -67,6 +74,12 @@ class endpoint<Transport>::shard {
     listener_.close();
     if (keepalive_timer_) reactor_->cancel(keepalive_timer_);
     if (sweep_timer_) reactor_->cancel(sweep_timer_);
+    if (stall_timer_) reactor_->cancel(stall_timer_);
+    if (stats_timer_) {
+      reactor_->cancel(stats_timer_);
+      stats_timer_ = {};
+      dump_stats();  // the last counters, with everything this process did
+    }
     starved_.clear();
     for (auto& [name, p] : out_) {
       if (p.ch) p.ch->close();
@@ -101,6 +114,11 @@ class endpoint<Transport>::shard {
 
   void post_send(std::shared_ptr<send_op> op, clock::duration timeout) {
     if (closing_) return complete(*op, make_error_code(errc::cancelled));
+    op->link(send_ops_);
+    if constexpr (observe_enabled) {
+      op->started = tracing_ ? clock::now() : util::coarse_now();
+      if (peer_cells* c = ep_.cells(op->peer_index)) bump(c->sends_started);
+    }
     out_peer& p = out_peer_of(op->peer);
     if (timeout > clock::duration::zero()) {
       op->timer = reactor_->run_after(timeout, [this, op](std::error_code ec) {
@@ -124,7 +142,10 @@ class endpoint<Transport>::shard {
   out_peer& out_peer_of(const std::string& peer) {
     if (last_out_ != nullptr && detail::same_bytes(last_out_->first, peer)) return last_out_->second;
     auto [it, fresh] = out_.try_emplace(peer);
-    if (fresh) it->second.task = task_id::parse(peer);
+    if (fresh) {
+      it->second.task = task_id::parse(peer);
+      it->second.index = ep_.index_of(it->second.task);
+    }
     last_out_ = &*it;
     return it->second;
   }
@@ -132,6 +153,10 @@ class endpoint<Transport>::shard {
   void post_recv(std::shared_ptr<recv_op> op, clock::duration timeout) {
     if (closing_) return complete(*op, make_error_code(errc::cancelled), tensor_buffer());
     op->link(recv_ops_);
+    if constexpr (observe_enabled) {
+      op->started = tracing_ ? clock::now() : util::coarse_now();
+      if (peer_cells* c = ep_.cells(op->peer_index)) bump(c->recvs_started);
+    }
     slot& s = slot_for(op->peer, op->key, op->slot_hash);
     if (!s.arrived.empty()) {
       arrival a = std::move(s.arrived.front());  // its charge goes with it (held_ref)
@@ -173,6 +198,18 @@ class endpoint<Transport>::shard {
     if (op.done) return;
     op.done = true;
     if (op.timer) reactor_->cancel(op.timer);
+    if (op.list_head != nullptr) {  // started on this reactor: counted
+      if (peer_cells* c = ep_.cells(op.peer_index)) {
+        if (ec) {
+          bump(c->send_errors);
+        } else {
+          bump(c->sends);
+          bump(c->bytes_sent, op.bytes);
+        }
+      }
+      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, op.bytes, 's', !ec});
+      op.unlink();
+    }
     op.owned.reset();
     send_handler h = std::move(op.h);
     if (initiating_ != 0) {
@@ -185,6 +222,17 @@ class endpoint<Transport>::shard {
     if (op.done) return;
     op.done = true;
     if (op.timer) reactor_->cancel(op.timer);
+    if (op.list_head != nullptr) {  // started on this reactor: counted
+      if (peer_cells* c = ep_.cells(op.peer_index)) {
+        if (ec) {
+          bump(c->recv_errors);
+        } else {
+          bump(c->recvs);
+          bump(c->bytes_received, b.size());
+        }
+      }
+      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, b.size(), 'r', !ec});
+    }
     op.bound.reset();
     op.xfer.reset();
     op.unlink();
@@ -334,6 +382,24 @@ class endpoint<Transport>::shard {
   void drop_idle(const std::vector<std::shared_ptr<incoming>>& idle, clock::time_point now);
   void drop_aged(clock::time_point now);
 
+  // stall reports (rendezvous/detail/observe.hpp)
+  void arm_stall();
+  void stall_tick();
+  void stall_report_now(bool asked);
+  std::string connection_state(const std::string& peer, std::string& last_error);
+
+ public:
+  /// The operations of this shard not completed yet, with what each waits for. `min_age` filters.
+  void snapshot(clock::time_point now, std::vector<pending_operation>& out, clock::duration min_age = {});
+  /// options.trace_file: this reactor's spans (read once the reactors stopped).
+  const detail::trace_buffer& trace() const noexcept { return trace_; }
+  /// Writes `line` to the endpoint's log (any thread once the reactors stopped).
+  void log_line(const std::string& line) { log(line); }
+  /// options.stats_file (reactor 0's shard): dumps the counters every stats_interval.
+  void arm_stats_dump();
+  void dump_stats();
+
+ private:
   // keepalive (rendezvous/detail/keepalive.hpp)
   void arm_keepalive();
   void keepalive_tick();
@@ -374,6 +440,12 @@ class endpoint<Transport>::shard {
   /// Empty slots stay (a steady step reuses them) until the table doubles: then they are swept.
   detail::slot_table<slot> slots_;
   recv_op* recv_ops_ = nullptr;  ///< started receives not completed yet (intrusive list; no allocation)
+  send_op* send_ops_ = nullptr;  ///< started sends not completed yet (the same, for stall reports)
+  timer_id stall_timer_;         ///< options.stall_report: the periodic check
+  timer_id stats_timer_;         ///< options.stats_file: the next counter dump
+  unsigned seen_requests_ = 0;   ///< report requests (SIGUSR1) already answered
+  bool tracing_ = false;         ///< options.trace_file is set
+  detail::trace_buffer trace_;   ///< this reactor's spans
   std::set<std::string> down_;   ///< peers whose connections all broke
   std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
   std::vector<std::shared_ptr<incoming>> starved_;         ///< transfers whose buffer waits for the budget
