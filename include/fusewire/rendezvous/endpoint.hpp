@@ -620,5 +620,4 @@ class endpoint {
 #include <fusewire/rendezvous/detail/operations.hpp>
 #include <fusewire/rendezvous/detail/shard.hpp>
 #include <fusewire/rendezvous/detail/dispatch.hpp>
-#include <fusewire/rendezvous/detail/observe.hpp>
 #include <fusewire/rendezvous/op_batch.hpp>

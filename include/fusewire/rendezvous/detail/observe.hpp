@@ -16,7 +16,7 @@
 #include <vector>
 
 #include <fusewire/rendezvous/detail/report_signal.hpp>
-#include <fusewire/rendezvous/endpoint.hpp>
+#include <fusewire/rendezvous/detail/shard.hpp>
 
 namespace fusewire {
 inline namespace v0 {

@@ -478,3 +478,4 @@ class endpoint<Transport>::shard {
 #include <fusewire/rendezvous/detail/receive_path.hpp>
 #include <fusewire/rendezvous/detail/recv_budget.hpp>
 #include <fusewire/rendezvous/detail/keepalive.hpp>
+#include <fusewire/rendezvous/detail/observe.hpp>
