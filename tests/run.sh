@@ -131,7 +131,7 @@ if [ "$rdma_status" -eq 0 ]; then
       PASS\ *) pass "rdma/${line#PASS }" >/dev/null ;;
       FAIL\ *) fail "rdma/${line#FAIL }" >/dev/null ;;
     esac
-  done < <(tests/qemu/run-rdma-tests.sh "$out/main" 2>&1)
+  done < <(tests/qemu/run-rdma-tests.sh --timeout 1800 "$out/main" 2>&1)
   # The verbs transport itself under ASan + UBSan, in a second boot (the asan
   # build dir of stage 2; only this test binary is built).
   # (the guest runner sets halt_on_error for both sanitizers)

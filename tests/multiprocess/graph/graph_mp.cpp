@@ -340,6 +340,6 @@ int run_all(const std::string& mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return fusewire::test::main_over_transport<true>(argc, argv, "<mode>", 55,
+  return fusewire::test::main_over_transport<true>(argc, argv, "<mode>", 170,
                                                    []<class T>(const std::string& what) { return run_all<T>(what); });
 }
