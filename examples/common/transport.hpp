@@ -55,9 +55,18 @@ inline std::optional<std::string> transport_problem(std::string_view name, bool 
   }
   if (name == "uring") return "this build has no io_uring transport (liburing not found); use asio";
   if (name == "verbs" && with_verbs) return "this build has no RDMA verbs transport (rdma-core not found)";
+  // "expected asio or uring", "expected asio, uring or verbs"
+  std::vector<std::string> names;
+  for (const char* n : {"asio", "uring", "verbs"}) {
+    for (const auto& built : transport_names(with_verbs)) {
+      if (built == n) names.push_back(n);
+    }
+  }
   std::string allowed;
-  for (const auto& n : transport_names(with_verbs)) allowed += (allowed.empty() ? "" : ", ") + n;
-  return "expected one of: " + allowed;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    allowed += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return "expected " + allowed;
 }
 
 /// The transport object a task uses, from its options: verbs takes its device,

@@ -75,7 +75,7 @@ constexpr bool under_tsan = false;
 std::vector<variant> built_variants() {
   std::vector<variant> out;
   for (const backend_info& b : backends()) {
-    if (!b.available) continue;
+    if (!b.available || b.rdma) continue;  // RDMA: the rdma suite (fwbench_fusewire_verbs)
     // libgrpc and libzmq are not built with TSan, which then cannot see their
     // own synchronization and reports races inside them; test only our code.
     if (under_tsan && b.name != "floor" && !b.fusewire) {
