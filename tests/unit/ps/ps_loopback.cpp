@@ -179,10 +179,11 @@ TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected span
   {
     ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = o});
     ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, {.options = o, .step_timeout = 20000ms});
+    const std::vector<float> grad(4, 1.0f);  // a batch keeps a span of it until run()
     for (int step = 0; step < 3; ++step) {
       ps::batch b;
       (void)b.pull("w");
-      b.push("b", std::vector<float>(4, 1.0f));
+      b.push("b", grad);
       cl.run(b);
     }
     cl.shutdown_servers();
