@@ -157,6 +157,61 @@ class RendezvousOpsTest(tf.test.TestCase):
             fw.recv(common.key(1, 0, "never"), tf.float32, timeout_ms=300)
 
 
+class CancelTest(tf.test.TestCase):
+    """A recv whose sender never sends ends when TensorFlow cancels its step,
+    or at its deadline, with a message naming the key and the peer. Bound: the
+    cancel comes after 0.5 s; 15 s leaves room for a loaded machine."""
+
+    def test_cancelled_function_call_fails_the_recv(self):
+        from tensorflow.python.eager import cancellation
+
+        @tf.function
+        def wait():
+            return fw.recv(common.key(1, 0, "never-cancelled"), tf.float32)
+
+        cm = cancellation.CancellationManager()
+        call = cm.get_cancelable_function(wait.get_concrete_function())
+        timer = threading.Timer(0.5, cm.start_cancel)
+        timer.start()
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(tf.errors.CancelledError,
+                                    "fusewire recv of '.*never-cancelled.*' from worker:1: the step was cancelled"):
+            call()
+        self.assertLess(time.monotonic() - t0, 15)
+        timer.join()
+
+    def test_session_timeout_cancels_the_recv(self):
+        # The session reports its own DeadlineExceeded ("Timed out waiting for
+        # notification"); it returns only once the cancelled recv completed.
+        with tf.Graph().as_default():
+            value, _ = fw.recv(common.key(1, 0, "never-session"), tf.float32)
+            with tf.compat.v1.Session() as sess:
+                t0 = time.monotonic()
+                with self.assertRaises(tf.errors.DeadlineExceededError):
+                    sess.run(value, options=tf.compat.v1.RunOptions(timeout_in_ms=500))
+                self.assertLess(time.monotonic() - t0, 15)
+
+    def test_default_deadline_names_key_and_peer(self):
+        fw.configure("worker:0", CLUSTER, model=MODEL, rendezvous_timeout_ms=300)
+        try:
+            t0 = time.monotonic()
+            with self.assertRaisesRegex(tf.errors.DeadlineExceededError,
+                                        "fusewire recv of '.*never-default.*' from worker:1"):
+                fw.recv(common.key(1, 0, "never-default"), tf.float32)
+            self.assertLess(time.monotonic() - t0, 15)
+        finally:
+            fw.configure("worker:0", CLUSTER, model=MODEL)
+
+    def test_bad_timeouts(self):
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"timeout_ms -1: must be >= 0"):
+            fw.recv(common.key(1, 0, "t"), tf.float32, timeout_ms=-1)
+        try:
+            with self.assertRaisesRegex(RuntimeError, "rendezvous_timeout_ms 0: must be > 0"):
+                fw.configure("worker:0", CLUSTER, model=MODEL, rendezvous_timeout_ms=0)
+        finally:
+            fw.configure("worker:0", CLUSTER, model=MODEL)
+
+
 class ResetTest(tf.test.TestCase):
     def test_reset_fails_a_waiting_recv_and_frees_the_port(self):
         errors = []

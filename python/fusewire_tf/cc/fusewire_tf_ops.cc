@@ -47,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -170,6 +171,8 @@ struct runtime {
   std::unique_ptr<client_t> client;    // set when a model was configured
   std::unique_ptr<endpoint_t> own_ep;  // else: rendezvous only
   std::mutex ps_mutex;                 // ps::client members are called by one thread at a time
+  // The deadline of a send or recv whose timeout_ms attr is 0.
+  std::chrono::milliseconds rendezvous_timeout{600000};
 
   endpoint_t& ep() { return client ? client->endpoint() : *own_ep; }
 };
@@ -189,6 +192,11 @@ void configure(const std::string& text) {
   fw::cluster_spec spec = parse_cluster(j);
   const bool is_ps_client = j.contains("model") && !j.at("model").is_null();
   fw::options opts = fw::options::from_env(fw::role::worker);
+  const std::int64_t rdv_ms = j.value("rendezvous_timeout_ms", std::int64_t{600000});
+  if (rdv_ms <= 0)
+    throw std::invalid_argument("rendezvous_timeout_ms " + std::to_string(rdv_ms) +
+                                ": must be > 0 (a send or recv never waits forever)");
+  rt->rendezvous_timeout = std::chrono::milliseconds(rdv_ms);
   {
     // Drop the previous runtime first: the new endpoint listens on the same port.
     std::lock_guard lock(g_mutex);
@@ -297,10 +305,6 @@ std::string decode(const fw::tensor_buffer& b, header& out) {
   return {};
 }
 
-fw::rendezvous::clock::duration timeout_of(std::int64_t ms) {
-  return ms <= 0 ? fw::rendezvous::no_deadline : std::chrono::milliseconds(ms);
-}
-
 // Parses `key` and checks that this process is `side` ("src" or "dst") of it.
 absl::Status route_of(runtime& rt, const std::string& key, bool sending, fw::tf::rendezvous_route& out) {
   std::error_code ec;
@@ -343,13 +347,87 @@ absl::Status status_of(const std::error_code& ec, const std::string& where) {
   return absl::UnavailableError(text);
 }
 
+// ---- completing an async op exactly once ----------------------------------------------
+
+// An AsyncOpKernel's completion, exactly once, by whichever comes first: the
+// endpoint's handlers, or TensorFlow cancelling the step (the op's
+// CancellationManager: a session's timeout_in_ms, a cancelled function call,
+// an error elsewhere in the step). A cancelled op completes at once with
+// Cancelled. Its endpoint operation stays posted until it completes or its
+// deadline passes (the endpoint cannot withdraw one); its handler then finds
+// the op done and touches neither the op's context nor its outputs.
+class completion {
+ public:
+  completion(tfw::OpKernelContext* ctx, tfw::AsyncOpKernel::DoneCallback done, std::string where)
+      : ctx_(ctx), done_(std::move(done)), where_(std::move(where)) {}
+
+  // Registers with the step's cancellation. False when the step is already
+  // cancelled: the op then completed with Cancelled.
+  static bool watch(const std::shared_ptr<completion>& self) {
+    self->cm_ = self->ctx_->cancellation_manager();
+    if (self->cm_ == nullptr) return true;
+    self->token_ = self->cm_->get_cancellation_token();
+    if (self->cm_->RegisterCallback(self->token_, [self] { self->finish(self->cancelled(), true); })) return true;
+    self->cm_ = nullptr;
+    self->finish(self->cancelled());
+    return false;
+  }
+
+  // Runs f(ctx) unless the op already completed (a cancel waits meanwhile);
+  // false if it had.
+  template <class F>
+  bool live(F&& f) {
+    std::lock_guard lock(mutex_);
+    if (finished_) return false;
+    f(ctx_);
+    return true;
+  }
+
+  void finish(const absl::Status& s, bool from_cancel = false) {
+    {
+      std::lock_guard lock(mutex_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    // Before done(): the step, and its CancellationManager, may end with it.
+    if (cm_ != nullptr && !from_cancel) cm_->DeregisterCallback(token_);
+    if (!s.ok()) ctx_->SetStatus(s);
+    auto done = std::move(done_);
+    done();
+  }
+
+  void finish(const std::error_code& ec) { finish(ec ? status_of(ec, where_) : absl::OkStatus()); }
+
+  const std::string& where() const { return where_; }
+
+ private:
+  absl::Status cancelled() const { return absl::CancelledError(where_ + ": the step was cancelled"); }
+
+  std::mutex mutex_;
+  bool finished_ = false;
+  tfw::OpKernelContext* ctx_;
+  tfw::AsyncOpKernel::DoneCallback done_;
+  std::string where_;
+  tfw::CancellationManager* cm_ = nullptr;
+  tfw::CancellationToken token_ = tfw::CancellationManager::kInvalidToken;
+};
+
+absl::Status timeout_attr(tfw::OpKernelConstruction* c, std::int64_t& ms) {
+  TF_RETURN_IF_ERROR(c->GetAttr("timeout_ms", &ms));
+  if (ms < 0) return err_invalid("timeout_ms ", ms, ": must be >= 0 (0: configure()'s rendezvous_timeout_ms)");
+  return absl::OkStatus();
+}
+
+// An op's deadline: its timeout_ms attr, or 0 for the runtime's default.
+fw::rendezvous::clock::duration deadline_of(const runtime& rt, std::int64_t ms) {
+  return ms > 0 ? std::chrono::milliseconds(ms) : rt.rendezvous_timeout;
+}
+
 // ---- rendezvous kernels -------------------------------------------------------------
 
 class SendOp : public tfw::AsyncOpKernel {
  public:
-  explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
-  }
+  explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, timeout_attr(c, timeout_ms_)); }
 
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
     auto rt = current_runtime();
@@ -369,43 +447,34 @@ class SendOp : public tfw::AsyncOpKernel {
     const auto data = value.tensor_data();
     h.bytes = dead ? 0 : data.size();
 
-    // Completes the op once both sends completed; the first error wins.
-    struct state {
+    auto op =
+        std::make_shared<completion>(ctx, std::move(done), "fusewire send of '" + key + "' to " + r.dst.to_string());
+    if (!completion::watch(op)) return;
+    // The op completes once both sends (header, bytes) completed; the first error wins.
+    struct pair {
       std::atomic<int> left{0};
       std::mutex mutex;
-      std::string where;
       std::error_code error;
-      tfw::OpKernelContext* ctx;
-      DoneCallback done;
-      void finish(const std::error_code& ec) {
-        if (ec) {
-          std::lock_guard lock(mutex);
-          if (!error) error = ec;
-        }
-        if (left.fetch_sub(1) == 1) {
-          if (error) ctx->SetStatus(status_of(error, where));
-          done();
-        }
-      }
     };
-    auto st = std::make_shared<state>();
-    st->ctx = ctx;
-    st->done = std::move(done);
-    st->left = h.bytes > 0 ? 2 : 1;
+    auto both = std::make_shared<pair>();
+    both->left = h.bytes > 0 ? 2 : 1;
+    auto sent = [op, both](std::error_code ec) {
+      if (ec) {
+        std::lock_guard lock(both->mutex);
+        if (!both->error) both->error = ec;
+      }
+      if (both->left.fetch_sub(1) == 1) op->finish(both->error);
+    };
     endpoint_t& ep = rt->ep();
-    const auto timeout = timeout_of(timeout_ms_);
-    st->where = "fusewire send of '" + key + "' to " + r.dst.to_string();
-    ep.send(
-        r.dst, r.channel_key, encode(h), [st](std::error_code ec) { st->finish(ec); }, timeout);
+    const auto timeout = deadline_of(*rt, timeout_ms_);
+    ep.send(r.dst, r.channel_key, encode(h), sent, timeout);
     if (h.bytes > 0) {
       // Zero copy: the endpoint sends from the tensor's own buffer; the
       // deleter's Tensor copy keeps that buffer alive until the send is done.
       auto hold = std::make_shared<tfw::Tensor>(value);
       auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
       fw::tensor_buffer payload = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
-      ep.send(
-          r.dst, r.channel_key + kDataSuffix, std::move(payload), [st](std::error_code ec) { st->finish(ec); },
-          timeout);
+      ep.send(r.dst, r.channel_key + kDataSuffix, std::move(payload), sent, timeout);
     }
   }
 
@@ -413,11 +482,39 @@ class SendOp : public tfw::AsyncOpKernel {
   std::int64_t timeout_ms_ = 0;
 };
 
+// Allocates a recv's outputs for header `h` (of the op's dtype). `payload`
+// gets a reference to the output the bytes go into, or stays empty when none
+// follow (a dead or empty tensor).
+absl::Status allocate_recv_outputs(tfw::OpKernelContext* ctx, const header& h, const std::string& where,
+                                   std::shared_ptr<tfw::Tensor>& payload) {
+  tfw::Tensor* dead_out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, tfw::TensorShape({}), &dead_out));
+  dead_out->scalar<bool>()() = h.dead;
+  tfw::TensorShape shape;
+  if (h.dead) {
+    shape = tfw::TensorShape({0});  // a dead value has no bytes
+  } else {
+    for (std::int64_t d : h.dims) {
+      if (d < 0 || !shape.AddDimWithStatus(d).ok()) return err_data_loss(where, ": bad dimension ", d);
+    }
+  }
+  tfw::Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
+  const std::size_t size = out->tensor_data().size();
+  if (h.dead || size == 0) {
+    if (!h.dead && h.bytes != 0) return err_data_loss(where, ": header says ", h.bytes, " bytes for an empty tensor");
+    return absl::OkStatus();
+  }
+  if (h.bytes != size) return err_data_loss(where, ": header says ", h.bytes, " bytes, its shape needs ", size);
+  payload = std::make_shared<tfw::Tensor>(*out);
+  return absl::OkStatus();
+}
+
 class RecvOp : public tfw::AsyncOpKernel {
  public:
   explicit RecvOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("dtype", &dtype_));
-    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
+    OP_REQUIRES_OK(c, timeout_attr(c, timeout_ms_));
     fw::dtype t;
     OP_REQUIRES(c, to_fw_dtype(dtype_, t), unsupported(dtype_));
   }
@@ -428,7 +525,10 @@ class RecvOp : public tfw::AsyncOpKernel {
     const std::string key(ctx->input(0).scalar<tfw::tstring>()());
     fw::tf::rendezvous_route r;
     OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, false, r), done);
-    const auto timeout = timeout_of(timeout_ms_);
+    auto op =
+        std::make_shared<completion>(ctx, std::move(done), "fusewire recv of '" + key + "' from " + r.src.to_string());
+    if (!completion::watch(op)) return;
+    const auto timeout = deadline_of(*rt, timeout_ms_);
     const tfw::DataType want = dtype_;
     // The handlers run on the endpoint's reactor thread and hold only the
     // endpoint's address, never the runtime: dropping the last reference to
@@ -439,73 +539,29 @@ class RecvOp : public tfw::AsyncOpKernel {
     endpoint_t* ep = &rt->ep();
     ep->recv(
         r.src, r.channel_key,
-        [ep, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
-          const std::string where = "fusewire recv of '" + key + "' from " + r.src.to_string();
-          if (ec) {
-            ctx->SetStatus(status_of(ec, where));
-            done();
-            return;
-          }
+        [ep, op, want, r, timeout](std::error_code ec, fw::tensor_buffer buf) {
+          if (ec) return op->finish(ec);
           header h;
-          if (std::string why = decode(buf, h); !why.empty()) {
-            ctx->SetStatus(err_data_loss(where, ": ", why));
-            done();
-            return;
-          }
+          if (std::string why = decode(buf, h); !why.empty()) return op->finish(err_data_loss(op->where(), ": ", why));
           if (static_cast<int>(h.type) != static_cast<int>(want)) {
-            ctx->SetStatus(err_invalid(where, ": the sender sent ", fw::to_string(h.type), ", this op expects ",
-                                       tfw::DataTypeString(want)));
-            done();
-            return;
+            return op->finish(err_invalid(op->where(), ": the sender sent ", fw::to_string(h.type),
+                                          ", this op expects ", tfw::DataTypeString(want)));
           }
-          tfw::Tensor* dead_out = nullptr;
-          if (!ctx->allocate_output(1, tfw::TensorShape({}), &dead_out).ok()) {
-            done();
-            return;
-          }
-          dead_out->scalar<bool>()() = h.dead;
-          tfw::TensorShape shape;
-          if (h.dead) {
-            shape = tfw::TensorShape({0});  // a dead value has no bytes
-          } else {
-            for (std::int64_t d : h.dims) {
-              if (d < 0 || !shape.AddDimWithStatus(d).ok()) {
-                ctx->SetStatus(err_data_loss(where, ": bad dimension ", d));
-                done();
-                return;
-              }
-            }
-          }
-          tfw::Tensor* out = nullptr;
-          if (absl::Status s = ctx->allocate_output(0, shape, &out); !s.ok()) {
-            ctx->SetStatus(s);
-            done();
-            return;
-          }
-          const auto data = out->tensor_data();
-          if (h.dead || data.size() == 0) {
-            if (!h.dead && h.bytes != 0)
-              ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes for an empty tensor"));
-            done();
-            return;
-          }
-          if (h.bytes != data.size()) {
-            ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes, its shape needs ", data.size()));
-            done();
-            return;
-          }
+          absl::Status s;
+          std::shared_ptr<tfw::Tensor> payload;
+          if (!op->live([&](tfw::OpKernelContext* ctx) { s = allocate_recv_outputs(ctx, h, op->where(), payload); }))
+            return;  // cancelled: the bytes, if any, stay with the endpoint until dropped
+          if (!s.ok() || payload == nullptr) return op->finish(s);
           // The bytes land in the output TensorFlow allocated (no copy when
-          // the recv is posted before they arrive).
-          auto hold = std::make_shared<tfw::Tensor>(*out);
+          // the recv is posted before they arrive); `payload` keeps it alive
+          // even if the op is cancelled meanwhile.
+          const auto data = payload->tensor_data();
           auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
-          fw::tensor_buffer dest = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
+          fw::tensor_buffer dest =
+              fw::tensor_buffer::wrap(bytes, data.size(), [payload]() mutable { payload.reset(); });
           ep->recv(
               r.src, r.channel_key + kDataSuffix, std::move(dest),
-              [ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
-                if (ec2) ctx->SetStatus(status_of(ec2, where));
-                done();
-              },
-              timeout);
+              [op](std::error_code ec2, fw::tensor_buffer) { op->finish(ec2); }, timeout);
         },
         timeout);
   }
