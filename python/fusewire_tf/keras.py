@@ -58,11 +58,14 @@ class PSDense(_PSLayer):
         super().build(input_shape)
 
     def call(self, x):
-        t = self._trigger()
-        w = fusewire_tf.pull(self.var + "/kernel", [self.in_dim, self.units], trigger=t)
-        y = tf.matmul(x, w)
+        # Kernel and bias in one pull (one request per PS), their gradients in one push.
+        dense = [(self.var + "/kernel", [self.in_dim, self.units])]
         if self.use_bias:
-            y = y + fusewire_tf.pull(self.var + "/bias", [self.units], trigger=t)
+            dense.append((self.var + "/bias", [self.units]))
+        values, _ = fusewire_tf.pull_many(dense, trigger=self._trigger())
+        y = tf.matmul(x, values[0])
+        if self.use_bias:
+            y = y + values[1]
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):
