@@ -120,6 +120,15 @@ class PsOpsTest(tf.test.TestCase):
             fw.push("w", tf.ones([5]))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "3 gradient values for 2 ids of dim 4"):
             fw.push_rows("emb", tf.constant([1, 2]), tf.ones([3]))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "'w' is dense; this op needs an embedding"):
+            fw.pull_rows("w", tf.constant([1]), 4)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "unknown variable 'nope'"):
+            fw.pull_many([("w", [2, 3])], [("nope", tf.constant([1]), 4)])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "'emb' is an embedding"):
+            fw._ops.fusewire_push_many([tf.ones([4])], [], [], dense_vars=["emb"], table_vars=[])
+        # Empty ids pull nothing and push nothing.
+        self.assertEqual(fw.pull_rows("emb", tf.zeros([0], tf.int64), 4).shape, [0, 4])
+        fw.push_rows("emb", tf.zeros([0], tf.int64), tf.zeros([0, 4]))
 
 
 class RendezvousOpsTest(tf.test.TestCase):
@@ -151,6 +160,10 @@ class RendezvousOpsTest(tf.test.TestCase):
             fw.recv(common.key(0, 1, "t"), tf.float32)
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "rank up to 8"):
             fw.send(tf.ones([1] * 9), common.key(0, 1, "t"))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"key must be a scalar string, not of shape \[2\]"):
+            fw.recv([common.key(0, 1, "t")] * 2, tf.float32)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"is_dead must be a scalar bool"):
+            fw.send(tf.ones([1]), common.key(0, 1, "t"), is_dead=[False, True])
 
     def test_recv_times_out(self):
         with self.assertRaisesRegex(tf.errors.DeadlineExceededError, "fusewire recv of .* from worker:1"):

@@ -39,6 +39,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
@@ -425,18 +426,33 @@ fw::rendezvous::clock::duration deadline_of(const runtime& rt, std::int64_t ms) 
 
 // ---- rendezvous kernels -------------------------------------------------------------
 
+// What every rendezvous kernel looks up first: the runtime, the key (scalar
+// input `key_input`) and its route, this process being its src (sending) or dst.
+absl::Status rendezvous_args(tfw::OpKernelContext* ctx, int key_input, bool sending, std::shared_ptr<runtime>& rt,
+                             std::string& key, fw::tf::rendezvous_route& r) {
+  rt = current_runtime();
+  if (rt == nullptr) return no_runtime();
+  const tfw::Tensor& k = ctx->input(key_input);
+  if (!tfw::TensorShapeUtils::IsScalar(k.shape()))
+    return err_invalid("key must be a scalar string, not of shape ", k.shape().DebugString());
+  key = std::string(k.scalar<tfw::tstring>()());
+  return route_of(*rt, key, sending, r);
+}
+
 class SendOp : public tfw::AsyncOpKernel {
  public:
   explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, timeout_attr(c, timeout_ms_)); }
 
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = current_runtime();
-    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
-    const tfw::Tensor& value = ctx->input(0);
-    const std::string key(ctx->input(1).scalar<tfw::tstring>()());
-    const bool dead = ctx->input(2).scalar<bool>()();
+    std::shared_ptr<runtime> rt;
+    std::string key;
     fw::tf::rendezvous_route r;
-    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, true, r), done);
+    OP_REQUIRES_OK_ASYNC(ctx, rendezvous_args(ctx, 1, true, rt, key, r), done);
+    OP_REQUIRES_ASYNC(ctx, tfw::TensorShapeUtils::IsScalar(ctx->input(2).shape()),
+                      err_invalid("is_dead must be a scalar bool, not of shape ", ctx->input(2).shape().DebugString()),
+                      done);
+    const tfw::Tensor& value = ctx->input(0);
+    const bool dead = ctx->input(2).scalar<bool>()();
     header h;
     h.dead = dead;
     OP_REQUIRES_ASYNC(ctx, to_fw_dtype(value.dtype(), h.type), unsupported(value.dtype()), done);
@@ -520,11 +536,10 @@ class RecvOp : public tfw::AsyncOpKernel {
   }
 
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = current_runtime();
-    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
-    const std::string key(ctx->input(0).scalar<tfw::tstring>()());
+    std::shared_ptr<runtime> rt;
+    std::string key;
     fw::tf::rendezvous_route r;
-    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, false, r), done);
+    OP_REQUIRES_OK_ASYNC(ctx, rendezvous_args(ctx, 0, false, rt, key, r), done);
     auto op =
         std::make_shared<completion>(ctx, std::move(done), "fusewire recv of '" + key + "' from " + r.src.to_string());
     if (!completion::watch(op)) return;
@@ -573,6 +588,12 @@ class RecvOp : public tfw::AsyncOpKernel {
 
 // ---- PS kernels -------------------------------------------------------------------
 
+// A TensorFlow error raised inside a PS kernel's step (an output that could not
+// be allocated): with_client returns its status as is.
+struct tf_failure {
+  absl::Status status;
+};
+
 // Runs `f(client)` under the runtime's PS lock, turning exceptions into a status.
 template <class F>
 absl::Status with_client(F&& f) {
@@ -585,6 +606,8 @@ absl::Status with_client(F&& f) {
   try {
     std::lock_guard lock(rt->ps_mutex);
     f(*rt->client);
+  } catch (const tf_failure& e) {
+    return e.status;
   } catch (const std::system_error& e) {
     if (e.code() == fw::errc::invalid_argument) return err_invalid(e.what());
     return err_unavailable(e.what());
@@ -594,202 +617,172 @@ absl::Status with_client(F&& f) {
   return absl::OkStatus();
 }
 
-const fw::ps::variable_spec* find_var(client_t& c, const std::string& name, fw::ps::variable_kind kind) {
-  const auto i = c.model().index_of(name);
-  const auto& v = c.model().variables[i];
-  if (v.kind != kind)
-    fw::throw_error(fw::errc::invalid_argument,
-                    "variable '" + name + "' is " +
-                        (v.kind == fw::ps::variable_kind::dense ? "dense" : "an embedding") +
-                        (kind == fw::ps::variable_kind::dense ? "; this op needs a dense variable"
-                                                              : "; this op needs an embedding"));
-  return &v;
+std::span<const float> floats(const tfw::Tensor& t) {
+  const auto f = t.flat<float>();
+  return {f.data(), static_cast<std::size_t>(f.size())};
 }
 
-class PullOp : public tfw::OpKernel {
+std::span<const std::int64_t> ids_of(const tfw::Tensor& t) {
+  const auto f = t.flat<std::int64_t>();
+  return {f.data(), static_cast<std::size_t>(f.size())};
+}
+
+// One PS kernel's step, for every PS kernel: looks each variable up (it
+// must exist and be of the kind the op needs), checks each argument against
+// it, allocates the outputs, adds the pulls and pushes to one ps::batch (one
+// request per PS), runs it and copies the pulled values into the outputs.
+class ps_step {
  public:
-  explicit PullOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
+  ps_step(client_t& c, tfw::OpKernelContext* ctx) : c_(c), ctx_(ctx) {}
+
+  // Dense `var` into output `out`, of the variable's shape.
+  void pull(const std::string& var, int out) {
+    const auto* v = find(var, fw::ps::variable_kind::dense);
+    tfw::TensorShape shape;
+    for (std::int64_t d : v->shape) shape.AddDim(d);
+    pulls_.emplace_back(b_.pull(var), allocate(out, shape));
+  }
+
+  // Rows `ids` (any shape) of embedding `var` into output `out`: ids.shape + [dim].
+  void pull_rows(const std::string& var, const tfw::Tensor& ids, int out) {
+    const auto* v = find(var, fw::ps::variable_kind::embedding);
+    tfw::TensorShape shape = ids.shape();
+    shape.AddDim(v->row_size());
+    tfw::Tensor* t = allocate(out, shape);
+    if (ids.NumElements() > 0) pulls_.emplace_back(b_.pull_rows(var, ids_of(ids)), t);
+  }
+
+  void push(const std::string& var, const tfw::Tensor& grad) {
+    const auto* v = find(var, fw::ps::variable_kind::dense);
+    if (grad.NumElements() != v->num_elements())
+      fw::throw_error(fw::errc::invalid_argument, "push of '" + var + "': gradient of " +
+                                                      std::to_string(grad.NumElements()) +
+                                                      " values, the variable has " + std::to_string(v->num_elements()));
+    b_.push(var, floats(grad));
+  }
+
+  void push_rows(const std::string& var, const tfw::Tensor& ids, const tfw::Tensor& grads) {
+    const auto* v = find(var, fw::ps::variable_kind::embedding);
+    if (grads.NumElements() != ids.NumElements() * v->row_size())
+      fw::throw_error(fw::errc::invalid_argument, "push_rows of '" + var + "': " + std::to_string(grads.NumElements()) +
+                                                      " gradient values for " + std::to_string(ids.NumElements()) +
+                                                      " ids of dim " + std::to_string(v->row_size()));
+    if (ids.NumElements() > 0) b_.push_rows(var, ids_of(ids), floats(grads));
+  }
+
+  void run() {
+    if (b_.empty()) return;
+    c_.run(b_);
+    for (const auto& [h, out] : pulls_) {
+      const auto vals = b_.result(h);
+      if (!vals.empty()) std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+    }
+  }
+
+ private:
+  const fw::ps::variable_spec* find(const std::string& name, fw::ps::variable_kind kind) {
+    const auto& v = c_.model().variables[c_.model().index_of(name)];
+    if (v.kind != kind)
+      fw::throw_error(fw::errc::invalid_argument,
+                      "variable '" + name + "' is " +
+                          (v.kind == fw::ps::variable_kind::dense ? "dense" : "an embedding") +
+                          (kind == fw::ps::variable_kind::dense ? "; this op needs a dense variable"
+                                                                : "; this op needs an embedding"));
+    return &v;
+  }
+
+  tfw::Tensor* allocate(int index, const tfw::TensorShape& shape) {
     tfw::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
-                     tfw::TensorShape shape;
-                     for (std::int64_t d : v->shape) shape.AddDim(d);
-                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
-                     fw::ps::batch b;
-                     const auto h = b.pull(var_);
-                     c.run(b);
-                     const auto vals = b.result(h);
-                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                   }));
+    if (absl::Status s = ctx_->allocate_output(index, shape, &out); !s.ok()) throw tf_failure{s};
+    return out;
   }
 
- private:
-  std::string var_;
+  client_t& c_;
+  tfw::OpKernelContext* ctx_;
+  fw::ps::batch b_;
+  std::vector<std::pair<fw::ps::batch::handle, tfw::Tensor*>> pulls_;
 };
 
-class PushOp : public tfw::OpKernel {
+// Every PS kernel: its variable names from the attrs ("var", or "dense_vars"
+// and "table_vars"), and one ps_step that add() fills.
+class PSKernel : public tfw::OpKernel {
  public:
-  explicit PushOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  explicit PSKernel(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    if (c->HasAttr("var")) {
+      std::string var;
+      OP_REQUIRES_OK(c, c->GetAttr("var", &var));
+      dense_ = tables_ = {var};
+    } else {
+      OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+      OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+    }
+  }
+
   void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& g = ctx->input(0);
     OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
-                     if (g.NumElements() != v->num_elements())
-                       fw::throw_error(fw::errc::invalid_argument,
-                                       "push of '" + var_ + "': gradient of " + std::to_string(g.NumElements()) +
-                                           " values, the variable has " + std::to_string(v->num_elements()));
-                     const auto f = g.flat<float>();
-                     c.push(var_, std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
+                     ps_step step(c, ctx);
+                     add(step, ctx);
+                     step.run();
                    }));
   }
 
- private:
-  std::string var_;
+ protected:
+  virtual void add(ps_step& step, tfw::OpKernelContext* ctx) = 0;
+  const std::string& var() const { return dense_[0]; }
+
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
 };
 
-class PullRowsOp : public tfw::OpKernel {
+class PullOp : public PSKernel {
  public:
-  explicit PullRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& ids = ctx->input(0);
-    tfw::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
-                     tfw::TensorShape shape = ids.shape();
-                     shape.AddDim(v->row_size());
-                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
-                     if (ids.NumElements() == 0) return;
-                     const auto f = ids.flat<std::int64_t>();
-                     fw::ps::batch b;
-                     const auto h =
-                         b.pull_rows(var_, std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size())));
-                     c.run(b);
-                     const auto vals = b.result(h);
-                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                   }));
-  }
-
- private:
-  std::string var_;
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext*) override { s.pull(var(), 0); }
 };
 
-class PushRowsOp : public tfw::OpKernel {
+class PushOp : public PSKernel {
  public:
-  explicit PushRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& ids = ctx->input(0);
-    const tfw::Tensor& g = ctx->input(1);
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
-                     if (g.NumElements() != ids.NumElements() * v->row_size())
-                       fw::throw_error(fw::errc::invalid_argument,
-                                       "push_rows of '" + var_ + "': " + std::to_string(g.NumElements()) +
-                                           " gradient values for " + std::to_string(ids.NumElements()) +
-                                           " ids of dim " + std::to_string(v->row_size()));
-                     if (ids.NumElements() == 0) return;
-                     const auto fi = ids.flat<std::int64_t>();
-                     const auto fg = g.flat<float>();
-                     c.push_rows(var_, std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
-                                 std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
-                   }));
-  }
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.push(var(), ctx->input(0)); }
+};
 
- private:
-  std::string var_;
+class PullRowsOp : public PSKernel {
+ public:
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.pull_rows(var(), ctx->input(0), 0); }
+};
+
+class PushRowsOp : public PSKernel {
+ public:
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.push_rows(var(), ctx->input(0), ctx->input(1)); }
 };
 
 // One request per PS for a whole step's pulls: every dense variable and the
-// rows of every table in one ps::batch (client::run fuses them per PS).
-class PullManyOp : public tfw::OpKernel {
+// rows of every table (inputs: the tables' ids; outputs: dense, then rows).
+class PullManyOp : public PSKernel {
  public:
-  explicit PullManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
-    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override {
+    const int nd = static_cast<int>(dense_.size());
+    for (int i = 0; i < nd; ++i) s.pull(dense_[static_cast<std::size_t>(i)], i);
+    for (std::size_t j = 0; j < tables_.size(); ++j)
+      s.pull_rows(tables_[j], ctx->input(static_cast<int>(j)), nd + static_cast<int>(j));
   }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const std::size_t nd = dense_.size();
-    const std::size_t nt = tables_.size();
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     fw::ps::batch b;
-                     std::vector<fw::ps::batch::handle> handles;
-                     std::vector<tfw::Tensor*> outs(nd + nt, nullptr);
-                     for (std::size_t i = 0; i < nd; ++i) {
-                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
-                       tfw::TensorShape shape;
-                       for (std::int64_t d : v->shape) shape.AddDim(d);
-                       if (!ctx->allocate_output(static_cast<int>(i), shape, &outs[i]).ok()) return;
-                       handles.push_back(b.pull(dense_[i]));
-                     }
-                     for (std::size_t j = 0; j < nt; ++j) {
-                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
-                       const tfw::Tensor& ids = ctx->input(static_cast<int>(j));
-                       tfw::TensorShape shape = ids.shape();
-                       shape.AddDim(v->row_size());
-                       if (!ctx->allocate_output(static_cast<int>(nd + j), shape, &outs[nd + j]).ok()) return;
-                       const auto f = ids.flat<std::int64_t>();
-                       handles.push_back(b.pull_rows(
-                           tables_[j], std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size()))));
-                     }
-                     c.run(b);
-                     for (std::size_t k = 0; k < nd + nt; ++k) {
-                       const auto vals = b.result(handles[k]);
-                       if (!vals.empty())
-                         std::memcpy(outs[k]->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                     }
-                   }));
-  }
-
- private:
-  std::vector<std::string> dense_;
-  std::vector<std::string> tables_;
 };
 
-// The gradients of a PullMany: every push of the step in one ps::batch.
-class PushManyOp : public tfw::OpKernel {
+// The gradients of a PullMany, every push of the step in one request per PS
+// (inputs: dense gradients, the tables' ids, their row gradients).
+class PushManyOp : public PSKernel {
  public:
-  explicit PushManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
-    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
-  }
-  void Compute(tfw::OpKernelContext* ctx) override {
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override {
     const std::size_t nd = dense_.size();
     const std::size_t nt = tables_.size();
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     fw::ps::batch b;
-                     for (std::size_t i = 0; i < nd; ++i) {
-                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
-                       const tfw::Tensor& g = ctx->input(static_cast<int>(i));
-                       if (g.NumElements() != v->num_elements())
-                         fw::throw_error(fw::errc::invalid_argument,
-                                         "push of '" + dense_[i] + "': gradient of " + std::to_string(g.NumElements()) +
-                                             " values, the variable has " + std::to_string(v->num_elements()));
-                       const auto f = g.flat<float>();
-                       b.push(dense_[i], std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
-                     }
-                     for (std::size_t j = 0; j < nt; ++j) {
-                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
-                       const tfw::Tensor& ids = ctx->input(static_cast<int>(nd + j));
-                       const tfw::Tensor& g = ctx->input(static_cast<int>(nd + nt + j));
-                       if (g.NumElements() != ids.NumElements() * v->row_size())
-                         fw::throw_error(fw::errc::invalid_argument,
-                                         "push_rows of '" + tables_[j] + "': " + std::to_string(g.NumElements()) +
-                                             " gradient values for " + std::to_string(ids.NumElements()) +
-                                             " ids of dim " + std::to_string(v->row_size()));
-                       if (ids.NumElements() == 0) continue;
-                       const auto fi = ids.flat<std::int64_t>();
-                       const auto fg = g.flat<float>();
-                       b.push_rows(tables_[j],
-                                   std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
-                                   std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
-                     }
-                     if (!b.empty()) c.run(b);
-                   }));
+    for (std::size_t i = 0; i < nd; ++i) s.push(dense_[i], ctx->input(static_cast<int>(i)));
+    for (std::size_t j = 0; j < nt; ++j)
+      s.push_rows(tables_[j], ctx->input(static_cast<int>(nd + j)), ctx->input(static_cast<int>(nd + nt + j)));
   }
-
- private:
-  std::vector<std::string> dense_;
-  std::vector<std::string> tables_;
 };
 
 }  // namespace fwtf
