@@ -208,17 +208,19 @@ def keras_model(on_ps):
     import keras
     import tensorflow as tf
     import fusewire_tf as fw
+    from fusewire_tf.keras import PullGroup
+    group = PullGroup()  # a step's dense pulls (and the wide rows) in one request per PS
 
     def table(name, dim):
         if on_ps:
-            return fw.Embedding(name, dim, name=name)
+            return fw.Embedding(name, dim, group=group, name=name)
         return keras.layers.Embedding(FIELDS * VOCAB, dim, name=name, embeddings_initializer=keras.initializers
                                       .RandomUniform(-0.05, 0.05, seed=7 + dim))
 
     def dense(name, activation=None):
         units = KERAS_DENSE[name][1]
         if on_ps:
-            return fw.PSDense(name, units, activation=activation, name=name)
+            return fw.PSDense(name, units, activation=activation, group=group, name=name)
         return keras.layers.Dense(units, activation=activation, name=name,
                                   kernel_initializer=keras.initializers.GlorotUniform(seed=len(name)))
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 __all__ = [
     "configure", "reset", "serve_ps", "stop_serving", "shutdown_ps", "barrier",
     "send", "recv", "pull", "push", "pull_rows", "push_rows", "pull_many", "ops_path",
-    "SUPPORTED_DTYPES", "Embedding", "PSDense",
+    "SUPPORTED_DTYPES", "Embedding", "PSDense", "PullGroup",
 ]
 
 # Every dtype fusewire carries (its dtype numbers are TensorFlow's).
@@ -153,4 +153,4 @@ def _pull_rows_grad(op, grad):
         return [None, tf.zeros_like(op.inputs[1])]
 
 
-from fusewire_tf.keras import Embedding, PSDense  # noqa: E402
+from fusewire_tf.keras import Embedding, PSDense, PullGroup  # noqa: E402

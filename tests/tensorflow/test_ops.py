@@ -111,6 +111,36 @@ class PsOpsTest(tf.test.TestCase):
             for w in layer.trainable_weights:
                 self.assertAllClose(w.numpy(), np.zeros(w.shape))
 
+    def test_pull_group_pulls_a_step_in_one_op(self):
+        from fusewire_tf.keras import PullGroup
+        group = PullGroup()
+        emb, emb2 = fw.Embedding("kemb", 2, group=group), fw.Embedding("emb", 4, group=group)
+        dense = fw.PSDense("dense", 1, group=group)
+        ids = tf.constant([[1], [2]], tf.int64)
+
+        def forward():
+            return dense(tf.reshape(emb(ids), [-1, 2])) + tf.reduce_sum(emb2(ids))
+
+        forward()  # builds the layers (eager: each pulls its own)
+        before = fw.pull("dense/kernel", [2, 1]).numpy()
+        weights = [emb.trigger, emb2.trigger, dense.trigger]
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(forward())
+            return tape.gradient(loss, weights)
+
+        graph = step.get_concrete_function().graph
+        types = [op.type for op in graph.get_operations()]
+        # kemb's rows with dense/kernel and dense/bias; emb, called second, on its own.
+        self.assertEqual(types.count("FusewirePullMany"), 1)
+        self.assertEqual(types.count("FusewirePullRows"), 1)
+        self.assertEqual(types.count("FusewirePull"), 0)
+        self.assertEqual(types.count("FusewirePushMany"), 1)
+        step()
+        self.assertFalse(np.allclose(fw.pull("dense/kernel", [2, 1]), before), "the group's push did not happen")
+
     def test_errors_name_what_is_wrong(self):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "unknown variable 'nope'.*model has: w"):
             fw.pull("nope", [1])
