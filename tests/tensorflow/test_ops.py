@@ -156,6 +156,9 @@ class PsOpsTest(tf.test.TestCase):
             fw.pull_many([("w", [2, 3])], [("nope", tf.constant([1]), 4)])
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "'emb' is an embedding"):
             fw._ops.fusewire_push_many([tf.ones([4])], [], [], dense_vars=["emb"], table_vars=[])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "dense_vars names 2 variables and table_vars 0 tables, for 1 dense"):
+            fw._ops.fusewire_push_many([tf.ones([6])], [], [], dense_vars=["w", "w"], table_vars=[])
         # Empty ids pull nothing and push nothing.
         self.assertEqual(fw.pull_rows("emb", tf.zeros([0], tf.int64), 4).shape, [0, 4])
         fw.push_rows("emb", tf.zeros([0], tf.int64), tf.zeros([0, 4]))

@@ -715,6 +715,13 @@ class PSKernel : public tfw::OpKernel {
     } else {
       OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
       OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+      int nd = 0;
+      int nt = 0;
+      OP_REQUIRES_OK(c, c->GetAttr("num_dense", &nd));
+      OP_REQUIRES_OK(c, c->GetAttr("num_tables", &nt));
+      OP_REQUIRES(c, static_cast<std::size_t>(nd) == dense_.size() && static_cast<std::size_t>(nt) == tables_.size(),
+                  err_invalid(type_string(), ": dense_vars names ", dense_.size(), " variables and table_vars ",
+                              tables_.size(), " tables, for ", nd, " dense and ", nt, " table inputs"));
     }
   }
 
