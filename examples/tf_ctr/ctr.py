@@ -3,11 +3,20 @@
   local     one process, plain TensorFlow variables (the accuracy reference)
   fusewire  PS tasks and worker processes on this host; variables on fusewire's
             PS (fusewire_tf ops), asynchronous training
+  fusewire-sync  the same, synchronous training (each PS averages one push of
+            every worker per step)
+  local-sync  one process, one step on one batch of each worker at a time
+            (what fusewire-sync computes; its accuracy reference)
   tf-grpc   the same cluster shape with TensorFlow's ParameterServerStrategy
             over gRPC (a coordinator schedules steps on the workers)
 
     python examples/tf_ctr/ctr.py                    # all three, 2 PS + 2 workers
     python examples/tf_ctr/ctr.py --runs local,fusewire --check-auc 0.01
+    python examples/tf_ctr/ctr.py --api keras --runs local,fusewire,fusewire-sync
+
+With --api keras the model is a keras.Model trained with model.fit: Keras's
+Embedding and Dense layers locally, fusewire_tf.Embedding and PSDense on
+fusewire (tf-grpc has no Keras variant).
 
 The data is synthetic and has a known logistic ground truth: each row has
 FIELDS categorical ids and DENSE real features, and clicks with probability
@@ -186,11 +195,85 @@ def evaluate(store):
     return auc(label, tf.sigmoid(logits).numpy())
 
 
+# ---- the same model in Keras, trained with model.fit ----------------------------
+
+# PSDense / keras.layers.Dense name -> (inputs, units).
+KERAS_DENSE = {"lin": (DENSE, 1), "h1": (FIELDS * EMB + DENSE, H1), "h2": (H1, H2), "out": (H2, 1)}
+
+
+def keras_model(on_ps):
+    """The wide-and-deep model as a keras.Model, compiled: its tables and dense
+    layers are fusewire_tf.Embedding / PSDense (on_ps: values on the PS, which
+    applies the model spec's Adagrad) or Keras's own layers with Keras's Adagrad."""
+    import keras
+    import tensorflow as tf
+    import fusewire_tf as fw
+    from fusewire_tf.keras import PullGroup
+    group = PullGroup()  # a step's dense pulls (and the wide rows) in one request per PS
+
+    def table(name, dim):
+        if on_ps:
+            return fw.Embedding(name, dim, group=group, name=name)
+        return keras.layers.Embedding(FIELDS * VOCAB, dim, name=name, embeddings_initializer=keras.initializers
+                                      .RandomUniform(-0.05, 0.05, seed=7 + dim))
+
+    def dense(name, activation=None):
+        units = KERAS_DENSE[name][1]
+        if on_ps:
+            return fw.PSDense(name, units, activation=activation, group=group, name=name)
+        return keras.layers.Dense(units, activation=activation, name=name,
+                                  kernel_initializer=keras.initializers.GlorotUniform(seed=len(name)))
+
+    class WideAndDeep(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.wide, self.deep = table("wide", 1), table("deep", EMB)
+            self.lin, self.h1, self.h2, self.out = dense("lin"), dense("h1", "relu"), dense("h2", "relu"), dense("out")
+
+        def call(self, inputs):
+            ids, x = inputs
+            wide = tf.reduce_sum(self.wide(ids), axis=[1, 2])[:, None] + self.lin(x)
+            e = tf.reshape(self.deep(ids), [-1, FIELDS * EMB])
+            return wide + self.out(self.h2(self.h1(tf.concat([e, x], 1))))
+
+    m = WideAndDeep()
+    # On the PS the Keras optimizer sees only the layers' zero triggers.
+    opt = "sgd" if on_ps else keras.optimizers.Adagrad(LR, initial_accumulator_value=INIT_ACC)
+    m.compile(optimizer=opt, loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    return m
+
+
+def keras_data(seeds, n):
+    """The batches of `seeds` (n rows each) as fit's arrays: ([ids, dense], label)."""
+    import numpy as np
+    parts = [make_batch(s, n) for s in seeds]
+    return [np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])], np.concatenate(
+        [p[2] for p in parts])
+
+
+def keras_fit(model, seeds, a, group=1):
+    """model.fit over the batches of `seeds`, one epoch, in order, `group`
+    batches a step: (seconds, steps)."""
+    x, y = keras_data(seeds, a.batch)
+    t0 = time.perf_counter()
+    model.fit(x, y, batch_size=a.batch * group, epochs=1, shuffle=False, verbose=0)
+    return time.perf_counter() - t0, len(seeds) // group
+
+
+def keras_auc(model):
+    ids, dense, label, _ = make_batch(TEST_SEED, 20000)
+    return auc(label, model.predict([ids, dense], batch_size=5000, verbose=0))
+
+
 # ---- local -----------------------------------------------------------------------------
 
 
-def run_local(a):
+def run_local(a, group=1):
     import tensorflow as tf
+    if a.api == "keras":
+        seeds = [batch_seed(s % a.workers, s) for s in range(a.steps)]
+        dt, n = keras_fit(model := keras_model(False), seeds, a, group)
+        return {"samples_per_s": n * a.batch * group / dt, "ms_per_step": 1000 * dt / n, "auc": keras_auc(model)}
     store = VariableStore()
 
     @tf.function
@@ -200,29 +283,40 @@ def run_local(a):
         store.apply(tape.gradient(loss, store.variables()))
         return loss
 
-    total = a.steps
-    warm = make_batch(batch_seed(0, 0), a.batch)
-    step(*map(tf.constant, warm[:3]))
+    def data(s):  # step s: batches s * group ... (s + 1) * group - 1, concatenated
+        import numpy as np
+        parts = [make_batch(batch_seed(i % a.workers, i), a.batch)[:3] for i in range(s * group, (s + 1) * group)]
+        return [tf.constant(np.concatenate([p[k] for p in parts])) for k in range(3)]
+
+    total = a.steps // group
+    step(*data(0))
     t0 = time.perf_counter()
     for s in range(1, total):
-        ids, dense, label, _ = make_batch(batch_seed(s % a.workers, s), a.batch)
-        step(tf.constant(ids), tf.constant(dense), tf.constant(label))
+        step(*data(s))
     dt = time.perf_counter() - t0
-    return {"samples_per_s": (total - 1) * a.batch / dt, "ms_per_step": 1000 * dt / (total - 1),
+    return {"samples_per_s": (total - 1) * a.batch * group / dt, "ms_per_step": 1000 * dt / (total - 1),
             "auc": evaluate(store)}
 
 
 # ---- fusewire ------------------------------------------------------------------------------
 
 
-def fusewire_model():
+def fusewire_model(api="tape"):
+    """The PS model spec: SHAPES' dense variables (api "tape"), or the Keras
+    model's PSDense kernels and biases (api "keras"), plus TABLES."""
     variables = []
-    for name, shape in SHAPES.items():
-        v = {"name": name, "kind": "dense", "shape": shape}
-        if not name.endswith("/b"):
-            limit = glorot_limit(name)
-            v["init"] = {"type": "uniform", "a": -limit, "b": limit, "seed": 1}
-        variables.append(v)
+    if api == "keras":
+        from fusewire_tf.keras import dense_spec
+        for name, (n_in, units) in KERAS_DENSE.items():
+            limit = (6.0 / (n_in + units)) ** 0.5
+            variables += dense_spec(name, n_in, units, init={"type": "uniform", "a": -limit, "b": limit, "seed": 1})
+    else:
+        for name, shape in SHAPES.items():
+            v = {"name": name, "kind": "dense", "shape": shape}
+            if not name.endswith("/b"):
+                limit = glorot_limit(name)
+                v["init"] = {"type": "uniform", "a": -limit, "b": limit, "seed": 1}
+            variables.append(v)
     for name, dim in TABLES.items():
         variables.append({"name": name, "kind": "embedding", "dim": dim, "num_ids": FIELDS * VOCAB,
                           "init": {"type": "uniform", "a": -0.05, "b": 0.05, "seed": 2}})
@@ -262,7 +356,9 @@ class FusewireStore:
 def fusewire_worker(a):
     import tensorflow as tf
     import fusewire_tf as fw
-    fw.configure("worker:%d" % a.task, a.cluster, model=fusewire_model(), step_timeout_ms=60000)
+    fw.configure("worker:%d" % a.task, a.cluster, model=fusewire_model(a.api), mode=a.mode, step_timeout_ms=60000)
+    if a.api == "keras":
+        return fusewire_keras_worker(a)
     trigger = tf.Variable(0.0)
     store = FusewireStore(trigger, not a.unfused)
     fw.barrier()
@@ -289,16 +385,44 @@ def fusewire_worker(a):
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def fusewire_keras_worker(a):
+    import fusewire_tf as fw
+    model = keras_model(True)
+    fw.barrier()
+    steps = a.steps // a.workers
+    dt, n = keras_fit(model, [batch_seed(a.task, s * a.workers + a.task) for s in range(steps)], a)
+    fw.barrier()
+    out = {"samples_per_s": n * a.batch / dt, "ms_per_step": 1000 * dt / n}
+    if a.task == 0:
+        out["auc"] = keras_auc(model)
+        fw.shutdown_ps()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_local_sync(a):
+    """What synchronous training computes: each step the mean gradient of one
+    batch per worker, i.e. one step on their concatenation."""
+    return run_local(a, group=a.workers)
+
+
+def run_fusewire_sync(a):
+    a.mode = "sync"
+    try:
+        return run_fusewire(a)
+    finally:
+        a.mode = "async"
+
+
 def run_fusewire(a):
     ports = _free_ports(a.ps + a.workers)
     cluster = "ps=%s;worker=%s" % (",".join("127.0.0.1:%d" % p for p in ports[:a.ps]),
                                    ",".join("127.0.0.1:%d" % p for p in ports[a.ps:]))
     model_file = os.path.join(a.tmp, "model.json")
     with open(model_file, "w") as f:
-        json.dump(fusewire_model(), f)
+        json.dump(fusewire_model(a.api), f)
     serve = os.path.join(ROOT, "python", "fusewire_tf", "serve.py")
     procs = [subprocess.Popen([sys.executable, serve, "--task", "ps:%d" % i, "--cluster", cluster,
-                               "--model", model_file]) for i in range(a.ps)]
+                               "--model", model_file, "--mode", a.mode]) for i in range(a.ps)]
     workers = [subprocess.Popen([sys.executable, __file__, "--role", "fusewire-worker", "--task", str(i),
                                  "--cluster", cluster] + _common_args(a), stdout=subprocess.PIPE, text=True)
                for i in range(a.workers)]
@@ -393,7 +517,7 @@ def _free_ports(n):
 
 def _common_args(a):
     return (["--ps", str(a.ps), "--workers", str(a.workers), "--steps", str(a.steps), "--batch", str(a.batch)]
-            + (["--unfused"] if a.unfused else []))
+            + ["--api", a.api, "--mode", a.mode] + (["--unfused"] if a.unfused else []))
 
 
 def _collect(workers, others, timeout=900):
@@ -421,8 +545,12 @@ def main():
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--unfused", action="store_true",
                    help="fusewire: one pull op per variable instead of one per step")
+    p.add_argument("--api", default="tape", choices=["tape", "keras"],
+                   help="tape: a GradientTape step with pull_many; keras: a keras.Model (fusewire_tf.Embedding and "
+                   "PSDense on the PS) trained with model.fit")
+    p.add_argument("--mode", default="async", choices=["async", "sync"], help=argparse.SUPPRESS)
     p.add_argument("--check-auc", type=float, default=None,
-                   help="exit 1 unless the multi-process runs reach the local AUC within this")
+                   help="exit 1 unless each multi-process run's AUC is within this of its one-process reference")
     p.add_argument("--role", default=None, help=argparse.SUPPRESS)
     p.add_argument("--task", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--cluster", default=None, help=argparse.SUPPRESS)
@@ -438,9 +566,12 @@ def main():
     import tempfile
     a.tmp = tempfile.mkdtemp(prefix="fusewire-ctr-")
     _, _, label, p_true = make_batch(TEST_SEED, 20000)
-    print("wide-and-deep CTR: %d PS, %d workers, %d steps of %d, ground-truth AUC %.4f"
-          % (a.ps, a.workers, a.steps, a.batch, auc(label, p_true)))
-    runners = {"local": run_local, "fusewire": run_fusewire, "tf-grpc": run_tf}
+    print("wide-and-deep CTR (%s): %d PS, %d workers, %d steps of %d, ground-truth AUC %.4f"
+          % (a.api, a.ps, a.workers, a.steps, a.batch, auc(label, p_true)))
+    if a.api == "keras" and "tf-grpc" in a.runs.split(","):
+        p.error("--api keras has no tf-grpc run")
+    runners = {"local": run_local, "fusewire": run_fusewire, "fusewire-sync": run_fusewire_sync,
+               "local-sync": run_local_sync, "tf-grpc": run_tf}
     results = {}
     for name in a.runs.split(","):
         t0 = time.time()
@@ -451,10 +582,14 @@ def main():
     if "fusewire" in results and "tf-grpc" in results:
         print("fusewire / tf-grpc samples/s: %.2fx" % (results["fusewire"]["samples_per_s"]
                                                      / results["tf-grpc"]["samples_per_s"]))
-    if a.check_auc is not None and "local" in results:
-        bad = [n for n, r in results.items() if n != "local" and results["local"]["auc"] - r["auc"] > a.check_auc]
+    if a.check_auc is not None:
+        # Each multi-process run against its one-process reference (when it ran).
+        refs = {"fusewire": "local", "tf-grpc": "local", "fusewire-sync": "local-sync"}
+        bad = ["%s %.4f vs %s %.4f" % (n, results[n]["auc"], ref, results[ref]["auc"])
+               for n, ref in refs.items() if n in results and ref in results
+               and abs(results[ref]["auc"] - results[n]["auc"]) > a.check_auc]
         if bad:
-            print("AUC of %s below local - %g" % (", ".join(bad), a.check_auc))
+            print("AUC off by more than %g: %s" % (a.check_auc, "; ".join(bad)))
             sys.exit(1)
 
 

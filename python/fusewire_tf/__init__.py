@@ -14,7 +14,7 @@ import tensorflow as tf
 __all__ = [
     "configure", "reset", "serve_ps", "stop_serving", "shutdown_ps", "barrier",
     "send", "recv", "pull", "push", "pull_rows", "push_rows", "pull_many", "ops_path",
-    "SUPPORTED_DTYPES", "Embedding", "PSDense",
+    "SUPPORTED_DTYPES", "Embedding", "PSDense", "PullGroup",
 ]
 
 # Every dtype fusewire carries (its dtype numbers are TensorFlow's).
@@ -36,13 +36,16 @@ _call = _clib.call
 _config = _clib.config
 
 
-def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000):
+def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000, rendezvous_timeout_ms=600000):
     """Makes this process task `task` ("worker:0") of `cluster` (a
     "ps=h:p,h:p;worker=h:p" string or a TF_CONFIG-style {"ps": [...], ...}
     dict). With `model` (a dict: {"variables": [...], "optimizer": {...}})
     the PS ops talk to the cluster's "ps" tasks; the rendezvous ops work
-    either way. Replaces an earlier configuration (its connections close)."""
-    _call("fusewire_tf_configure", _config(task, cluster, model, mode, step_timeout_ms=step_timeout_ms))
+    either way. `step_timeout_ms` bounds a PS op's round trip,
+    `rendezvous_timeout_ms` (> 0) a send or recv whose timeout_ms is 0.
+    Replaces an earlier configuration (its connections close)."""
+    _call("fusewire_tf_configure", _config(task, cluster, model, mode, step_timeout_ms=step_timeout_ms,
+                                           rendezvous_timeout_ms=rendezvous_timeout_ms))
 
 
 def reset():
@@ -64,13 +67,16 @@ def barrier(timeout_ms=300000):
 
 def send(tensor, key, is_dead=False, timeout_ms=0):
     """Sends `tensor` under TensorFlow rendezvous key `key`
-    ("src_device;incarnation;dst_device;name;frame:iter") to its dst task."""
+    ("src_device;incarnation;dst_device;name;frame:iter") to its dst task.
+    Fails with DeadlineExceeded after `timeout_ms` (0: configure()'s
+    rendezvous_timeout_ms), with Cancelled when the step is cancelled."""
     return _ops.fusewire_send(tensor, key, is_dead, timeout_ms=timeout_ms)
 
 
 def recv(key, dtype, timeout_ms=0):
     """Receives what the key's src task sends under `key`: (tensor, is_dead).
-    A dead tensor arrives as an empty tensor with is_dead True."""
+    A dead tensor arrives as an empty tensor with is_dead True. Deadline and
+    cancellation as send()."""
     return _ops.fusewire_recv(key, dtype=dtype, timeout_ms=timeout_ms)
 
 
@@ -147,4 +153,4 @@ def _pull_rows_grad(op, grad):
         return [None, tf.zeros_like(op.inputs[1])]
 
 
-from fusewire_tf.keras import Embedding, PSDense  # noqa: E402
+from fusewire_tf.keras import Embedding, PSDense, PullGroup  # noqa: E402

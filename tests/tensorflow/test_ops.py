@@ -111,6 +111,36 @@ class PsOpsTest(tf.test.TestCase):
             for w in layer.trainable_weights:
                 self.assertAllClose(w.numpy(), np.zeros(w.shape))
 
+    def test_pull_group_pulls_a_step_in_one_op(self):
+        from fusewire_tf.keras import PullGroup
+        group = PullGroup()
+        emb, emb2 = fw.Embedding("kemb", 2, group=group), fw.Embedding("emb", 4, group=group)
+        dense = fw.PSDense("dense", 1, group=group)
+        ids = tf.constant([[1], [2]], tf.int64)
+
+        def forward():
+            return dense(tf.reshape(emb(ids), [-1, 2])) + tf.reduce_sum(emb2(ids))
+
+        forward()  # builds the layers (eager: each pulls its own)
+        before = fw.pull("dense/kernel", [2, 1]).numpy()
+        weights = [emb.trigger, emb2.trigger, dense.trigger]
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(forward())
+            return tape.gradient(loss, weights)
+
+        graph = step.get_concrete_function().graph
+        types = [op.type for op in graph.get_operations()]
+        # kemb's rows with dense/kernel and dense/bias; emb, called second, on its own.
+        self.assertEqual(types.count("FusewirePullMany"), 1)
+        self.assertEqual(types.count("FusewirePullRows"), 1)
+        self.assertEqual(types.count("FusewirePull"), 0)
+        self.assertEqual(types.count("FusewirePushMany"), 1)
+        step()
+        self.assertFalse(np.allclose(fw.pull("dense/kernel", [2, 1]), before), "the group's push did not happen")
+
     def test_errors_name_what_is_wrong(self):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "unknown variable 'nope'.*model has: w"):
             fw.pull("nope", [1])
@@ -120,6 +150,18 @@ class PsOpsTest(tf.test.TestCase):
             fw.push("w", tf.ones([5]))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "3 gradient values for 2 ids of dim 4"):
             fw.push_rows("emb", tf.constant([1, 2]), tf.ones([3]))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "'w' is dense; this op needs an embedding"):
+            fw.pull_rows("w", tf.constant([1]), 4)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "unknown variable 'nope'"):
+            fw.pull_many([("w", [2, 3])], [("nope", tf.constant([1]), 4)])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "'emb' is an embedding"):
+            fw._ops.fusewire_push_many([tf.ones([4])], [], [], dense_vars=["emb"], table_vars=[])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "dense_vars names 2 variables and table_vars 0 tables, for 1 dense"):
+            fw._ops.fusewire_push_many([tf.ones([6])], [], [], dense_vars=["w", "w"], table_vars=[])
+        # Empty ids pull nothing and push nothing.
+        self.assertEqual(fw.pull_rows("emb", tf.zeros([0], tf.int64), 4).shape, [0, 4])
+        fw.push_rows("emb", tf.zeros([0], tf.int64), tf.zeros([0, 4]))
 
 
 class RendezvousOpsTest(tf.test.TestCase):
@@ -151,10 +193,69 @@ class RendezvousOpsTest(tf.test.TestCase):
             fw.recv(common.key(0, 1, "t"), tf.float32)
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "rank up to 8"):
             fw.send(tf.ones([1] * 9), common.key(0, 1, "t"))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"key must be a scalar string, not of shape \[2\]"):
+            fw.recv([common.key(0, 1, "t")] * 2, tf.float32)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"is_dead must be a scalar bool"):
+            fw.send(tf.ones([1]), common.key(0, 1, "t"), is_dead=[False, True])
 
     def test_recv_times_out(self):
         with self.assertRaisesRegex(tf.errors.DeadlineExceededError, "fusewire recv of .* from worker:1"):
             fw.recv(common.key(1, 0, "never"), tf.float32, timeout_ms=300)
+
+
+class CancelTest(tf.test.TestCase):
+    """A recv whose sender never sends ends when TensorFlow cancels its step,
+    or at its deadline, with a message naming the key and the peer. Bound: the
+    cancel comes after 0.5 s; 15 s leaves room for a loaded machine."""
+
+    def test_cancelled_function_call_fails_the_recv(self):
+        from tensorflow.python.eager import cancellation
+
+        @tf.function
+        def wait():
+            return fw.recv(common.key(1, 0, "never-cancelled"), tf.float32)
+
+        cm = cancellation.CancellationManager()
+        call = cm.get_cancelable_function(wait.get_concrete_function())
+        timer = threading.Timer(0.5, cm.start_cancel)
+        timer.start()
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(tf.errors.CancelledError,
+                                    "fusewire recv of '.*never-cancelled.*' from worker:1: the step was cancelled"):
+            call()
+        self.assertLess(time.monotonic() - t0, 15)
+        timer.join()
+
+    def test_session_timeout_cancels_the_recv(self):
+        # The session reports its own DeadlineExceeded ("Timed out waiting for
+        # notification"); it returns only once the cancelled recv completed.
+        with tf.Graph().as_default():
+            value, _ = fw.recv(common.key(1, 0, "never-session"), tf.float32)
+            with tf.compat.v1.Session() as sess:
+                t0 = time.monotonic()
+                with self.assertRaises(tf.errors.DeadlineExceededError):
+                    sess.run(value, options=tf.compat.v1.RunOptions(timeout_in_ms=500))
+                self.assertLess(time.monotonic() - t0, 15)
+
+    def test_default_deadline_names_key_and_peer(self):
+        fw.configure("worker:0", CLUSTER, model=MODEL, rendezvous_timeout_ms=300)
+        try:
+            t0 = time.monotonic()
+            with self.assertRaisesRegex(tf.errors.DeadlineExceededError,
+                                        "fusewire recv of '.*never-default.*' from worker:1"):
+                fw.recv(common.key(1, 0, "never-default"), tf.float32)
+            self.assertLess(time.monotonic() - t0, 15)
+        finally:
+            fw.configure("worker:0", CLUSTER, model=MODEL)
+
+    def test_bad_timeouts(self):
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"timeout_ms -1: must be >= 0"):
+            fw.recv(common.key(1, 0, "t"), tf.float32, timeout_ms=-1)
+        try:
+            with self.assertRaisesRegex(RuntimeError, "rendezvous_timeout_ms 0: must be > 0"):
+                fw.configure("worker:0", CLUSTER, model=MODEL, rendezvous_timeout_ms=0)
+        finally:
+            fw.configure("worker:0", CLUSTER, model=MODEL)
 
 
 class ResetTest(tf.test.TestCase):

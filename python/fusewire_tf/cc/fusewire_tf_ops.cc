@@ -39,6 +39,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
@@ -47,6 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -170,6 +172,8 @@ struct runtime {
   std::unique_ptr<client_t> client;    // set when a model was configured
   std::unique_ptr<endpoint_t> own_ep;  // else: rendezvous only
   std::mutex ps_mutex;                 // ps::client members are called by one thread at a time
+  // The deadline of a send or recv whose timeout_ms attr is 0.
+  std::chrono::milliseconds rendezvous_timeout{600000};
 
   endpoint_t& ep() { return client ? client->endpoint() : *own_ep; }
 };
@@ -189,6 +193,11 @@ void configure(const std::string& text) {
   fw::cluster_spec spec = parse_cluster(j);
   const bool is_ps_client = j.contains("model") && !j.at("model").is_null();
   fw::options opts = fw::options::from_env(fw::role::worker);
+  const std::int64_t rdv_ms = j.value("rendezvous_timeout_ms", std::int64_t{600000});
+  if (rdv_ms <= 0)
+    throw std::invalid_argument("rendezvous_timeout_ms " + std::to_string(rdv_ms) +
+                                ": must be > 0 (a send or recv never waits forever)");
+  rt->rendezvous_timeout = std::chrono::milliseconds(rdv_ms);
   {
     // Drop the previous runtime first: the new endpoint listens on the same port.
     std::lock_guard lock(g_mutex);
@@ -297,10 +306,6 @@ std::string decode(const fw::tensor_buffer& b, header& out) {
   return {};
 }
 
-fw::rendezvous::clock::duration timeout_of(std::int64_t ms) {
-  return ms <= 0 ? fw::rendezvous::no_deadline : std::chrono::milliseconds(ms);
-}
-
 // Parses `key` and checks that this process is `side` ("src" or "dst") of it.
 absl::Status route_of(runtime& rt, const std::string& key, bool sending, fw::tf::rendezvous_route& out) {
   std::error_code ec;
@@ -343,22 +348,111 @@ absl::Status status_of(const std::error_code& ec, const std::string& where) {
   return absl::UnavailableError(text);
 }
 
+// ---- completing an async op exactly once ----------------------------------------------
+
+// An AsyncOpKernel's completion, exactly once, by whichever comes first: the
+// endpoint's handlers, or TensorFlow cancelling the step (the op's
+// CancellationManager: a session's timeout_in_ms, a cancelled function call,
+// an error elsewhere in the step). A cancelled op completes at once with
+// Cancelled. Its endpoint operation stays posted until it completes or its
+// deadline passes (the endpoint cannot withdraw one); its handler then finds
+// the op done and touches neither the op's context nor its outputs.
+class completion {
+ public:
+  completion(tfw::OpKernelContext* ctx, tfw::AsyncOpKernel::DoneCallback done, std::string where)
+      : ctx_(ctx), done_(std::move(done)), where_(std::move(where)) {}
+
+  // Registers with the step's cancellation. False when the step is already
+  // cancelled: the op then completed with Cancelled.
+  static bool watch(const std::shared_ptr<completion>& self) {
+    self->cm_ = self->ctx_->cancellation_manager();
+    if (self->cm_ == nullptr) return true;
+    self->token_ = self->cm_->get_cancellation_token();
+    if (self->cm_->RegisterCallback(self->token_, [self] { self->finish(self->cancelled(), true); })) return true;
+    self->cm_ = nullptr;
+    self->finish(self->cancelled());
+    return false;
+  }
+
+  // Runs f(ctx) unless the op already completed (a cancel waits meanwhile);
+  // false if it had.
+  template <class F>
+  bool live(F&& f) {
+    std::lock_guard lock(mutex_);
+    if (finished_) return false;
+    f(ctx_);
+    return true;
+  }
+
+  void finish(const absl::Status& s, bool from_cancel = false) {
+    {
+      std::lock_guard lock(mutex_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    // Before done(): the step, and its CancellationManager, may end with it.
+    if (cm_ != nullptr && !from_cancel) cm_->DeregisterCallback(token_);
+    if (!s.ok()) ctx_->SetStatus(s);
+    auto done = std::move(done_);
+    done();
+  }
+
+  void finish(const std::error_code& ec) { finish(ec ? status_of(ec, where_) : absl::OkStatus()); }
+
+  const std::string& where() const { return where_; }
+
+ private:
+  absl::Status cancelled() const { return absl::CancelledError(where_ + ": the step was cancelled"); }
+
+  std::mutex mutex_;
+  bool finished_ = false;
+  tfw::OpKernelContext* ctx_;
+  tfw::AsyncOpKernel::DoneCallback done_;
+  std::string where_;
+  tfw::CancellationManager* cm_ = nullptr;
+  tfw::CancellationToken token_ = tfw::CancellationManager::kInvalidToken;
+};
+
+absl::Status timeout_attr(tfw::OpKernelConstruction* c, std::int64_t& ms) {
+  TF_RETURN_IF_ERROR(c->GetAttr("timeout_ms", &ms));
+  if (ms < 0) return err_invalid("timeout_ms ", ms, ": must be >= 0 (0: configure()'s rendezvous_timeout_ms)");
+  return absl::OkStatus();
+}
+
+// An op's deadline: its timeout_ms attr, or 0 for the runtime's default.
+fw::rendezvous::clock::duration deadline_of(const runtime& rt, std::int64_t ms) {
+  return ms > 0 ? std::chrono::milliseconds(ms) : rt.rendezvous_timeout;
+}
+
 // ---- rendezvous kernels -------------------------------------------------------------
+
+// What every rendezvous kernel looks up first: the runtime, the key (scalar
+// input `key_input`) and its route, this process being its src (sending) or dst.
+absl::Status rendezvous_args(tfw::OpKernelContext* ctx, int key_input, bool sending, std::shared_ptr<runtime>& rt,
+                             std::string& key, fw::tf::rendezvous_route& r) {
+  rt = current_runtime();
+  if (rt == nullptr) return no_runtime();
+  const tfw::Tensor& k = ctx->input(key_input);
+  if (!tfw::TensorShapeUtils::IsScalar(k.shape()))
+    return err_invalid("key must be a scalar string, not of shape ", k.shape().DebugString());
+  key = std::string(k.scalar<tfw::tstring>()());
+  return route_of(*rt, key, sending, r);
+}
 
 class SendOp : public tfw::AsyncOpKernel {
  public:
-  explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
-  }
+  explicit SendOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, timeout_attr(c, timeout_ms_)); }
 
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = current_runtime();
-    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
-    const tfw::Tensor& value = ctx->input(0);
-    const std::string key(ctx->input(1).scalar<tfw::tstring>()());
-    const bool dead = ctx->input(2).scalar<bool>()();
+    std::shared_ptr<runtime> rt;
+    std::string key;
     fw::tf::rendezvous_route r;
-    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, true, r), done);
+    OP_REQUIRES_OK_ASYNC(ctx, rendezvous_args(ctx, 1, true, rt, key, r), done);
+    OP_REQUIRES_ASYNC(ctx, tfw::TensorShapeUtils::IsScalar(ctx->input(2).shape()),
+                      err_invalid("is_dead must be a scalar bool, not of shape ", ctx->input(2).shape().DebugString()),
+                      done);
+    const tfw::Tensor& value = ctx->input(0);
+    const bool dead = ctx->input(2).scalar<bool>()();
     header h;
     h.dead = dead;
     OP_REQUIRES_ASYNC(ctx, to_fw_dtype(value.dtype(), h.type), unsupported(value.dtype()), done);
@@ -369,43 +463,34 @@ class SendOp : public tfw::AsyncOpKernel {
     const auto data = value.tensor_data();
     h.bytes = dead ? 0 : data.size();
 
-    // Completes the op once both sends completed; the first error wins.
-    struct state {
+    auto op =
+        std::make_shared<completion>(ctx, std::move(done), "fusewire send of '" + key + "' to " + r.dst.to_string());
+    if (!completion::watch(op)) return;
+    // The op completes once both sends (header, bytes) completed; the first error wins.
+    struct pair {
       std::atomic<int> left{0};
       std::mutex mutex;
-      std::string where;
       std::error_code error;
-      tfw::OpKernelContext* ctx;
-      DoneCallback done;
-      void finish(const std::error_code& ec) {
-        if (ec) {
-          std::lock_guard lock(mutex);
-          if (!error) error = ec;
-        }
-        if (left.fetch_sub(1) == 1) {
-          if (error) ctx->SetStatus(status_of(error, where));
-          done();
-        }
-      }
     };
-    auto st = std::make_shared<state>();
-    st->ctx = ctx;
-    st->done = std::move(done);
-    st->left = h.bytes > 0 ? 2 : 1;
+    auto both = std::make_shared<pair>();
+    both->left = h.bytes > 0 ? 2 : 1;
+    auto sent = [op, both](std::error_code ec) {
+      if (ec) {
+        std::lock_guard lock(both->mutex);
+        if (!both->error) both->error = ec;
+      }
+      if (both->left.fetch_sub(1) == 1) op->finish(both->error);
+    };
     endpoint_t& ep = rt->ep();
-    const auto timeout = timeout_of(timeout_ms_);
-    st->where = "fusewire send of '" + key + "' to " + r.dst.to_string();
-    ep.send(
-        r.dst, r.channel_key, encode(h), [st](std::error_code ec) { st->finish(ec); }, timeout);
+    const auto timeout = deadline_of(*rt, timeout_ms_);
+    ep.send(r.dst, r.channel_key, encode(h), sent, timeout);
     if (h.bytes > 0) {
       // Zero copy: the endpoint sends from the tensor's own buffer; the
       // deleter's Tensor copy keeps that buffer alive until the send is done.
       auto hold = std::make_shared<tfw::Tensor>(value);
       auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
       fw::tensor_buffer payload = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
-      ep.send(
-          r.dst, r.channel_key + kDataSuffix, std::move(payload), [st](std::error_code ec) { st->finish(ec); },
-          timeout);
+      ep.send(r.dst, r.channel_key + kDataSuffix, std::move(payload), sent, timeout);
     }
   }
 
@@ -413,22 +498,52 @@ class SendOp : public tfw::AsyncOpKernel {
   std::int64_t timeout_ms_ = 0;
 };
 
+// Allocates a recv's outputs for header `h` (of the op's dtype). `payload`
+// gets a reference to the output the bytes go into, or stays empty when none
+// follow (a dead or empty tensor).
+absl::Status allocate_recv_outputs(tfw::OpKernelContext* ctx, const header& h, const std::string& where,
+                                   std::shared_ptr<tfw::Tensor>& payload) {
+  tfw::Tensor* dead_out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, tfw::TensorShape({}), &dead_out));
+  dead_out->scalar<bool>()() = h.dead;
+  tfw::TensorShape shape;
+  if (h.dead) {
+    shape = tfw::TensorShape({0});  // a dead value has no bytes
+  } else {
+    for (std::int64_t d : h.dims) {
+      if (d < 0 || !shape.AddDimWithStatus(d).ok()) return err_data_loss(where, ": bad dimension ", d);
+    }
+  }
+  tfw::Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
+  const std::size_t size = out->tensor_data().size();
+  if (h.dead || size == 0) {
+    if (!h.dead && h.bytes != 0) return err_data_loss(where, ": header says ", h.bytes, " bytes for an empty tensor");
+    return absl::OkStatus();
+  }
+  if (h.bytes != size) return err_data_loss(where, ": header says ", h.bytes, " bytes, its shape needs ", size);
+  payload = std::make_shared<tfw::Tensor>(*out);
+  return absl::OkStatus();
+}
+
 class RecvOp : public tfw::AsyncOpKernel {
  public:
   explicit RecvOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("dtype", &dtype_));
-    OP_REQUIRES_OK(c, c->GetAttr("timeout_ms", &timeout_ms_));
+    OP_REQUIRES_OK(c, timeout_attr(c, timeout_ms_));
     fw::dtype t;
     OP_REQUIRES(c, to_fw_dtype(dtype_, t), unsupported(dtype_));
   }
 
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    auto rt = current_runtime();
-    OP_REQUIRES_ASYNC(ctx, rt != nullptr, no_runtime(), done);
-    const std::string key(ctx->input(0).scalar<tfw::tstring>()());
+    std::shared_ptr<runtime> rt;
+    std::string key;
     fw::tf::rendezvous_route r;
-    OP_REQUIRES_OK_ASYNC(ctx, route_of(*rt, key, false, r), done);
-    const auto timeout = timeout_of(timeout_ms_);
+    OP_REQUIRES_OK_ASYNC(ctx, rendezvous_args(ctx, 0, false, rt, key, r), done);
+    auto op =
+        std::make_shared<completion>(ctx, std::move(done), "fusewire recv of '" + key + "' from " + r.src.to_string());
+    if (!completion::watch(op)) return;
+    const auto timeout = deadline_of(*rt, timeout_ms_);
     const tfw::DataType want = dtype_;
     // The handlers run on the endpoint's reactor thread and hold only the
     // endpoint's address, never the runtime: dropping the last reference to
@@ -439,73 +554,29 @@ class RecvOp : public tfw::AsyncOpKernel {
     endpoint_t* ep = &rt->ep();
     ep->recv(
         r.src, r.channel_key,
-        [ep, ctx, done = std::move(done), want, r, key, timeout](std::error_code ec, fw::tensor_buffer buf) mutable {
-          const std::string where = "fusewire recv of '" + key + "' from " + r.src.to_string();
-          if (ec) {
-            ctx->SetStatus(status_of(ec, where));
-            done();
-            return;
-          }
+        [ep, op, want, r, timeout](std::error_code ec, fw::tensor_buffer buf) {
+          if (ec) return op->finish(ec);
           header h;
-          if (std::string why = decode(buf, h); !why.empty()) {
-            ctx->SetStatus(err_data_loss(where, ": ", why));
-            done();
-            return;
-          }
+          if (std::string why = decode(buf, h); !why.empty()) return op->finish(err_data_loss(op->where(), ": ", why));
           if (static_cast<int>(h.type) != static_cast<int>(want)) {
-            ctx->SetStatus(err_invalid(where, ": the sender sent ", fw::to_string(h.type), ", this op expects ",
-                                       tfw::DataTypeString(want)));
-            done();
-            return;
+            return op->finish(err_invalid(op->where(), ": the sender sent ", fw::to_string(h.type),
+                                          ", this op expects ", tfw::DataTypeString(want)));
           }
-          tfw::Tensor* dead_out = nullptr;
-          if (!ctx->allocate_output(1, tfw::TensorShape({}), &dead_out).ok()) {
-            done();
-            return;
-          }
-          dead_out->scalar<bool>()() = h.dead;
-          tfw::TensorShape shape;
-          if (h.dead) {
-            shape = tfw::TensorShape({0});  // a dead value has no bytes
-          } else {
-            for (std::int64_t d : h.dims) {
-              if (d < 0 || !shape.AddDimWithStatus(d).ok()) {
-                ctx->SetStatus(err_data_loss(where, ": bad dimension ", d));
-                done();
-                return;
-              }
-            }
-          }
-          tfw::Tensor* out = nullptr;
-          if (absl::Status s = ctx->allocate_output(0, shape, &out); !s.ok()) {
-            ctx->SetStatus(s);
-            done();
-            return;
-          }
-          const auto data = out->tensor_data();
-          if (h.dead || data.size() == 0) {
-            if (!h.dead && h.bytes != 0)
-              ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes for an empty tensor"));
-            done();
-            return;
-          }
-          if (h.bytes != data.size()) {
-            ctx->SetStatus(err_data_loss(where, ": header says ", h.bytes, " bytes, its shape needs ", data.size()));
-            done();
-            return;
-          }
+          absl::Status s;
+          std::shared_ptr<tfw::Tensor> payload;
+          if (!op->live([&](tfw::OpKernelContext* ctx) { s = allocate_recv_outputs(ctx, h, op->where(), payload); }))
+            return;  // cancelled: the bytes, if any, stay with the endpoint until dropped
+          if (!s.ok() || payload == nullptr) return op->finish(s);
           // The bytes land in the output TensorFlow allocated (no copy when
-          // the recv is posted before they arrive).
-          auto hold = std::make_shared<tfw::Tensor>(*out);
+          // the recv is posted before they arrive); `payload` keeps it alive
+          // even if the op is cancelled meanwhile.
+          const auto data = payload->tensor_data();
           auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
-          fw::tensor_buffer dest = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
+          fw::tensor_buffer dest =
+              fw::tensor_buffer::wrap(bytes, data.size(), [payload]() mutable { payload.reset(); });
           ep->recv(
               r.src, r.channel_key + kDataSuffix, std::move(dest),
-              [ctx, done = std::move(done), where](std::error_code ec2, fw::tensor_buffer) mutable {
-                if (ec2) ctx->SetStatus(status_of(ec2, where));
-                done();
-              },
-              timeout);
+              [op](std::error_code ec2, fw::tensor_buffer) { op->finish(ec2); }, timeout);
         },
         timeout);
   }
@@ -516,6 +587,12 @@ class RecvOp : public tfw::AsyncOpKernel {
 };
 
 // ---- PS kernels -------------------------------------------------------------------
+
+// A TensorFlow error raised inside a PS kernel's step (an output that could not
+// be allocated): with_client returns its status as is.
+struct tf_failure {
+  absl::Status status;
+};
 
 // Runs `f(client)` under the runtime's PS lock, turning exceptions into a status.
 template <class F>
@@ -529,6 +606,8 @@ absl::Status with_client(F&& f) {
   try {
     std::lock_guard lock(rt->ps_mutex);
     f(*rt->client);
+  } catch (const tf_failure& e) {
+    return e.status;
   } catch (const std::system_error& e) {
     if (e.code() == fw::errc::invalid_argument) return err_invalid(e.what());
     return err_unavailable(e.what());
@@ -538,202 +617,179 @@ absl::Status with_client(F&& f) {
   return absl::OkStatus();
 }
 
-const fw::ps::variable_spec* find_var(client_t& c, const std::string& name, fw::ps::variable_kind kind) {
-  const auto i = c.model().index_of(name);
-  const auto& v = c.model().variables[i];
-  if (v.kind != kind)
-    fw::throw_error(fw::errc::invalid_argument,
-                    "variable '" + name + "' is " +
-                        (v.kind == fw::ps::variable_kind::dense ? "dense" : "an embedding") +
-                        (kind == fw::ps::variable_kind::dense ? "; this op needs a dense variable"
-                                                              : "; this op needs an embedding"));
-  return &v;
+std::span<const float> floats(const tfw::Tensor& t) {
+  const auto f = t.flat<float>();
+  return {f.data(), static_cast<std::size_t>(f.size())};
 }
 
-class PullOp : public tfw::OpKernel {
+std::span<const std::int64_t> ids_of(const tfw::Tensor& t) {
+  const auto f = t.flat<std::int64_t>();
+  return {f.data(), static_cast<std::size_t>(f.size())};
+}
+
+// One PS kernel's step, for every PS kernel: looks each variable up (it
+// must exist and be of the kind the op needs), checks each argument against
+// it, allocates the outputs, adds the pulls and pushes to one ps::batch (one
+// request per PS), runs it and copies the pulled values into the outputs.
+class ps_step {
  public:
-  explicit PullOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
+  ps_step(client_t& c, tfw::OpKernelContext* ctx) : c_(c), ctx_(ctx) {}
+
+  // Dense `var` into output `out`, of the variable's shape.
+  void pull(const std::string& var, int out) {
+    const auto* v = find(var, fw::ps::variable_kind::dense);
+    tfw::TensorShape shape;
+    for (std::int64_t d : v->shape) shape.AddDim(d);
+    pulls_.emplace_back(b_.pull(var), allocate(out, shape));
+  }
+
+  // Rows `ids` (any shape) of embedding `var` into output `out`: ids.shape + [dim].
+  void pull_rows(const std::string& var, const tfw::Tensor& ids, int out) {
+    const auto* v = find(var, fw::ps::variable_kind::embedding);
+    tfw::TensorShape shape = ids.shape();
+    shape.AddDim(v->row_size());
+    tfw::Tensor* t = allocate(out, shape);
+    if (ids.NumElements() > 0) pulls_.emplace_back(b_.pull_rows(var, ids_of(ids)), t);
+  }
+
+  void push(const std::string& var, const tfw::Tensor& grad) {
+    const auto* v = find(var, fw::ps::variable_kind::dense);
+    if (grad.NumElements() != v->num_elements())
+      fw::throw_error(fw::errc::invalid_argument, "push of '" + var + "': gradient of " +
+                                                      std::to_string(grad.NumElements()) +
+                                                      " values, the variable has " + std::to_string(v->num_elements()));
+    b_.push(var, floats(grad));
+  }
+
+  void push_rows(const std::string& var, const tfw::Tensor& ids, const tfw::Tensor& grads) {
+    const auto* v = find(var, fw::ps::variable_kind::embedding);
+    if (grads.NumElements() != ids.NumElements() * v->row_size())
+      fw::throw_error(fw::errc::invalid_argument, "push_rows of '" + var + "': " + std::to_string(grads.NumElements()) +
+                                                      " gradient values for " + std::to_string(ids.NumElements()) +
+                                                      " ids of dim " + std::to_string(v->row_size()));
+    if (ids.NumElements() > 0) b_.push_rows(var, ids_of(ids), floats(grads));
+  }
+
+  void run() {
+    if (b_.empty()) return;
+    c_.run(b_);
+    for (const auto& [h, out] : pulls_) {
+      const auto vals = b_.result(h);
+      if (!vals.empty()) std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
+    }
+  }
+
+ private:
+  const fw::ps::variable_spec* find(const std::string& name, fw::ps::variable_kind kind) {
+    const auto& v = c_.model().variables[c_.model().index_of(name)];
+    if (v.kind != kind)
+      fw::throw_error(fw::errc::invalid_argument,
+                      "variable '" + name + "' is " +
+                          (v.kind == fw::ps::variable_kind::dense ? "dense" : "an embedding") +
+                          (kind == fw::ps::variable_kind::dense ? "; this op needs a dense variable"
+                                                                : "; this op needs an embedding"));
+    return &v;
+  }
+
+  tfw::Tensor* allocate(int index, const tfw::TensorShape& shape) {
     tfw::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
-                     tfw::TensorShape shape;
-                     for (std::int64_t d : v->shape) shape.AddDim(d);
-                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
-                     fw::ps::batch b;
-                     const auto h = b.pull(var_);
-                     c.run(b);
-                     const auto vals = b.result(h);
-                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                   }));
+    if (absl::Status s = ctx_->allocate_output(index, shape, &out); !s.ok()) throw tf_failure{s};
+    return out;
   }
 
- private:
-  std::string var_;
+  client_t& c_;
+  tfw::OpKernelContext* ctx_;
+  fw::ps::batch b_;
+  std::vector<std::pair<fw::ps::batch::handle, tfw::Tensor*>> pulls_;
 };
 
-class PushOp : public tfw::OpKernel {
+// Every PS kernel: its variable names from the attrs ("var", or "dense_vars"
+// and "table_vars"), and one ps_step that add() fills.
+class PSKernel : public tfw::OpKernel {
  public:
-  explicit PushOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
+  explicit PSKernel(tfw::OpKernelConstruction* c) : OpKernel(c) {
+    if (c->HasAttr("var")) {
+      std::string var;
+      OP_REQUIRES_OK(c, c->GetAttr("var", &var));
+      dense_ = tables_ = {var};
+    } else {
+      OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
+      OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+      int nd = 0;
+      int nt = 0;
+      OP_REQUIRES_OK(c, c->GetAttr("num_dense", &nd));
+      OP_REQUIRES_OK(c, c->GetAttr("num_tables", &nt));
+      OP_REQUIRES(c, static_cast<std::size_t>(nd) == dense_.size() && static_cast<std::size_t>(nt) == tables_.size(),
+                  err_invalid(type_string(), ": dense_vars names ", dense_.size(), " variables and table_vars ",
+                              tables_.size(), " tables, for ", nd, " dense and ", nt, " table inputs"));
+    }
+  }
+
   void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& g = ctx->input(0);
     OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::dense);
-                     if (g.NumElements() != v->num_elements())
-                       fw::throw_error(fw::errc::invalid_argument,
-                                       "push of '" + var_ + "': gradient of " + std::to_string(g.NumElements()) +
-                                           " values, the variable has " + std::to_string(v->num_elements()));
-                     const auto f = g.flat<float>();
-                     c.push(var_, std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
+                     ps_step step(c, ctx);
+                     add(step, ctx);
+                     step.run();
                    }));
   }
 
- private:
-  std::string var_;
+ protected:
+  virtual void add(ps_step& step, tfw::OpKernelContext* ctx) = 0;
+  const std::string& var() const { return dense_[0]; }
+
+  std::vector<std::string> dense_;
+  std::vector<std::string> tables_;
 };
 
-class PullRowsOp : public tfw::OpKernel {
+class PullOp : public PSKernel {
  public:
-  explicit PullRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& ids = ctx->input(0);
-    tfw::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
-                     tfw::TensorShape shape = ids.shape();
-                     shape.AddDim(v->row_size());
-                     if (!ctx->allocate_output(0, shape, &out).ok()) return;
-                     if (ids.NumElements() == 0) return;
-                     const auto f = ids.flat<std::int64_t>();
-                     fw::ps::batch b;
-                     const auto h =
-                         b.pull_rows(var_, std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size())));
-                     c.run(b);
-                     const auto vals = b.result(h);
-                     std::memcpy(out->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                   }));
-  }
-
- private:
-  std::string var_;
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext*) override { s.pull(var(), 0); }
 };
 
-class PushRowsOp : public tfw::OpKernel {
+class PushOp : public PSKernel {
  public:
-  explicit PushRowsOp(tfw::OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("var", &var_)); }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const tfw::Tensor& ids = ctx->input(0);
-    const tfw::Tensor& g = ctx->input(1);
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     const auto* v = find_var(c, var_, fw::ps::variable_kind::embedding);
-                     if (g.NumElements() != ids.NumElements() * v->row_size())
-                       fw::throw_error(fw::errc::invalid_argument,
-                                       "push_rows of '" + var_ + "': " + std::to_string(g.NumElements()) +
-                                           " gradient values for " + std::to_string(ids.NumElements()) +
-                                           " ids of dim " + std::to_string(v->row_size()));
-                     if (ids.NumElements() == 0) return;
-                     const auto fi = ids.flat<std::int64_t>();
-                     const auto fg = g.flat<float>();
-                     c.push_rows(var_, std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
-                                 std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
-                   }));
-  }
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.push(var(), ctx->input(0)); }
+};
 
- private:
-  std::string var_;
+class PullRowsOp : public PSKernel {
+ public:
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.pull_rows(var(), ctx->input(0), 0); }
+};
+
+class PushRowsOp : public PSKernel {
+ public:
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override { s.push_rows(var(), ctx->input(0), ctx->input(1)); }
 };
 
 // One request per PS for a whole step's pulls: every dense variable and the
-// rows of every table in one ps::batch (client::run fuses them per PS).
-class PullManyOp : public tfw::OpKernel {
+// rows of every table (inputs: the tables' ids; outputs: dense, then rows).
+class PullManyOp : public PSKernel {
  public:
-  explicit PullManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
-    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override {
+    const int nd = static_cast<int>(dense_.size());
+    for (int i = 0; i < nd; ++i) s.pull(dense_[static_cast<std::size_t>(i)], i);
+    for (std::size_t j = 0; j < tables_.size(); ++j)
+      s.pull_rows(tables_[j], ctx->input(static_cast<int>(j)), nd + static_cast<int>(j));
   }
-  void Compute(tfw::OpKernelContext* ctx) override {
-    const std::size_t nd = dense_.size();
-    const std::size_t nt = tables_.size();
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     fw::ps::batch b;
-                     std::vector<fw::ps::batch::handle> handles;
-                     std::vector<tfw::Tensor*> outs(nd + nt, nullptr);
-                     for (std::size_t i = 0; i < nd; ++i) {
-                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
-                       tfw::TensorShape shape;
-                       for (std::int64_t d : v->shape) shape.AddDim(d);
-                       if (!ctx->allocate_output(static_cast<int>(i), shape, &outs[i]).ok()) return;
-                       handles.push_back(b.pull(dense_[i]));
-                     }
-                     for (std::size_t j = 0; j < nt; ++j) {
-                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
-                       const tfw::Tensor& ids = ctx->input(static_cast<int>(j));
-                       tfw::TensorShape shape = ids.shape();
-                       shape.AddDim(v->row_size());
-                       if (!ctx->allocate_output(static_cast<int>(nd + j), shape, &outs[nd + j]).ok()) return;
-                       const auto f = ids.flat<std::int64_t>();
-                       handles.push_back(b.pull_rows(
-                           tables_[j], std::span<const std::int64_t>(f.data(), static_cast<std::size_t>(f.size()))));
-                     }
-                     c.run(b);
-                     for (std::size_t k = 0; k < nd + nt; ++k) {
-                       const auto vals = b.result(handles[k]);
-                       if (!vals.empty())
-                         std::memcpy(outs[k]->flat<float>().data(), vals.data(), vals.size() * sizeof(float));
-                     }
-                   }));
-  }
-
- private:
-  std::vector<std::string> dense_;
-  std::vector<std::string> tables_;
 };
 
-// The gradients of a PullMany: every push of the step in one ps::batch.
-class PushManyOp : public tfw::OpKernel {
+// The gradients of a PullMany, every push of the step in one request per PS
+// (inputs: dense gradients, the tables' ids, their row gradients).
+class PushManyOp : public PSKernel {
  public:
-  explicit PushManyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("dense_vars", &dense_));
-    OP_REQUIRES_OK(c, c->GetAttr("table_vars", &tables_));
-  }
-  void Compute(tfw::OpKernelContext* ctx) override {
+  using PSKernel::PSKernel;
+  void add(ps_step& s, tfw::OpKernelContext* ctx) override {
     const std::size_t nd = dense_.size();
     const std::size_t nt = tables_.size();
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
-                     fw::ps::batch b;
-                     for (std::size_t i = 0; i < nd; ++i) {
-                       const auto* v = find_var(c, dense_[i], fw::ps::variable_kind::dense);
-                       const tfw::Tensor& g = ctx->input(static_cast<int>(i));
-                       if (g.NumElements() != v->num_elements())
-                         fw::throw_error(fw::errc::invalid_argument,
-                                         "push of '" + dense_[i] + "': gradient of " + std::to_string(g.NumElements()) +
-                                             " values, the variable has " + std::to_string(v->num_elements()));
-                       const auto f = g.flat<float>();
-                       b.push(dense_[i], std::span<const float>(f.data(), static_cast<std::size_t>(f.size())));
-                     }
-                     for (std::size_t j = 0; j < nt; ++j) {
-                       const auto* v = find_var(c, tables_[j], fw::ps::variable_kind::embedding);
-                       const tfw::Tensor& ids = ctx->input(static_cast<int>(nd + j));
-                       const tfw::Tensor& g = ctx->input(static_cast<int>(nd + nt + j));
-                       if (g.NumElements() != ids.NumElements() * v->row_size())
-                         fw::throw_error(fw::errc::invalid_argument,
-                                         "push_rows of '" + tables_[j] + "': " + std::to_string(g.NumElements()) +
-                                             " gradient values for " + std::to_string(ids.NumElements()) +
-                                             " ids of dim " + std::to_string(v->row_size()));
-                       if (ids.NumElements() == 0) continue;
-                       const auto fi = ids.flat<std::int64_t>();
-                       const auto fg = g.flat<float>();
-                       b.push_rows(tables_[j],
-                                   std::span<const std::int64_t>(fi.data(), static_cast<std::size_t>(fi.size())),
-                                   std::span<const float>(fg.data(), static_cast<std::size_t>(fg.size())));
-                     }
-                     if (!b.empty()) c.run(b);
-                   }));
+    for (std::size_t i = 0; i < nd; ++i) s.push(dense_[i], ctx->input(static_cast<int>(i)));
+    for (std::size_t j = 0; j < nt; ++j)
+      s.push_rows(tables_[j], ctx->input(static_cast<int>(nd + j)), ctx->input(static_cast<int>(nd + nt + j)));
   }
-
- private:
-  std::vector<std::string> dense_;
-  std::vector<std::string> tables_;
 };
 
 }  // namespace fwtf
