@@ -44,6 +44,10 @@ for t in asio verbs; do
   if [ $rc = 77 ]; then say "SKIP: $(tail -1 "$work/$t.out")"; exit 77; fi
   if [ $rc != 0 ]; then
     tail -30 "$work/$t.out"
+    # Last, where a truncated log still shows them: every line that is not a
+    # step line (errors, lost peers, stall reports, the launcher's verdict).
+    echo "--- the $t run's other lines:"
+    grep -v '\] step ' "$work/$t.out" | tail -40
     say "FAIL: the $t run exited with $rc"
     exit 1
   fi
