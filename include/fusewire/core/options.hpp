@@ -143,7 +143,7 @@ inline constexpr std::array<knob, 39> env_knobs{{
      "counted (0 to 86400000); 0 = kept until its receive or the peer's restart"},
     {"FUSEWIRE_STALL_MS", "5000",
      "milliseconds an operation may stay pending before a stall report names it, then again at "
-     "doubling ages (0 to 86400000); 0 = off (SIGUSR1 snapshots too)"},
+     "doubling ages (0 to 86400000); 0 = off (SIGUSR1 snapshots still work)"},
     {"FUSEWIRE_STATS_FILE", "",
      "path the endpoint's counters are written to every FUSEWIRE_STATS_INTERVAL_MS ({task} becomes the task, "
      "e.g. worker-0); unset = none"},

@@ -53,6 +53,14 @@ struct reactor_stats {
   std::uint64_t timers = 0;      ///< timer callbacks run (fired or cancelled)
   std::uint64_t exceptions = 0;  ///< exceptions caught at the loop boundary
   std::uint64_t dropped = 0;     ///< tasks destroyed unrun because their target had stopped
+  /// Where the loop's time went, in nanoseconds, sampled with the coarse
+  /// clock (a few ms resolution; exact over seconds): ticks that did work,
+  /// ticks that found nothing (polling), and, of those idle, time asleep in
+  /// the engine. busy / (busy + idle) is how loaded the reactor is. Zero in a
+  /// build with FUSEWIRE_NO_OBSERVE.
+  std::uint64_t busy_ns = 0;
+  std::uint64_t idle_ns = 0;
+  std::uint64_t sleep_ns = 0;
 };
 
 namespace detail {
@@ -210,9 +218,10 @@ class basic_reactor final : private detail::engine_hooks {
 
   /// Counters; any thread.
   reactor_stats stats() const noexcept {
-    return {ticks_.load(std::memory_order_relaxed),      sleeps_.load(std::memory_order_relaxed),
-            tasks_.load(std::memory_order_relaxed),      timers_run_.load(std::memory_order_relaxed),
-            exceptions_.load(std::memory_order_relaxed), dropped_.load(std::memory_order_relaxed)};
+    constexpr auto relaxed = std::memory_order_relaxed;
+    return {ticks_.load(relaxed),      sleeps_.load(relaxed),     tasks_.load(relaxed),
+            timers_run_.load(relaxed), exceptions_.load(relaxed), dropped_.load(relaxed),
+            busy_ns_.load(relaxed),    idle_ns_.load(relaxed),    sleep_ns_.load(relaxed)};
   }
 
  private:
@@ -291,9 +300,28 @@ class basic_reactor final : private detail::engine_hooks {
     const reactor_config& cfg = group_->config();
     auto last_work = clock::now();
     bool spinning = cfg.mode == reactor_mode::poll;  // whether the last tick did not sleep (block: never asked)
+    // The coarse clock is a memory read (vDSO), cheap enough for every tick of
+    // a polling loop; the time between two reads goes to the kind of tick that
+    // ended it, which over many ticks is each kind's share of the time.
+    auto mark = util::coarse_now();
+    auto account = [&](std::atomic<std::uint64_t>& to, std::atomic<std::uint64_t>* also = nullptr) {
+#if defined(FUSEWIRE_NO_OBSERVE)
+      // Compiled out with the rest of the observability (measuring its cost).
+      (void)to, (void)also;
+      return;
+#endif
+      const auto now = util::coarse_now();
+      if (now == mark) return;
+      const auto ns =
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count());
+      mark = now;
+      detail::bump(to, ns);
+      if (also != nullptr) detail::bump(*also, ns);
+    };
     for (;;) {
       if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stop();
       const bool worked = tick(spinning);
+      account(worked ? busy_ns_ : idle_ns_);
       spinning = cfg.mode != reactor_mode::block;
       if (stopping_) {
         if (!reported_quiescent_ && (quiescent() || clock::now() >= stop_deadline_)) {
@@ -318,6 +346,7 @@ class basic_reactor final : private detail::engine_hooks {
         continue;
       }
       sleep();
+      account(idle_ns_, &sleep_ns_);
       spinning = false;
       if (cfg.mode == reactor_mode::adaptive) last_work = clock::now();
     }
@@ -557,6 +586,7 @@ class basic_reactor final : private detail::engine_hooks {
 
   alignas(64) std::atomic<std::uint64_t> ticks_{0};
   std::atomic<std::uint64_t> sleeps_{0};
+  std::atomic<std::uint64_t> busy_ns_{0}, idle_ns_{0}, sleep_ns_{0};
   std::atomic<std::uint64_t> tasks_{0};
   std::atomic<std::uint64_t> timers_run_{0};
   std::atomic<std::uint64_t> exceptions_{0};

@@ -49,6 +49,22 @@ inline constexpr bool observe_enabled = false;
 inline constexpr bool observe_enabled = true;
 #endif
 
+/// One reactor of an endpoint (endpoint::reactor_usages()): where its time went and
+/// how much of its buffer pool is in use. Any thread, approximate while it runs.
+struct reactor_usage {
+  unsigned reactor = 0;
+  std::uint64_t busy_ns = 0;   ///< in loop iterations that did work
+  std::uint64_t idle_ns = 0;   ///< in iterations that found nothing, asleep included
+  std::uint64_t sleep_ns = 0;  ///< asleep in the kernel (block and adaptive modes)
+  std::uint64_t ticks = 0;     ///< loop iterations
+  std::uint64_t tasks = 0;     ///< tasks handed to it (operations started, replies, timers' work)
+  /// The reactor's share of the receive pool (options.pool_size): blocks, the
+  /// ones holding early arrivals now, and allocations that found it exhausted.
+  std::uint64_t pool_blocks = 0;
+  std::uint64_t pool_blocks_in_use = 0;
+  std::uint64_t pool_exhausted = 0;
+};
+
 /// Counters of the traffic with one peer (endpoint::counters()); each is
 /// written by the reactor that owns the peer and read from any thread.
 struct peer_counters {
@@ -67,6 +83,14 @@ struct peer_counters {
   std::uint64_t connections_lost = 0;    ///< times its connections broke (not counting an orderly close)
   std::uint64_t pending_sends = 0;       ///< sends started, not completed (a queue depth)
   std::uint64_t pending_recvs = 0;       ///< receives started, not completed
+  /// What its traffic cost in limits (docs/rendezvous.md, "Limits"): times its
+  /// connections stopped being read because a receive budget was full; its
+  /// tensors and partial transfers dropped (no receive within
+  /// unmatched_max_age, no chunk within transfer_idle, or it restarted); its
+  /// frames refused as too large (the connection is closed).
+  std::uint64_t recv_pauses = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t frames_too_large = 0;
 };
 
 /// One send or receive an endpoint has not completed (endpoint::pending(),

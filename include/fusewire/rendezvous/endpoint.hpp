@@ -251,7 +251,7 @@ class endpoint {
       ++position;
     }
     if constexpr (observe_enabled) cells_ = std::make_unique<peer_cells[]>(spec_.size());
-    if (opts_.stall_report.count() != 0) detail::install_report_signal();
+    detail::install_report_signal();
     reactor_config cfg = make_reactor_config(opts_, 1);
     cfg.count = shards_;
     group_ = std::make_unique<group_type>(cfg);
@@ -312,6 +312,8 @@ class endpoint {
   /// counter has one writer, the peer's reactor; reads are approximate while
   /// it runs). All zero in a build with FUSEWIRE_NO_OBSERVE.
   std::vector<peer_counters> counters() const;
+  /// Each reactor's busy and idle time and pool use (see reactor_usage); any thread.
+  std::vector<reactor_usage> reactor_usages() const;
 
   /// The operations not completed yet, oldest first, with what each waits
   /// for (docs/observability.md). Any thread but the endpoint's reactors
@@ -543,6 +545,8 @@ class endpoint {
     std::atomic<std::uint64_t> sends{0}, bytes_sent{0}, send_errors{0}, recvs{0}, bytes_received{0}, recv_errors{0};
     std::atomic<std::uint64_t> tensor_frames{0}, fused_frames{0}, tensors_fused{0}, chunk_frames{0};
     std::atomic<std::uint64_t> connects{0}, lost{0}, sends_started{0}, recvs_started{0};
+    // Rare, and written from whichever reactor meets the event: locked adds.
+    std::atomic<std::uint64_t> recv_pauses{0}, dropped{0}, frames_too_large{0};
   };
   static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -553,6 +557,10 @@ class endpoint {
     return index < spec_.size() ? &cells_[index] : nullptr;
   }
   std::uint32_t index_of(const task_id& t) const noexcept;
+  /// Counts a limit event (recv_pause, drop, frame too large) against the peer
+  /// named `peer` ("job:index"); nothing when the name is not in the spec.
+  void count_peer_event(std::string_view peer, std::atomic<std::uint64_t> peer_cells::*cell,
+                        std::uint64_t n = 1) const noexcept;
   static std::string format_report(std::string_view title, std::vector<pending_operation> ops);
   void write_trace();
 

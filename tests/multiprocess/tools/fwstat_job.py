@@ -58,8 +58,13 @@ def main():
             fail("fwstat --once failed")
         if live is None:
             fail("fwstat never showed a live row with a throughput while the job ran")
-        rows = [l.split() for l in final.stdout.splitlines()[1:]]
-        pairs = {(r[0], r[1]) for r in rows}
+        table, _, usage = final.stdout.partition("\n\n")
+        rows = [l.split() for l in table.splitlines()[1:]]
+        pairs = {(r[0], r[1]) for r in rows if len(r) > 1}
+        for task in ("ps:0", "worker:0", "worker:1"):
+            if not any(l.startswith(task + ": reactor 0 ") and "% busy" in l and ", pool " in l
+                       for l in usage.splitlines()):
+                fail(f"no reactor line for {task} (busy share, pool use)")
         for need in [("worker:0", "ps:0"), ("worker:1", "ps:0"), ("ps:0", "worker:0"), ("ps:0", "worker:1")]:
             if need not in pairs:
                 fail(f"no row for {need}")

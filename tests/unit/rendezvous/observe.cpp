@@ -234,3 +234,87 @@ TEST_CASE("per-peer counters match a scripted exchange exactly; the dump files c
   CHECK_FALSE(std::filesystem::exists(dir / "ps-0.prom.tmp"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("several reactors: one stall report block for the endpoint; SIGUSR1 answered with stall reports off") {
+  auto spec = loopback_cluster(1, 4);
+  log_capture log;
+  {
+    // Stall reports off: a snapshot request is still answered.
+    rv::endpoint<T> quiet(ps0, spec, {.options = stall_options(0ms), .tuning = {.reactors = 2}, .log = log.sink()});
+    quiet.recv(w0, "q0", [](std::error_code, fw::tensor_buffer) {});
+    quiet.recv(w1, "q1", [](std::error_code, fw::tensor_buffer) {});
+    fw::rendezvous::request_report();
+    const std::string snap = log.wait_for({"snapshot (SIGUSR1)", "2 reactors"}, 5000ms);
+    REQUIRE_MESSAGE(!snap.empty(), "no snapshot with FUSEWIRE_STALL_MS = 0");
+    MESSAGE(snap);
+    CHECK(snap.find("key \"q0\"") != std::string::npos);
+    CHECK(snap.find("key \"q1\"") != std::string::npos);
+    CHECK(log.matching({"stall report"}).empty());
+  }
+
+  // Stall reports on, four peers over two reactors: each report is one block naming all four.
+  log_capture log2;
+  const fw::task_id w2{"worker", 2}, w3{"worker", 3};
+  rv::endpoint<T> ps(ps0, spec, {.options = stall_options(150ms), .tuning = {.reactors = 2}, .log = log2.sink()});
+  for (const fw::task_id& w : {w0, w1, w2, w3}) {
+    ps.recv(w, "from " + w.to_string(), [](std::error_code, fw::tensor_buffer) {});
+  }
+  const std::string block = log2.wait_for({"stall report", "4 operations", "2 reactors"}, 5000ms);
+  REQUIRE_MESSAGE(!block.empty(), "no stall report");
+  MESSAGE(block);
+  for (const char* w : {"worker:0", "worker:1", "worker:2", "worker:3"}) {
+    CHECK(block.find("recv from " + std::string(w) + " key \"from " + w + "\"") != std::string::npos);
+  }
+  // One block per check: never one per reactor.
+  for (const std::string& l : log2.matching({"stall report"})) CHECK(l.find("4 operations") != std::string::npos);
+}
+
+TEST_CASE("reactor usage, pool use and per-peer drops are counted and dumped") {
+  auto spec = loopback_cluster(1, 2);  // two peers: room for two reactors
+  const auto dir = std::filesystem::temp_directory_path() / ("fusewire_usage_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  fw::options po = block_options();
+  po.unmatched_max_age = 100ms;
+  po.stats_file = (dir / "ps.jsonl").string();
+  po.stats_interval = 100ms;
+  {
+    rv::endpoint<T> ps(ps0, spec, {.options = po, .tuning = {.reactors = 2}});
+    rv::endpoint<T> worker(w0, spec, {.options = block_options()});
+    // A small tensor nobody receives is held in a pool block, then dropped for age.
+    REQUIRE_FALSE(worker.send_sync(ps0, "unwanted", pattern(100, 1), 30s));
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (ps.counters()[0].dropped == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    CHECK(ps.counters()[0].dropped == 1);
+    CHECK(ps.stats().arrivals_dropped_age == 1);
+    // Real work for the reactors, then some idle time.
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE_FALSE(worker.send_sync(ps0, "k" + std::to_string(i), pattern(1000, i), 30s));
+      REQUIRE_FALSE(ps.recv_sync(w0, "k" + std::to_string(i), 30s).ec);
+    }
+    std::this_thread::sleep_for(200ms);
+    const std::vector<rv::reactor_usage> r = ps.reactor_usages();
+    REQUIRE(r.size() == 2);
+    std::uint64_t busy = 0, idle = 0, sleep = 0;
+    for (unsigned i = 0; i < 2; ++i) {
+      CHECK(r[i].reactor == i);
+      CHECK(r[i].ticks > 0);
+      CHECK(r[i].pool_blocks > 0);
+      CHECK(r[i].pool_blocks_in_use == 0);  // nothing held any more
+      CHECK(r[i].sleep_ns <= r[i].idle_ns);
+      busy += r[i].busy_ns;
+      idle += r[i].idle_ns;
+      sleep += r[i].sleep_ns;
+    }
+    MESSAGE("busy " << busy / 1000000 << " ms, idle " << idle / 1000000 << " ms, asleep " << sleep / 1000000 << " ms");
+    // Block mode, mostly waiting: most of the reactors' time is idle, asleep.
+    CHECK(idle > 0);
+    CHECK(sleep > 0);
+  }
+  const std::string json = read_file(dir / "ps.jsonl");
+  const std::string last = json.substr(json.rfind('\n', json.size() - 2) + 1);
+  MESSAGE(last);
+  CHECK(last.find(",\"dropped\":1,") != std::string::npos);
+  CHECK(last.find("\"reactors\":[{\"reactor\":0,\"busy_ns\":") != std::string::npos);
+  CHECK(last.find("{\"reactor\":1,") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

@@ -28,6 +28,15 @@ using namespace fusewire::test;
 
 namespace {
 
+/// `ep`'s counters of the peer named `peer` (all zero if it has none).
+template <class Endpoint>
+rv::peer_counters counters_of(const Endpoint& ep, std::string_view peer) {
+  for (const rv::peer_counters& c : ep.counters()) {
+    if (c.peer == peer) return c;
+  }
+  return {};
+}
+
 constexpr std::size_t peer_budget = std::size_t{1} << 20;
 
 fw::options budget_options() {
@@ -142,6 +151,7 @@ TEST_CASE_TEMPLATE_DEFINE("a peer filling its receive budget is paused, then res
     for (int i = 0; i < sh.count; ++i) sends.send(worker, ps0, key_of(i), pattern(sh.tensor, i));
     REQUIRE(eventually([&] { return ps.stats().recv_pauses >= 1; }));
     CHECK(log.saw("stopped reading from worker:0"));
+    CHECK(counters_of(ps, "worker:0").recv_pauses == ps.stats().recv_pauses);
     std::this_thread::sleep_for(50ms);  // anything read past the budget would show now
     const std::uint64_t held = ps.stats().recv_held_bytes;
     CHECK(held > peer_budget / 2);
@@ -226,6 +236,8 @@ TEST_CASE_TEMPLATE_DEFINE("a transfer announced above max_transfer_bytes is refu
   CHECK(c.closed_by_peer());
   CHECK(log.saw("FUSEWIRE_MAX_TRANSFER_BYTES = 8388608"));
   CHECK(ps.stats().frames_too_large == 1);
+  CHECK(counters_of(ps, "worker:0").frames_too_large == 1);
+  CHECK(counters_of(ps, "worker:1").frames_too_large == 0);
   CHECK(ps.stats().recv_held_bytes == 0);
 
   // Our own sends above the limit fail here, before the peer has to refuse them.
@@ -315,6 +327,7 @@ TEST_CASE_TEMPLATE_DEFINE("a tensor no receive took within unmatched_max_age is 
 
   REQUIRE_FALSE(worker.send_sync(ps0, "old", pattern(1000, 1), 30s));
   REQUIRE(eventually([&] { return ps.stats().arrivals_dropped_age == 1; }));
+  CHECK(counters_of(ps, "worker:0").dropped == 1);
   CHECK(eventually([&] { return ps.stats().recv_held_bytes == 0; }));
   CHECK(log.saw("FUSEWIRE_UNMATCHED_MAX_AGE_MS"));
   CHECK(ps.recv_sync(w0, "old", 300ms).ec == fw::make_error_code(fw::errc::timed_out));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -61,6 +62,43 @@ inline std::uint32_t endpoint<Transport>::index_of(const task_id& t) const noexc
 }
 
 template <transport Transport>
+inline void endpoint<Transport>::count_peer_event(std::string_view peer, std::atomic<std::uint64_t> peer_cells::*cell,
+                                                  std::uint64_t n) const noexcept {
+  if (n == 0) return;
+  const auto colon = peer.rfind(':');
+  if (colon == std::string_view::npos) return;
+  unsigned index = 0;
+  const std::string_view digits = peer.substr(colon + 1);
+  const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (err != std::errc() || end != digits.data() + digits.size()) return;
+  const auto it = job_base_.find(peer.substr(0, colon));
+  if (it == job_base_.end()) return;
+  if (peer_cells* c = cells(static_cast<std::uint32_t>(it->second + index))) {
+    (c->*cell).fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+template <transport Transport>
+inline std::vector<reactor_usage> endpoint<Transport>::reactor_usages() const {
+  std::vector<reactor_usage> out;
+  for (unsigned i = 0; i < shards_ && i < shard_list_.size(); ++i) {
+    const reactor_stats r = group_->at(i).stats();
+    const shard_stats p = shard_list_[i]->pool_stats();
+    reactor_usage& u = out.emplace_back();
+    u.reactor = i;
+    u.busy_ns = r.busy_ns;
+    u.idle_ns = r.idle_ns;
+    u.sleep_ns = r.sleep_ns;
+    u.ticks = r.ticks;
+    u.tasks = r.tasks;
+    u.pool_blocks = p.total_blocks;
+    u.pool_blocks_in_use = p.total_blocks - std::min(p.free_blocks, p.total_blocks);
+    u.pool_exhausted = p.failed_allocations;
+  }
+  return out;
+}
+
+template <transport Transport>
 inline std::vector<peer_counters> endpoint<Transport>::counters() const {
   constexpr auto relaxed = std::memory_order_relaxed;
   std::vector<peer_counters> out;
@@ -84,6 +122,9 @@ inline std::vector<peer_counters> endpoint<Transport>::counters() const {
     c.chunk_frames_sent = p->chunk_frames.load(relaxed);
     c.connects = p->connects.load(relaxed);
     c.connections_lost = p->lost.load(relaxed);
+    c.recv_pauses = p->recv_pauses.load(relaxed);
+    c.dropped = p->dropped.load(relaxed);
+    c.frames_too_large = p->frames_too_large.load(relaxed);
     // Started minus completed; the loads are not one snapshot, so never below 0.
     const std::uint64_t sends_done = c.sends + c.send_errors;
     const std::uint64_t recvs_done = c.recvs + c.recv_errors;
@@ -195,6 +236,22 @@ inline void endpoint<Transport>::shard::dump_stats() {
         {"connections_lost", c.connections_lost},
         {"pending_sends", c.pending_sends},
         {"pending_recvs", c.pending_recvs},
+        {"recv_pauses", c.recv_pauses},
+        {"dropped", c.dropped},
+        {"frames_too_large", c.frames_too_large},
+    };
+  };
+  const std::vector<reactor_usage> reactors = ep_.reactor_usages();
+  auto per_reactor = [](const reactor_usage& r) {
+    return std::vector<std::pair<const char*, std::uint64_t>>{
+        {"busy_ns", r.busy_ns},
+        {"idle_ns", r.idle_ns},
+        {"sleep_ns", r.sleep_ns},
+        {"ticks", r.ticks},
+        {"tasks", r.tasks},
+        {"pool_blocks", r.pool_blocks},
+        {"pool_blocks_in_use", r.pool_blocks_in_use},
+        {"pool_exhausted", r.pool_exhausted},
     };
   };
   if (opts_.stats_format == "prometheus") {
@@ -208,6 +265,12 @@ inline void endpoint<Transport>::shard::dump_stats() {
                std::to_string(v) + "\n";
       }
     }
+    for (const reactor_usage& r : reactors) {
+      for (const auto& [name, v] : per_reactor(r)) {
+        out += "fusewire_reactor_" + std::string(name) + "{" + labels + ",reactor=\"" + std::to_string(r.reactor) +
+               "\"} " + std::to_string(v) + "\n";
+      }
+    }
   } else {
     out = "{\"time_ms\":" + std::to_string(wall) + ",\"task\":" + detail::quoted(task) + ",\"endpoint\":{";
     bool first = true;
@@ -219,6 +282,13 @@ inline void endpoint<Transport>::shard::dump_stats() {
     for (std::size_t i = 0; i < peers.size(); ++i) {
       out += (i == 0 ? "{\"peer\":" : ",{\"peer\":") + detail::quoted(peers[i].peer);
       for (const auto& [name, v] : per_peer(peers[i])) out += ",\"" + std::string(name) + "\":" + std::to_string(v);
+      out += "}";
+    }
+    out += "],\"reactors\":[";
+    for (std::size_t i = 0; i < reactors.size(); ++i) {
+      out += (i == 0 ? "{\"reactor\":" : ",{\"reactor\":") + std::to_string(reactors[i].reactor);
+      for (const auto& [name, v] : per_reactor(reactors[i]))
+        out += ",\"" + std::string(name) + "\":" + std::to_string(v);
       out += "}";
     }
     out += "]}\n";
@@ -268,12 +338,16 @@ inline void endpoint<Transport>::write_trace() {
 
 // ---- stall reports (options.stall_report) ----
 
-/// Checked every stall_report / 4 (10 ms to 1 s): an operation is named within
-/// the threshold plus one check of reaching it.
+/// Reactor 0 checks every stall_report / 4 (10 ms to 1 s; every second when
+/// stall reports are off, for snapshot requests): an operation is named
+/// within the threshold plus one check of reaching it.
 template <transport Transport>
 inline void endpoint<Transport>::shard::arm_stall() {
-  const auto every =
-      std::clamp<clock::duration>(ep_.opts_.stall_report / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  const auto threshold = ep_.opts_.stall_report;
+  const clock::duration every =
+      threshold.count() == 0
+          ? clock::duration(std::chrono::seconds(1))
+          : std::clamp<clock::duration>(threshold / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
   stall_timer_ = reactor_->run_after(every, [this](std::error_code ec) {
     stall_timer_ = {};
     if (ec || closing_) return;
@@ -282,50 +356,113 @@ inline void endpoint<Transport>::shard::arm_stall() {
   });
 }
 
+/// Reactor 0: asks every reactor for its part; the parts meet in
+/// stall_collect(), which logs one block for the whole endpoint. A reactor that
+/// has not answered by the time the threshold passed again is itself stuck
+/// (a handler that blocks it): the block says so, and a new check begins.
 template <transport Transport>
 inline void endpoint<Transport>::shard::stall_tick() {
-  const unsigned asked = detail::report_requests().load(std::memory_order_relaxed);
-  if (asked != seen_requests_) {
-    seen_requests_ = asked;
-    return stall_report_now(true);
-  }
-  // Cheap when nothing is due: one pass over the pending operations, no strings.
   const auto now = util::coarse_now();
+  const unsigned requests = detail::report_requests().load(std::memory_order_relaxed);
+  const bool asked = requests != seen_requests_;
+  const auto threshold = ep_.opts_.stall_report;
+  if (!asked && threshold.count() == 0) return;
+  if (stall_.open) {
+    const clock::duration patience = threshold.count() != 0 ? clock::duration(threshold) : std::chrono::seconds(5);
+    if (now - stall_.since < patience) return;  // the last check is still being answered
+    std::vector<unsigned> silent;
+    for (unsigned i = 0; i < stall_.answered.size(); ++i) {
+      if (!stall_.answered[i]) silent.push_back(i);
+    }
+    stall_log(silent);
+  }
+  seen_requests_ = requests;
+  const unsigned n = ep_.shards_;
+  stall_.number++;
+  stall_.open = true;
+  stall_.asked = asked;
+  stall_.due = false;
+  stall_.since = now;
+  stall_.answered.assign(n, false);
+  stall_.ops.clear();
+  const std::uint64_t round = stall_.number;
+  for (unsigned i = 1; i < n; ++i) {
+    shard* other = ep_.shard_list_[i].get();
+    const std::error_code ec = ep_.group_->submit_to(i, [this, other, round, asked, i] {
+      stall_part part = other->closing_ ? stall_part{} : other->stall_check(asked);
+      (void)ep_.group_->submit_to(
+          0, [this, round, i, part = std::move(part)]() mutable { stall_collect(round, i, std::move(part)); });
+    });
+    if (ec) stall_collect(round, i, {});  // that reactor stopped: nothing pending on it
+  }
+  stall_collect(round, 0, stall_check(asked));
+}
+
+/// On its own reactor. Cheap when nothing is old: one pass, no strings.
+template <transport Transport>
+inline auto endpoint<Transport>::shard::stall_check(bool asked) -> stall_part {
+  stall_part part;
+  const auto now = util::coarse_now();
+  if (asked) {
+    snapshot(now, part.ops);
+    return part;
+  }
   const auto threshold = ep_.opts_.stall_report;
   const auto& idle = ep_.tuning_.idle_keys;
-  bool due = false;
+  bool old = false;
   auto check = [&](auto& op) {
     if (op.started == clock::time_point{}) return;
     const auto age = now - op.started;
     if (age < threshold) return;
+    old = true;
     if (op.report_at == clock::duration::zero()) op.report_at = threshold;
     if (age < op.report_at) return;
     // Named now, again once its age doubled.
     while (op.report_at <= age) op.report_at *= 2;
-    due = true;
+    part.due = true;
   };
   for (send_op* op = send_ops_; op != nullptr; op = op->next) check(*op);
   for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
     if (idle.empty() || std::find(idle.begin(), idle.end(), op->key) == idle.end()) check(*op);
   }
-  if (due) stall_report_now(false);
+  if (!old) return part;
+  snapshot(now, part.ops, threshold);
+  std::erase_if(part.ops, [&](const pending_operation& o) {
+    return !o.is_send && std::find(idle.begin(), idle.end(), o.key) != idle.end();
+  });
+  return part;
+}
+
+/// Reactor 0: one reactor's part of check `round`; logs once every part is in.
+template <transport Transport>
+inline void endpoint<Transport>::shard::stall_collect(std::uint64_t round, unsigned from, stall_part part) {
+  if (closing_ || !stall_.open || round != stall_.number || from >= stall_.answered.size() || stall_.answered[from]) {
+    return;
+  }
+  stall_.answered[from] = true;
+  stall_.due |= part.due;
+  stall_.ops.insert(stall_.ops.end(), std::make_move_iterator(part.ops.begin()),
+                    std::make_move_iterator(part.ops.end()));
+  if (std::find(stall_.answered.begin(), stall_.answered.end(), false) == stall_.answered.end()) stall_log({});
 }
 
 template <transport Transport>
-inline void endpoint<Transport>::shard::stall_report_now(bool asked) {
-  std::vector<pending_operation> ops;
-  snapshot(util::coarse_now(), ops, asked ? clock::duration::zero() : ep_.opts_.stall_report);
-  if (!asked) {
-    const auto& idle = ep_.tuning_.idle_keys;
-    std::erase_if(ops, [&](const pending_operation& o) {
-      return !o.is_send && std::find(idle.begin(), idle.end(), o.key) != idle.end();
-    });
+inline void endpoint<Transport>::shard::stall_log(const std::vector<unsigned>& silent) {
+  stall_.open = false;
+  if (!stall_.asked && !stall_.due && silent.empty()) return;
+  std::string title = stall_.asked ? "snapshot (SIGUSR1)"
+                                   : "stall report: pending longer than " +
+                                         std::to_string(ep_.opts_.stall_report.count()) + " ms (FUSEWIRE_STALL_MS)";
+  if (ep_.shards_ > 1) title += ", " + std::to_string(ep_.shards_) + " reactors";
+  std::string block = format_report(title, std::move(stall_.ops));
+  for (const unsigned r : silent) {
+    block +=
+        "\n  reactor " + std::to_string(r) + " did not answer this check for " +
+        detail::format_age(std::chrono::duration_cast<std::chrono::milliseconds>(util::coarse_now() - stall_.since)) +
+        " (a handler is blocking it?): its operations are not listed";
   }
-  std::string title = asked ? "snapshot (SIGUSR1)"
-                            : "stall report: pending longer than " + std::to_string(ep_.opts_.stall_report.count()) +
-                                  " ms (FUSEWIRE_STALL_MS)";
-  if (ep_.shards_ > 1) title += ", reactor " + std::to_string(index_);
-  log(format_report(title, std::move(ops)));
+  stall_.ops.clear();
+  log(block);
 }
 
 template <transport Transport>

@@ -21,6 +21,9 @@ inline void endpoint<Transport>::shard::on_frame(const std::shared_ptr<channel_t
   if (ec) {
     if (ec == make_error_code(errc::frame_too_large)) {
       ep_.frames_too_large_.fetch_add(1, std::memory_order_relaxed);
+      if (const auto it = in_.find(ch.get()); it != in_.end()) {
+        ep_.count_peer_event(it->second.peer, &peer_cells::frames_too_large);
+      }
       return inbound_failed(
           ch, ec,
           "it announced a frame above FUSEWIRE_MAX_FRAME_BYTES = " + std::to_string(ep_.opts_.max_frame_bytes) +

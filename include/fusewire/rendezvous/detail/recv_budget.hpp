@@ -192,6 +192,7 @@ inline void endpoint<Transport>::shard::unpark(channel_type* ch) {
 template <transport Transport>
 inline void endpoint<Transport>::shard::note_pause(const recv_account& a) {
   ep_.recv_pauses_.fetch_add(1, std::memory_order_relaxed);
+  ep_.count_peer_event(a.peer, &peer_cells::recv_pauses);
   const options& o = ep_.opts_;
   log_limited("recv-budget", "stopped reading from " + a.peer + " until its tensors are received: it holds " +
                                  std::to_string(a.held) +
@@ -281,6 +282,7 @@ inline void endpoint<Transport>::shard::note_incarnation(recv_account& a, std::u
   }
   ep_.arrivals_dropped_restart_.fetch_add(arrivals, std::memory_order_relaxed);
   ep_.transfers_dropped_restart_.fetch_add(transfers.size(), std::memory_order_relaxed);
+  ep_.count_peer_event(a.peer, &peer_cells::dropped, arrivals + transfers.size());
   if (arrivals != 0 || !transfers.empty()) {
     log_limited("restart", a.peer + " restarted: dropped " + std::to_string(arrivals) +
                                " tensors no receive took and " + std::to_string(transfers.size()) +
@@ -353,6 +355,7 @@ inline void endpoint<Transport>::shard::drop_idle(const std::vector<std::shared_
                                 std::to_string(quiet) + " ms (FUSEWIRE_TRANSFER_IDLE_MS)");
   }
   ep_.transfers_dropped_idle_.fetch_add(idle.size(), std::memory_order_relaxed);
+  for (const std::shared_ptr<incoming>& x : idle) ep_.count_peer_event(std::get<0>(x->id), &peer_cells::dropped);
   for (auto& [x, why] : dropped) {
     std::shared_ptr<channel_type> lane;
     for (auto& [raw, in] : in_) {
@@ -383,6 +386,7 @@ inline void endpoint<Transport>::shard::drop_aged(clock::time_point now) {
         return false;
       }
       if (dropped++ == 0) first = std::string(peer) + ", key '" + util::printable(key) + "'";
+      ep_.count_peer_event(peer, &peer_cells::dropped);
       return true;
     });
   });

@@ -60,7 +60,9 @@ class endpoint<Transport>::shard {
       accept();
     }
     if (ep_.opts_.keepalive.count() != 0) arm_keepalive();
-    if (ep_.opts_.stall_report.count() != 0) {
+    if (index_ == 0) {
+      // Reactor 0 runs the stall checks of every reactor and logs one block:
+      // with FUSEWIRE_STALL_MS = 0 it still answers snapshot requests (SIGUSR1).
       seen_requests_ = detail::report_requests().load(std::memory_order_relaxed);  // only requests from now on
       arm_stall();
     }
@@ -383,14 +385,24 @@ class endpoint<Transport>::shard {
   void drop_aged(clock::time_point now);
 
   // stall reports (rendezvous/detail/observe.hpp)
+  /// One reactor's answer to a stall check: whether an operation reached its
+  /// next report age, and the operations old enough to be in the block.
+  struct stall_part {
+    bool due = false;
+    std::vector<pending_operation> ops;
+  };
   void arm_stall();
   void stall_tick();
-  void stall_report_now(bool asked);
+  stall_part stall_check(bool asked);
+  void stall_collect(std::uint64_t round, unsigned from, stall_part part);
+  void stall_log(const std::vector<unsigned>& silent);
   std::string connection_state(const std::string& peer, std::string& last_error);
 
  public:
   /// The operations of this shard not completed yet, with what each waits for. `min_age` filters.
   void snapshot(clock::time_point now, std::vector<pending_operation>& out, clock::duration min_age = {});
+  /// This reactor's share of the receive pool; any thread.
+  shard_stats pool_stats() const noexcept { return pool_.stats(0); }
   /// options.trace_file: this reactor's spans (read once the reactors stopped).
   const detail::trace_buffer& trace() const noexcept { return trace_; }
   /// Writes `line` to the endpoint's log (any thread once the reactors stopped).
@@ -444,9 +456,19 @@ class endpoint<Transport>::shard {
   timer_id stall_timer_;         ///< options.stall_report: the periodic check
   timer_id stats_timer_;         ///< options.stats_file: the next counter dump
   unsigned seen_requests_ = 0;   ///< report requests (SIGUSR1) already answered
-  bool tracing_ = false;         ///< options.trace_file is set
-  detail::trace_buffer trace_;   ///< this reactor's spans
-  std::set<std::string> down_;   ///< peers whose connections all broke
+  /// Reactor 0: the stall check under way (every reactor answers into it).
+  struct stall_round {
+    std::uint64_t number = 0;
+    bool open = false;
+    bool asked = false;  ///< a snapshot request: every operation, whatever its age
+    bool due = false;
+    clock::time_point since{};
+    std::vector<bool> answered;
+    std::vector<pending_operation> ops;
+  } stall_;
+  bool tracing_ = false;        ///< options.trace_file is set
+  detail::trace_buffer trace_;  ///< this reactor's spans
+  std::set<std::string> down_;  ///< peers whose connections all broke
   std::map<transfer_key, std::shared_ptr<incoming>> transfers_;
   std::vector<std::shared_ptr<incoming>> starved_;         ///< transfers whose buffer waits for the budget
   std::map<channel_type*, clock::time_point> unanswered_;  ///< outbound lanes with a ping in flight, since when
