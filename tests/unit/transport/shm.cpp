@@ -1,0 +1,1 @@
+#include <fusewire/transport/shm.hpp>
