@@ -404,3 +404,31 @@ TEST_CASE("shm: config limits are checked and named") {
   CHECK(what(c).find("shm::config.read_some_max") == 0);
   CHECK(what({}) == "accepted");
 }
+
+TEST_CASE("shm: a connecting side that sends no hello is dropped after handshake_timeout; others are served") {
+  reported_group g;
+  fw::shm::config cfg;
+  cfg.handshake_timeout = 100ms;
+  server s{fw::shm(cfg), {}, {}, {}};
+  const std::uint16_t port = g.on([&] {
+    s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
+    s.accept_one();
+    return s.listener.port();
+  });
+  raw_peer silent;
+  REQUIRE(silent.connect(port));
+  CHECK(g.wait_report("sent no hello within 100 ms; dropped"));
+  char b;
+  CHECK(::recv(silent.sock.get(), &b, 1, 0) == 0);  // dropped: the hang-up
+  raw_peer good;
+  REQUIRE(good.connect(port));
+  REQUIRE(good.send_good_hello(4096));
+  auto f = s.next.get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  CHECK(f.get()->remote_endpoint() == "127.0.0.1:" + std::to_string(port) + "#" + std::to_string(::getpid()));
+  g.on([&] {
+    s.listener.close();
+    s.accepted.clear();
+    return 0;
+  });
+}
