@@ -27,6 +27,7 @@
 #include <fusewire/reactor/asio_engine.hpp>
 #include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/member_task.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/stream_handle.hpp>
 #include <fusewire/transport/shm/segment.hpp>
@@ -378,18 +379,11 @@ class shm_connection_state final : public ref_counted, public closable {
     sleep();
   }
 
+  /// A re-check of the rings on the next tick (embedded: no allocation per tick).
   void spin() noexcept {
-    if (spin_posted_) return;
-    try {
-      reactor_->post([self = ref_ptr<shm_connection_state>(this)] {
-        self->spin_posted_ = false;
-        self->pump();
-      });
-      spin_posted_ = true;
-      ++stats_.spins;
-    } catch (...) {
-      sleep();
-    }
+    if (spin_task_.scheduled()) return;
+    spin_task_.schedule(*reactor_);
+    ++stats_.spins;
   }
 
   void sleep() noexcept {
@@ -459,8 +453,8 @@ class shm_connection_state final : public ref_counted, public closable {
   std::error_code failed_;
   bool open_ = true;
   bool peer_gone_ = false;
-  bool spin_posted_ = false;
   bool bell_armed_ = false;
+  member_task<shm_connection_state> spin_task_{*this, &shm_connection_state::pump};
   shm_stats stats_;
 };
 
