@@ -113,6 +113,9 @@ struct backend_info {
   /// Runs over RDMA, not TCP: `compare` never picks it as "fusewire's best TCP
   /// transport", and it needs an RDMA device and a cluster on its interface.
   bool rdma = false;
+  /// Every process must run on one host (shared memory): used only when
+  /// named, never in the default set or as `compare`'s subject.
+  bool same_host = false;
   std::function<std::unique_ptr<server>(const server_config&)> make_server;
   std::function<std::unique_ptr<client>(const client_config&)> make_client;
 };

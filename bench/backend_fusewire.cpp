@@ -1,5 +1,6 @@
 // fusewire's own transports as fwbench backends: `fusewire-uring` (uring_tcp),
-// `fusewire-asio` (asio_tcp) and `fusewire-verbs` (RDMA verbs, where rdma-core
+// `fusewire-asio` (asio_tcp), `fusewire-shm` (shared memory, every process on
+// one host) and `fusewire-verbs` (RDMA verbs, where rdma-core
 // is built; it needs an RDMA device and a cluster on its interface's address),
 // all through the public rendezvous API (rendezvous::endpoint<Transport>), as a
 // trainer would use it.
@@ -36,6 +37,7 @@
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/transport/shm.hpp>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -160,7 +162,9 @@ Transport make_transport(const transport_settings& t, [[maybe_unused]] const fus
     return fusewire::verbs(fusewire::verbs_config::from(o));
   } else
 #endif
-  {
+      if constexpr (std::is_same_v<Transport, fusewire::shm>) {
+    return fusewire::shm();  // no socket options: rings of the default size
+  } else {
     return make_tcp_transport<Transport>(t);
   }
 }
@@ -649,6 +653,12 @@ std::vector<backend_info> fusewire_backends() {
   out.push_back(std::move(uring));
 #endif
   out.push_back(make_info<fusewire::asio_tcp>("fusewire-asio", "fusewire Boost.Asio" + common));
+  backend_info shm = make_info<fusewire::shm>(
+      "fusewire-shm",
+      "fusewire shared-memory transport (every process on one host): rendezvous send/recv through a ring per "
+      "direction in a memfd segment (reactor mode, fusion and pinning apply)");
+  shm.same_host = true;
+  out.push_back(std::move(shm));
   const std::string verbs_summary =
       "fusewire RDMA verbs transport: rendezvous send/recv over RC queue pairs, RDMA writes for large tensors "
       "(needs an RDMA device; TF_RDMA_* knobs apply)";

@@ -1,4 +1,4 @@
-// The fusewire backends of fwbench (fusewire-uring, fusewire-asio): their
+// The fusewire backends of fwbench (fusewire-uring, fusewire-asio, fusewire-shm): their
 // option errors, a tiny run in each reactor mode (with fusion and pinning),
 // serialized mode, a PS serving a worker that comes back, and the launcher's
 // port handling. The conformance suite in backends.cpp covers the rest of
@@ -100,6 +100,16 @@ TEST_CASE("fusewire backends are registered with what compare and the launcher n
   CHECK_FALSE(asio->rdma);
   run_config rc;
   for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-verbs");
+  // Shared memory needs every process on one host: only when named. It runs
+  // every fusewire_built() case below.
+  const backend_info* shm = find_backend("fusewire-shm");
+  REQUIRE(shm != nullptr);
+  CHECK(shm->available);
+  CHECK(shm->fusewire);
+  CHECK(shm->same_host);
+  CHECK_FALSE(shm->rdma);
+  CHECK_FALSE(asio->same_host);
+  for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-shm");
 #if !FUSEWIRE_HAS_RDMA
   CHECK_FALSE(verbs->available);
 #endif

@@ -1,0 +1,243 @@
+#pragma once
+/// shm: the shared segment of one connection (its layout, its creation by the
+/// connecting side, its checks and mapping by the accepting side) and the
+/// abstract Unix socket names listeners bind. Private to the transport layer.
+///
+/// Layout (`header_size` bytes of control, then two rings of `ring_size` bytes):
+/// ring 0 carries client -> server, ring 1 server -> client. Each ring is a
+/// byte stream: the producer advances `head`, the consumer `tail` (both count
+/// bytes since the start, so `head - tail` is what waits). Every value in the
+/// segment is the peer's to scribble on: a side keeps its own copy of its
+/// index and of the ring size, and checks each index it loads from the peer
+/// before it uses it, so nothing is read or written outside the segment.
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fusewire/core/error.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace detail::shm {
+
+inline constexpr std::uint64_t segment_magic = 0x4d48532d45525746ull;  // "FWRE-SHM", little-endian
+inline constexpr std::uint32_t segment_version = 1;
+inline constexpr std::size_t header_size = 4096;
+
+/// One direction's indices, each on its own cache line.
+struct ring_indices {
+  alignas(64) std::atomic<std::uint64_t> head;  ///< bytes produced (the producer stores)
+  alignas(64) std::atomic<std::uint64_t> tail;  ///< bytes consumed (the consumer stores)
+};
+
+/// One side's flags: `sleeping` (set by the side before it waits on its
+/// eventfd; the peer clears it and signals), `closed` (the side closed: no
+/// more bytes come; what was produced before stays readable).
+struct side_flags {
+  alignas(64) std::atomic<std::uint32_t> sleeping;
+  std::atomic<std::uint32_t> closed;
+};
+
+struct segment_header {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t reserved;
+  std::uint64_t ring_size;
+  ring_indices ring[2];  ///< 0: client -> server, 1: server -> client
+  side_flags side[2];    ///< 0: client, 1: server
+};
+static_assert(sizeof(segment_header) <= header_size);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free);
+
+/// The hello the connecting side sends with its descriptors (memfd, the
+/// client's eventfd, the server's eventfd).
+struct hello {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t reserved;
+  std::uint64_t ring_size;
+};
+inline constexpr int hello_fds = 3;
+
+inline constexpr std::size_t segment_size(std::size_t ring_size) noexcept { return header_size + 2 * ring_size; }
+
+/// An owned file descriptor.
+class unique_fd {
+ public:
+  unique_fd() noexcept = default;
+  explicit unique_fd(int fd) noexcept : fd_(fd) {}
+  unique_fd(unique_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  unique_fd& operator=(unique_fd o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~unique_fd() { reset(); }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+/// A shared mapping of a segment; unmapped on destruction.
+class mapping {
+ public:
+  mapping() noexcept = default;
+  mapping(void* base, std::size_t size) noexcept : base_(base), size_(size) {}
+  mapping(mapping&& o) noexcept : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  mapping& operator=(mapping o) noexcept {
+    std::swap(base_, o.base_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~mapping() { reset(); }
+  void reset() noexcept {
+    if (base_ != nullptr) ::munmap(std::exchange(base_, nullptr), std::exchange(size_, 0));
+  }
+  segment_header* header() const noexcept { return static_cast<segment_header*>(base_); }
+  std::byte* ring_data(int i) const noexcept {
+    return static_cast<std::byte*>(base_) + header_size + static_cast<std::size_t>(i) * ring_size_of();
+  }
+  std::size_t size() const noexcept { return size_; }
+  explicit operator bool() const noexcept { return base_ != nullptr; }
+
+ private:
+  std::size_t ring_size_of() const noexcept { return (size_ - header_size) / 2; }
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+inline std::error_code last_error() noexcept { return {errno, std::system_category()}; }
+
+/// A ring size is a power of two from 4 KiB to 1 GiB.
+inline bool valid_ring_size(std::uint64_t n) noexcept {
+  return n >= 4096 && n <= (std::uint64_t{1} << 30) && (n & (n - 1)) == 0;
+}
+
+/// The connecting side's segment: a sealed memfd (it can neither shrink nor
+/// grow, so the peer's mapping can never fault), mapped and initialised.
+inline std::pair<unique_fd, mapping> create_segment(std::size_t ring_size, std::error_code& ec) {
+  unique_fd fd(::memfd_create("fusewire-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) {
+    ec = last_error();
+    return {};
+  }
+  const std::size_t size = segment_size(ring_size);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    ec = last_error();
+    return {};
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    ec = last_error();
+    return {};
+  }
+  mapping m(base, size);
+  segment_header* h = m.header();  // a fresh memfd reads as zeros: indices and flags start at 0
+  h->magic = segment_magic;
+  h->version = segment_version;
+  h->ring_size = ring_size;
+  return {std::move(fd), std::move(m)};
+}
+
+/// What readlink says a descriptor is ("anon_inode:[eventfd]", "/memfd:..."), or "".
+inline std::string fd_kind(int fd) {
+  char buf[256];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+/// The accepting side's checks of a hello and its descriptors; maps the
+/// segment. On failure `why` names what was wrong.
+inline mapping accept_segment(const hello& h, int memfd, int efd_a, int efd_b, std::size_t max_ring, std::string& why) {
+  if (h.magic != segment_magic) {
+    why = "the hello does not start with the shm magic";
+    return {};
+  }
+  if (h.version != segment_version) {
+    why = "the hello's version " + std::to_string(h.version) + " is not " + std::to_string(segment_version);
+    return {};
+  }
+  if (!valid_ring_size(h.ring_size) || h.ring_size > max_ring) {
+    why = "the hello's ring size " + std::to_string(h.ring_size) + " is not a power of two from 4096 to the limit " +
+          std::to_string(max_ring);
+    return {};
+  }
+  for (int e : {efd_a, efd_b}) {
+    if (fd_kind(e) != "anon_inode:[eventfd]") {
+      why = "a descriptor in the hello is not an eventfd";
+      return {};
+    }
+    const int fl = ::fcntl(e, F_GETFL);
+    if (fl < 0 || ::fcntl(e, F_SETFL, fl | O_NONBLOCK) != 0) {
+      why = "an eventfd in the hello cannot be made non-blocking";
+      return {};
+    }
+  }
+  const int seals = ::fcntl(memfd, F_GET_SEALS);
+  const int need = F_SEAL_SHRINK | F_SEAL_GROW;
+  if (seals < 0 || (seals & need) != need) {
+    why = "the segment is not a memfd sealed against shrinking and growing";
+    return {};
+  }
+  struct stat st {};
+  const std::size_t size = segment_size(h.ring_size);
+  if (::fstat(memfd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
+    why = "the segment's size is not " + std::to_string(size) + " bytes";
+    return {};
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (base == MAP_FAILED) {
+    why = "mmap of the segment failed: " + last_error().message();
+    return {};
+  }
+  return mapping(base, size);
+}
+
+/// A host names a namespace of ports: 1..64 characters of [A-Za-z0-9._:-].
+inline bool valid_host(std::string_view host) noexcept {
+  if (host.empty() || host.size() > 64) return false;
+  for (char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/// The abstract Unix socket address of host:port ("\0fusewire-shm/HOST:PORT").
+inline socklen_t socket_name(std::string_view host, std::uint16_t port, sockaddr_un& addr) noexcept {
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  std::string name = "fusewire-shm/";
+  name.append(host);
+  name += ':';
+  name += std::to_string(port);
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // <= 13 + 64 + 6 < 107
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+}  // namespace detail::shm
+}  // namespace v0
+}  // namespace fusewire

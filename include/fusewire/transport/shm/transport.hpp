@@ -1,0 +1,211 @@
+#pragma once
+/// shm, the transport type: its config, connect and listen. See transport/shm.hpp.
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fusewire/core/error.hpp>
+#include <fusewire/reactor/asio_engine.hpp>
+#include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/handle.hpp>
+#include <fusewire/transport/detail/stream_handle.hpp>
+#include <fusewire/transport/detail/thread_check.hpp>
+#include <fusewire/transport/shm/connection.hpp>
+#include <fusewire/transport/shm/listener.hpp>
+#include <fusewire/transport/shm/segment.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+
+/// The same-host shared-memory transport; a model of fusewire::transport.
+/// Cheap to copy (it is only its config).
+class shm {
+ public:
+  using transport_concept = transport_tag;
+  using reactor_type = asio_reactor;
+  using connection_type = shm_connection;
+  using listener_type = shm_listener;
+
+  static constexpr std::string_view name() noexcept { return "shm"; }
+
+  struct config {
+    /// Bytes of each of a connection's two rings (the connecting side's
+    /// choice): a power of two from 4 KiB to max_ring_size. A connection maps
+    /// 4 KiB + 2 * ring_size bytes in each of its two processes.
+    std::size_t ring_size = std::size_t{1} << 20;
+    /// The largest ring a listener accepts from a connecting side (a power of two, at most 1 GiB).
+    std::size_t max_ring_size = std::size_t{64} << 20;
+    /// The most bytes one async_read_some delivers (one allocation and copy out of the ring).
+    std::size_t read_some_max = 256 * 1024;
+    /// How long a listener waits for a connecting side's hello before dropping it.
+    std::chrono::milliseconds handshake_timeout{5000};
+    /// Listeners take connections only from processes of the same user
+    /// (SO_PEERCRED); abstract Unix sockets have no file permissions.
+    bool same_user_only = true;
+    int backlog = 1024;
+  };
+
+  shm() = default;
+  /// Throws std::system_error(errc::invalid_argument) naming a bad field.
+  explicit shm(config cfg) : config_(cfg) {
+    const auto bad = [](const std::string& what) { throw_error(errc::invalid_argument, "shm::config." + what); };
+    if (!detail::shm::valid_ring_size(config_.max_ring_size)) {
+      bad("max_ring_size = " + std::to_string(config_.max_ring_size) + ": must be a power of two, 4096..1 GiB");
+    }
+    if (!detail::shm::valid_ring_size(config_.ring_size) || config_.ring_size > config_.max_ring_size) {
+      bad("ring_size = " + std::to_string(config_.ring_size) + ": must be a power of two, 4096..max_ring_size");
+    }
+    if (config_.read_some_max == 0) bad("read_some_max = 0: must be at least 1");
+    if (config_.handshake_timeout.count() <= 0) bad("handshake_timeout: must be positive");
+    if (config_.backlog < 1) bad("backlog = " + std::to_string(config_.backlog) + ": must be at least 1");
+  }
+
+  const config& settings() const noexcept { return config_; }
+
+  /// Connects to the listener of host:port on this host (its thread only):
+  /// `handler(error_code, connection)`, never inline. Makes and sends the
+  /// segment; the connection is usable at once (bytes wait in the ring until
+  /// the listener accepts). No listener: errc::connection_refused; a host
+  /// that is not a valid name: errc::invalid_argument.
+  template <connection_handler<shm_connection> H>
+  void connect(asio_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
+    detail::pending_connect<shm_connection, asio_reactor> op(reactor, "shm", std::forward<H>(handler));
+    if (reactor.stopping()) return op.fail(make_error_code(errc::cancelled));
+    if (!detail::shm::valid_host(host) || port == 0) return op.fail(make_error_code(errc::invalid_argument));
+    std::error_code ec;
+    auto state = open(reactor, host, port, ec);
+    if (ec) return op.fail(ec);
+    shm_connection conn = detail::handle_access::make<shm_connection>(std::move(state));
+    reactor.post([op = std::move(op), conn = std::move(conn)]() mutable { op.finish({}, std::move(conn)); });
+  }
+
+  /// A listener on host:port (port 0: a free port is picked; see port()).
+  /// Throws std::system_error naming the address on failure.
+  shm_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port) const {
+    std::error_code ec;
+    shm_listener l = listen(reactor, host, port, ec);
+    if (ec) {
+      throw std::system_error(ec, "shm::listen(" + std::string(host) + ":" + std::to_string(port) + ")");
+    }
+    return l;
+  }
+
+  /// As above, reporting failure through `ec` (and returning an empty listener).
+  shm_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port, std::error_code& ec) const {
+    detail::check_reactor_thread(reactor, "shm", "listen");
+    ec.clear();
+    if (!detail::shm::valid_host(host)) {
+      ec = make_error_code(errc::invalid_argument);
+      return {};
+    }
+    detail::shm::unique_fd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      ec = detail::shm::last_error();
+      return {};
+    }
+    std::uint16_t bound = port;
+    if (port != 0) {
+      if (!bind_name(fd.get(), host, port, ec)) return {};
+    } else {
+      // Abstract names have no kernel-chosen port: try random ones.
+      thread_local std::mt19937 rng{std::random_device{}()};
+      std::uniform_int_distribution<int> pick(32768, 60999);
+      for (int attempt = 0; attempt < 1000; ++attempt) {
+        bound = static_cast<std::uint16_t>(pick(rng));
+        if (bind_name(fd.get(), host, bound, ec)) break;
+        if (ec != std::errc::address_in_use) return {};
+      }
+      if (ec) return {};
+    }
+    if (::listen(fd.get(), config_.backlog) != 0) {
+      ec = detail::shm::last_error();
+      return {};
+    }
+    detail::shm_listener_options opts{config_.max_ring_size, config_.read_some_max, config_.handshake_timeout,
+                                      config_.same_user_only};
+    return detail::handle_access::make<shm_listener>(detail::ref_ptr<detail::shm_listener_state>(
+        new detail::shm_listener_state(reactor, fd.release(), std::string(host), bound, opts)));
+  }
+
+ private:
+  static bool bind_name(int fd, std::string_view host, std::uint16_t port, std::error_code& ec) {
+    sockaddr_un addr;
+    const socklen_t len = detail::shm::socket_name(host, port, addr);
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+      ec = detail::shm::last_error();
+      return false;
+    }
+    ec.clear();
+    return true;
+  }
+
+  /// The connecting side: the Unix socket, the segment and two eventfds, sent
+  /// to the listener in one message.
+  detail::ref_ptr<detail::shm_connection_state> open(asio_reactor& reactor, std::string_view host, std::uint16_t port,
+                                                     std::error_code& ec) const {
+    namespace s = detail::shm;
+    s::unique_fd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock) {
+      ec = s::last_error();
+      return {};
+    }
+    sockaddr_un addr;
+    const socklen_t len = s::socket_name(host, port, addr);
+    if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+      // No listener, or its backlog is full (EAGAIN): refused, as TCP.
+      const int e = errno;
+      ec = (e == ECONNREFUSED || e == ENOENT || e == EAGAIN) ? make_error_code(errc::connection_refused)
+                                                             : std::error_code(e, std::system_category());
+      return {};
+    }
+    auto [memfd, map] = s::create_segment(config_.ring_size, ec);
+    if (ec) return {};
+    s::unique_fd mine(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    s::unique_fd theirs(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!mine || !theirs) {
+      ec = s::last_error();
+      return {};
+    }
+    s::hello h{s::segment_magic, s::segment_version, 0, config_.ring_size};
+    iovec iov{&h, sizeof h};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * s::hello_fds)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * s::hello_fds);
+    const int fds[s::hello_fds] = {memfd.get(), mine.get(), theirs.get()};
+    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+    if (::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) {
+      const int e = errno;
+      ec = (e == EPIPE || e == ECONNRESET) ? make_error_code(errc::connection_refused)
+                                           : std::error_code(e, std::system_category());
+      return {};
+    }
+    return detail::ref_ptr<detail::shm_connection_state>(
+        new detail::shm_connection_state(reactor, std::move(sock), std::move(mine), std::move(theirs), std::move(map),
+                                         0, std::string(host) + ":" + std::to_string(port), config_.read_some_max));
+  }
+
+  config config_;
+};
+
+}  // namespace v0
+}  // namespace fusewire

@@ -1,0 +1,355 @@
+// Multi-process tests of the shm transport (real processes, fork):
+//
+//   shm_mp exchange     a child echo server; the parent sends 1 B .. 16 MiB and
+//                       reads it back byte for byte, in block and poll modes
+//   shm_mp kill_client  the parent accepts; its client child is SIGKILLed with a
+//                       read and a ring-filling write pending: both fail with
+//                       errc::connection_reset, nothing hangs
+//   shm_mp kill_server  the same with the roles swapped
+//
+// After each, the parent holds no segment mapping and no descriptor it did not
+// hold before, and /dev/shm is as it was. Every process runs under alarm();
+// exit 0 = pass, 1 = fail.
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/shm.hpp>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/patterns.hpp"
+
+namespace fw = fusewire;
+using namespace std::chrono_literals;
+using fusewire::test::pattern_bytes;
+using group_t = fw::basic_reactor_group<fw::asio_engine>;
+
+namespace {
+
+int failures = 0;
+#define EXPECT(cond)                                                                  \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "shm_mp: %s:%d: failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                                     \
+    }                                                                                 \
+  } while (0)
+
+constexpr const char* host = "shm-mp";
+
+fw::reactor_config config(fw::reactor_mode mode) {
+  fw::reactor_config cfg;
+  cfg.mode = mode;
+  cfg.count = 1;
+  return cfg;
+}
+
+std::size_t count_fds() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::size_t count_segment_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:fusewire-shm") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+std::vector<std::string> dev_shm() {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+template <class T>
+bool ready(std::future<T>& f, std::chrono::seconds s = 20s) {
+  return f.wait_for(s) == std::future_status::ready;
+}
+
+/// Child: listens, writes its port to `out`, and echoes (`echo`) or holds what it accepts, until killed.
+[[noreturn]] void child_server(int out, bool echo) {
+  ::alarm(120);
+  group_t group(config(fw::reactor_mode::adaptive));
+  fw::shm transport;
+  struct session : std::enable_shared_from_this<session> {
+    fw::shm_connection conn;
+    bool echo = true;
+    void read() {
+      if (!echo) return;
+      conn.async_read_some([self = shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
+        if (ec) return self->conn.close();
+        auto held = std::make_shared<fw::tensor_buffer>(std::move(b));
+        const fw::const_buffer one[] = {held->bytes()};
+        self->conn.async_write(one, [held](std::error_code, std::size_t) {});
+        self->read();
+      });
+    }
+  };
+  struct acceptor : std::enable_shared_from_this<acceptor> {
+    fw::shm_listener l;
+    bool echo = true;
+    std::vector<std::shared_ptr<session>> held;
+    void loop() {
+      l.async_accept([self = shared_from_this()](std::error_code ec, fw::shm_connection c) {
+        if (ec) return;
+        auto s = std::make_shared<session>();
+        s->conn = std::move(c);
+        s->echo = self->echo;
+        self->held.push_back(s);
+        s->read();
+        self->loop();
+      });
+    }
+  };
+  auto fp = group.submit(0, [&] {
+    auto a = std::make_shared<acceptor>();
+    a->echo = echo;
+    a->l = transport.listen(*fw::asio_reactor::current(), host, 0);
+    a->loop();
+    static std::shared_ptr<acceptor> keep;
+    keep = a;
+    return a->l.port();
+  });
+  const std::uint16_t port = fp.get();
+  if (::write(out, &port, sizeof port) != sizeof port) ::_exit(1);
+  for (;;) ::pause();
+}
+
+/// Child: connects to the port read from `in`, writes 1000 bytes, holds the connection until killed.
+[[noreturn]] void child_client(int in) {
+  ::alarm(120);
+  std::uint16_t port = 0;
+  if (::read(in, &port, sizeof port) != sizeof port) ::_exit(1);
+  group_t group(config(fw::reactor_mode::adaptive));
+  fw::shm transport;
+  static const auto hello = pattern_bytes(1000, 5);
+  group.submit_to(0, [&] {
+    transport.connect(*fw::asio_reactor::current(), host, port, [](std::error_code ec, fw::shm_connection c) {
+      if (ec) ::_exit(1);
+      static fw::shm_connection keep;
+      keep = std::move(c);
+      const fw::const_buffer one[] = {fw::const_buffer(hello)};
+      keep.async_write(one, [](std::error_code, std::size_t) {});
+    });
+  });
+  for (;;) ::pause();
+}
+
+struct pending_result {
+  std::error_code read_ec, write_ec;
+  std::size_t written = 0;
+};
+
+/// With `conn` on reactor 0 of `group`: a read and a write larger than the
+/// ring pending, then the peer `child` is SIGKILLed; both must fail.
+void kill_with_pending(group_t& group, std::shared_ptr<fw::shm_connection> conn, pid_t child) {
+  std::promise<std::error_code> read_done;
+  std::promise<std::pair<std::error_code, std::size_t>> write_done;
+  auto big = std::make_shared<std::vector<std::byte>>(std::size_t{4} << 20);
+  auto dst = std::make_shared<std::vector<std::byte>>(100);
+  group.submit_to(0, [&, conn, big, dst] {
+    conn->async_read(fw::mutable_buffer(*dst), [&, dst](std::error_code ec, std::size_t) { read_done.set_value(ec); });
+    const fw::const_buffer one[] = {fw::const_buffer(*big)};
+    conn->async_write(one, [&, big](std::error_code ec, std::size_t n) { write_done.set_value({ec, n}); });
+  });
+  std::this_thread::sleep_for(50ms);  // the write fills the ring; the read waits
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto fr = read_done.get_future();
+  auto fw_ = write_done.get_future();
+  EXPECT(ready(fr));
+  EXPECT(ready(fw_));
+  if (fr.valid() && ready(fr, 0s)) EXPECT(fr.get() == fw::errc::connection_reset);
+  if (fw_.valid() && ready(fw_, 0s)) {
+    const auto [ec, n] = fw_.get();
+    EXPECT(ec == fw::errc::connection_reset);
+    EXPECT(n < (std::size_t{4} << 20));
+  }
+  // Later operations fail the same way, at once.
+  std::promise<std::error_code> later;
+  static const std::byte x[1] = {};
+  group.submit_to(0, [&, conn] {
+    const fw::const_buffer none[] = {fw::const_buffer(x, 1)};
+    conn->async_write(none, [&](std::error_code ec, std::size_t) { later.set_value(ec); });
+  });
+  auto fl = later.get_future();
+  EXPECT(ready(fl) && fl.get() == fw::errc::connection_reset);
+}
+
+void kill_client(fw::reactor_mode mode) {
+  int p[2];
+  if (::pipe(p) != 0) std::abort();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[1]);
+    child_client(p[0]);
+  }
+  ::close(p[0]);
+  {
+    group_t group(config(mode));
+    fw::shm transport;
+    auto listener = std::make_shared<fw::shm_listener>();
+    std::promise<std::shared_ptr<fw::shm_connection>> accepted;
+    auto fp = group.submit(0, [&, listener] {
+      *listener = transport.listen(*fw::asio_reactor::current(), host, 0);
+      listener->async_accept([&](std::error_code ec, fw::shm_connection c) {
+        if (ec) return;
+        accepted.set_value(std::make_shared<fw::shm_connection>(std::move(c)));
+      });
+      return listener->port();
+    });
+    const std::uint16_t port = fp.get();
+    EXPECT(::write(p[1], &port, sizeof port) == sizeof port);
+    auto fa = accepted.get_future();
+    EXPECT(ready(fa));
+    auto conn = fa.get();
+    // The child's 1000 bytes arrive first.
+    std::promise<bool> got;
+    auto buf = std::make_shared<std::vector<std::byte>>(1000);
+    group.submit_to(0, [&, conn, buf] {
+      conn->async_read(fw::mutable_buffer(*buf), [&, buf](std::error_code ec, std::size_t) {
+        got.set_value(!ec && *buf == pattern_bytes(1000, 5));
+      });
+    });
+    auto fg = got.get_future();
+    EXPECT(ready(fg) && fg.get());
+    kill_with_pending(group, conn, child);
+    auto fc = group.submit(0, [conn, listener] {
+      conn->close();
+      *conn = fw::shm_connection();
+      listener->close();
+      *listener = fw::shm_listener();
+      return 0;
+    });
+    fc.get();
+    group.stop();
+  }
+  ::close(p[1]);
+}
+
+void kill_server(fw::reactor_mode mode) {
+  int p[2];
+  if (::pipe(p) != 0) std::abort();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    child_server(p[1], false);
+  }
+  ::close(p[1]);
+  std::uint16_t port = 0;
+  EXPECT(::read(p[0], &port, sizeof port) == sizeof port);
+  ::close(p[0]);
+  {
+    group_t group(config(mode));
+    fw::shm transport;
+    std::promise<std::shared_ptr<fw::shm_connection>> connected;
+    group.submit_to(0, [&] {
+      transport.connect(*fw::asio_reactor::current(), host, port, [&](std::error_code ec, fw::shm_connection c) {
+        EXPECT(!ec);
+        connected.set_value(std::make_shared<fw::shm_connection>(std::move(c)));
+      });
+    });
+    auto fc = connected.get_future();
+    EXPECT(ready(fc));
+    auto conn = fc.get();
+    kill_with_pending(group, conn, child);
+    auto fz = group.submit(0, [conn] {
+      conn->close();
+      *conn = fw::shm_connection();
+      return 0;
+    });
+    fz.get();
+    group.stop();
+  }
+}
+
+void exchange(fw::reactor_mode mode) {
+  int p[2];
+  if (::pipe(p) != 0) std::abort();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    child_server(p[1], true);
+  }
+  ::close(p[1]);
+  std::uint16_t port = 0;
+  EXPECT(::read(p[0], &port, sizeof port) == sizeof port);
+  ::close(p[0]);
+  {
+    group_t group(config(mode));
+    fw::shm transport;
+    for (std::size_t n : {std::size_t{1}, std::size_t{10}, std::size_t{4096}, std::size_t{100000}, std::size_t{3} << 20,
+                          std::size_t{16} << 20}) {
+      const auto src = pattern_bytes(n, static_cast<unsigned>(n));
+      std::vector<std::byte> dst(n);
+      std::promise<std::error_code> done;
+      group.submit_to(0, [&] {
+        transport.connect(*fw::asio_reactor::current(), host, port, [&](std::error_code ec, fw::shm_connection c) {
+          if (ec) return done.set_value(ec);
+          auto conn = std::make_shared<fw::shm_connection>(std::move(c));
+          const fw::const_buffer one[] = {fw::const_buffer(src)};
+          conn->async_write(one, [conn](std::error_code, std::size_t) {});
+          conn->async_read(fw::mutable_buffer(dst), [&, conn](std::error_code e, std::size_t) {
+            conn->close();
+            done.set_value(e);
+          });
+        });
+      });
+      auto f = done.get_future();
+      EXPECT(ready(f, 60s) && !f.get());
+      EXPECT(src == dst);
+    }
+    group.stop();
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::alarm(300);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  const auto shm_before = dev_shm();
+  const std::size_t fds_before = count_fds();
+  for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll, fw::reactor_mode::adaptive}) {
+    if (scenario == "exchange") {
+      exchange(mode);
+    } else if (scenario == "kill_client") {
+      kill_client(mode);
+    } else if (scenario == "kill_server") {
+      kill_server(mode);
+    } else {
+      std::fprintf(stderr, "usage: shm_mp exchange|kill_client|kill_server\n");
+      return 2;
+    }
+    EXPECT(count_segment_mappings() == 0);
+    EXPECT(count_fds() == fds_before);
+  }
+  EXPECT(dev_shm() == shm_before);
+  std::printf("shm_mp %s: %s\n", scenario.c_str(), failures == 0 ? "passed" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,434 @@
+// The shm transport's own tests: a hostile peer (bad hellos, indices outside
+// the ring), its limits, and what it leaves behind (descriptors, mappings,
+// files). The shared suite runs in shm_suite.cpp; peer death across processes
+// in tests/multiprocess/transport/shm_mp.cpp.
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/shm.hpp>
+
+#include <dirent.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <thread>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace fw = fusewire;
+namespace seg = fusewire::detail::shm;
+using namespace std::chrono_literals;
+
+namespace {
+
+using group_t = fw::basic_reactor_group<fw::asio_engine>;
+
+/// A group of one reactor whose reports (protocol errors, dropped hellos) the test reads.
+struct reported_group {
+  std::mutex mu;
+  std::vector<std::string> reports;
+  group_t group;
+
+  explicit reported_group(fw::reactor_mode mode = fw::reactor_mode::adaptive) : group(config(this, mode)) {}
+  ~reported_group() { group.stop(); }
+
+  static fw::reactor_config config(reported_group* self, fw::reactor_mode mode) {
+    fw::reactor_config cfg;
+    cfg.mode = mode;
+    cfg.count = 1;
+    cfg.on_error = [self](unsigned, std::string_view what) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->reports.emplace_back(what);
+    };
+    return cfg;
+  }
+
+  template <class F>
+  auto on(F&& f) {
+    auto fut = group.submit(0, std::forward<F>(f));
+    REQUIRE(fut.wait_for(60s) == std::future_status::ready);
+    return fut.get();
+  }
+
+  /// Waits until a report containing `part` arrived.
+  bool wait_report(const std::string& part) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& r : reports) {
+          if (r.find(part) != std::string::npos) return true;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+/// The server side of a test: a listener on reactor 0 that keeps what it
+/// accepts (the connections die there: clear `accepted` on the reactor).
+struct server {
+  fw::shm transport;
+  fw::shm_listener listener;
+  std::vector<std::shared_ptr<fw::shm_connection>> accepted;
+  std::promise<fw::shm_connection*> next;
+
+  void accept_one() {
+    next = {};
+    listener.async_accept([this](std::error_code ec, fw::shm_connection c) {
+      if (ec) return;
+      auto p = std::make_shared<fw::shm_connection>(std::move(c));
+      accepted.push_back(p);
+      next.set_value(p.get());
+    });
+  }
+};
+
+/// A hand-made connecting side: what the transport's connect does, with every
+/// piece replaceable, so the test can send what a well-behaved peer never would.
+struct raw_peer {
+  seg::unique_fd sock, memfd, client_bell, server_bell;
+  seg::mapping map;
+
+  bool connect(std::uint16_t port) {
+    sock = seg::unique_fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr;
+    const socklen_t len = seg::socket_name("127.0.0.1", port, addr);
+    return ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0;
+  }
+  void make_segment(std::size_t ring) {
+    std::error_code ec;
+    auto [fd, m] = seg::create_segment(ring, ec);
+    REQUIRE_FALSE(ec);
+    memfd = std::move(fd);
+    map = std::move(m);
+    client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  }
+  bool send_hello(const seg::hello& h, std::vector<int> fds) {
+    iovec iov{const_cast<seg::hello*>(&h), sizeof h};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+      msg.msg_control = cbuf;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+  }
+  bool send_good_hello(std::size_t ring) {
+    make_segment(ring);
+    return send_hello({seg::segment_magic, seg::segment_version, 0, ring},
+                      {memfd.get(), client_bell.get(), server_bell.get()});
+  }
+  void ring_server() const {
+    const std::uint64_t one = 1;
+    CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
+  }
+};
+
+std::size_t count_fds() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::size_t count_segment_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:fusewire-shm") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+std::vector<std::string> dev_shm() {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("shm: hostile hellos are dropped with a report naming what was wrong; the listener goes on") {
+  reported_group g;
+  server s;
+  const std::uint16_t port = g.on([&] {
+    s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
+    s.accept_one();
+    return s.listener.port();
+  });
+
+  struct bad_case {
+    const char* report;
+    std::function<bool(raw_peer&)> send;
+  };
+  const std::vector<bad_case> cases = {
+      {"does not start with the shm magic",
+       [](raw_peer& p) {
+         p.make_segment(4096);
+         return p.send_hello({0xdeadbeef, seg::segment_version, 0, 4096},
+                             {p.memfd.get(), p.client_bell.get(), p.server_bell.get()});
+       }},
+      {"ring size 1099511627776 is not a power of two from 4096 to the limit",
+       [](raw_peer& p) {
+         p.make_segment(4096);
+         return p.send_hello({seg::segment_magic, seg::segment_version, 0, std::uint64_t{1} << 40},
+                             {p.memfd.get(), p.client_bell.get(), p.server_bell.get()});
+       }},
+      {"not a memfd sealed against shrinking",
+       [](raw_peer& p) {
+         p.make_segment(4096);
+         seg::unique_fd unsealed(::memfd_create("fusewire-shm-test", MFD_CLOEXEC));
+         REQUIRE(::ftruncate(unsealed.get(), seg::segment_size(4096)) == 0);
+         return p.send_hello({seg::segment_magic, seg::segment_version, 0, 4096},
+                             {unsealed.get(), p.client_bell.get(), p.server_bell.get()});
+       }},
+      {"segment's size is not",
+       [](raw_peer& p) {
+         p.make_segment(4096);
+         return p.send_hello({seg::segment_magic, seg::segment_version, 0, 8192},
+                             {p.memfd.get(), p.client_bell.get(), p.server_bell.get()});
+       }},
+      {"is not an eventfd",
+       [](raw_peer& p) {
+         p.make_segment(4096);
+         return p.send_hello({seg::segment_magic, seg::segment_version, 0, 4096},
+                             {p.memfd.get(), p.memfd.get(), p.server_bell.get()});
+       }},
+      {"descriptors", [](raw_peer& p) {
+         p.make_segment(4096);
+         return p.send_hello({seg::segment_magic, seg::segment_version, 0, 4096}, {p.memfd.get()});
+       }}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    raw_peer p;
+    REQUIRE(p.connect(port));
+    REQUIRE(cases[i].send(p));
+    CHECK(g.wait_report(cases[i].report));
+    // Dropped: the hostile side sees the hang-up.
+    char b;
+    CHECK(::recv(p.sock.get(), &b, 1, 0) == 0);
+  }
+  // A good connection is still accepted.
+  std::promise<std::error_code> connected;
+  auto client = std::make_shared<fw::shm_connection>();
+  g.on([&] {
+    s.transport.connect(*fw::asio_reactor::current(), "127.0.0.1", port,
+                        [&, client](std::error_code ec, fw::shm_connection c) {
+                          *client = std::move(c);
+                          connected.set_value(ec);
+                        });
+    return 0;
+  });
+  CHECK_FALSE(connected.get_future().get());
+  auto f = s.next.get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  g.on([&] {
+    client->close();
+    s.listener.close();
+    s.accepted.clear();
+    *client = fw::shm_connection();
+    return 0;
+  });
+}
+
+TEST_CASE("shm: a peer writing indices outside the ring fails the connection with errc::malformed_frame") {
+  for (const bool bad_head : {true, false}) {
+    CAPTURE(bad_head);
+    for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll}) {
+      CAPTURE(static_cast<int>(mode));
+      reported_group g(mode);
+      server s;
+      const std::uint16_t port = g.on([&] {
+        s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
+        s.accept_one();
+        return s.listener.port();
+      });
+      raw_peer p;
+      REQUIRE(p.connect(port));
+      REQUIRE(p.send_good_hello(4096));
+      auto f = s.next.get_future();
+      REQUIRE(f.wait_for(10s) == std::future_status::ready);
+      auto conn = f.get();
+
+      std::promise<std::pair<std::error_code, std::size_t>> done;
+      std::vector<std::byte> buf(10000);
+      g.on([&] {
+        if (bad_head) {
+          conn->async_read(fw::mutable_buffer(buf.data(), 100), [&](std::error_code ec, std::size_t n) {
+            done.set_value({ec, n});
+          });
+        } else {
+          const fw::const_buffer one[] = {fw::const_buffer(buf.data(), buf.size())};  // more than the ring
+          conn->async_write(one, [&](std::error_code ec, std::size_t n) { done.set_value({ec, n}); });
+        }
+        return 0;
+      });
+      seg::segment_header* h = p.map.header();
+      if (bad_head) {
+        h->ring[0].head.store(std::uint64_t{1} << 40);  // a write index far beyond the ring
+      } else {
+        std::this_thread::sleep_for(20ms);  // the write filled the ring and waits
+        h->ring[1].tail.store(12345678);    // a read index beyond what was written
+      }
+      p.ring_server();
+      auto df = done.get_future();
+      REQUIRE(df.wait_for(10s) == std::future_status::ready);
+      const auto [ec, n] = df.get();
+      CHECK(ec == fw::errc::malformed_frame);
+      if (bad_head) {
+        CHECK(n == 0);  // nothing read from outside the ring
+        CHECK(g.wait_report("write index 1099511627776 is not within the ring of 4096 bytes"));
+      } else {
+        CHECK(n == 4096);
+        CHECK(g.wait_report("read index 12345678 is not within the ring of 4096 bytes"));
+      }
+      // Later operations fail the same way; the hostile side sees the hang-up.
+      std::promise<std::error_code> later;
+      g.on([&] {
+        conn->async_read(fw::mutable_buffer(buf.data(), 1),
+                         [&](std::error_code e, std::size_t) { later.set_value(e); });
+        return 0;
+      });
+      CHECK(later.get_future().get() == fw::errc::malformed_frame);
+      char b;
+      CHECK(::recv(p.sock.get(), &b, 1, 0) == 0);
+      g.on([&] {
+        conn->close();
+        s.listener.close();
+        s.accepted.clear();
+        return 0;
+      });
+    }
+  }
+}
+
+TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
+  const auto shm_before = dev_shm();
+  const std::size_t fds_before = count_fds();
+  {
+    fw::reactor_config cfg;
+    cfg.count = 2;
+    group_t group(cfg);
+    fw::shm transport;
+    auto listener = std::make_shared<fw::shm_listener>();
+    auto accepted = std::make_shared<std::vector<fw::shm_connection>>();
+    auto fp = group.submit(0, [&] {
+      *listener = transport.listen(*fw::asio_reactor::current(), "leak-check", 0);
+      return listener->port();
+    });
+    const std::uint16_t port = fp.get();
+    for (int i = 0; i < 5; ++i) {
+      std::promise<void> echoed;
+      group.submit_to(0, [&, listener, accepted] {
+        listener->async_accept([accepted](std::error_code ec, fw::shm_connection c) {
+          if (!ec) accepted->push_back(std::move(c));
+        });
+      });
+      group.submit_to(1, [&] {
+        transport.connect(*fw::asio_reactor::current(), "leak-check", port,
+                          [&](std::error_code ec, fw::shm_connection c) {
+                            REQUIRE_FALSE(ec);
+                            auto conn = std::make_shared<fw::shm_connection>(std::move(c));
+                            static const std::byte word[4] = {};
+                            const fw::const_buffer one[] = {fw::const_buffer(word, 4)};
+                            conn->async_write(one, [&, conn](std::error_code e, std::size_t) {
+                              CHECK_FALSE(e);
+                              conn->close();
+                              echoed.set_value();
+                            });
+                          });
+      });
+      REQUIRE(echoed.get_future().wait_for(10s) == std::future_status::ready);
+    }
+    CHECK(count_segment_mappings() > 0);  // the accepted ones, still open
+    auto fc = group.submit(0, [&, listener, accepted] {
+      accepted->clear();
+      listener->close();
+      *listener = fw::shm_listener();
+      return 0;
+    });
+    fc.get();
+    group.stop();
+  }
+  CHECK(count_segment_mappings() == 0);
+  CHECK(count_fds() == fds_before);
+  CHECK(dev_shm() == shm_before);
+}
+
+TEST_CASE("shm: config limits are checked and named") {
+  const auto what = [](fw::shm::config cfg) {
+    try {
+      fw::shm t(cfg);
+    } catch (const std::system_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  fw::shm::config c;
+  c.ring_size = 5000;
+  CHECK(what(c).find("shm::config.ring_size = 5000: must be a power of two") == 0);
+  c = {};
+  c.ring_size = std::size_t{128} << 20;  // above max_ring_size
+  CHECK(what(c).find("shm::config.ring_size") == 0);
+  c = {};
+  c.max_ring_size = std::size_t{2} << 30;
+  CHECK(what(c).find("shm::config.max_ring_size") == 0);
+  c = {};
+  c.read_some_max = 0;
+  CHECK(what(c).find("shm::config.read_some_max") == 0);
+  CHECK(what({}) == "accepted");
+}
+
+TEST_CASE("shm: a connecting side that sends no hello is dropped after handshake_timeout; others are served") {
+  reported_group g;
+  fw::shm::config cfg;
+  cfg.handshake_timeout = 100ms;
+  server s{fw::shm(cfg), {}, {}, {}};
+  const std::uint16_t port = g.on([&] {
+    s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
+    s.accept_one();
+    return s.listener.port();
+  });
+  raw_peer silent;
+  REQUIRE(silent.connect(port));
+  CHECK(g.wait_report("sent no hello within 100 ms; dropped"));
+  char b;
+  CHECK(::recv(silent.sock.get(), &b, 1, 0) == 0);  // dropped: the hang-up
+  raw_peer good;
+  REQUIRE(good.connect(port));
+  REQUIRE(good.send_good_hello(4096));
+  auto f = s.next.get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  CHECK(f.get()->remote_endpoint() == "127.0.0.1:" + std::to_string(port) + "#" + std::to_string(::getpid()));
+  g.on([&] {
+    s.listener.close();
+    s.accepted.clear();
+    return 0;
+  });
+}

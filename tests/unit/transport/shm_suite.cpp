@@ -1,0 +1,31 @@
+// The transport test suite for the shm transport (not a handoff_transport:
+// the hand-off cases do not apply). Server and client run on different reactors.
+#include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/shm.hpp>
+
+#include <doctest/doctest.h>
+
+#include <tuple>
+
+namespace fw = fusewire;
+
+static_assert(fw::transport<fw::shm>);
+static_assert(!fw::handoff_transport<fw::shm>);
+
+#include "transport_suite.hpp"
+
+using shm_transports = std::tuple<fw::shm>;
+
+TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_echo, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_scatter_gather, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_read_order, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_many_connections, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_peer_closes, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_connect_refused, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_off_thread, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_group_stop, shm_transports);
