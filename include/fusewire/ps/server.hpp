@@ -47,6 +47,7 @@
 #include <fusewire/rendezvous/detail/report_signal.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/util/timer_queue.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -164,7 +165,7 @@ class server {
           shard_->worker_lost(w, ec.message());
           down_[w].store(true, std::memory_order_release);
           if (stall_.count() != 0) {
-            note_waits(clock::now());
+            note_waits(util::coarse_now());
             start_checks();
           }
         }
@@ -175,7 +176,7 @@ class server {
       shard_->handle(w, std::move(request));
       step_.store(shard_->global_step(), std::memory_order_relaxed);
       if (stall_.count() != 0) {
-        const auto now = clock::now();
+        const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
         last_request_[w] = now;
         note_waits(now);
         start_checks();

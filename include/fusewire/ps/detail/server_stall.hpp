@@ -19,6 +19,7 @@
 #include <fusewire/ps/server.hpp>
 #include <fusewire/ps/shard.hpp>
 #include <fusewire/rendezvous/detail/report_signal.hpp>
+#include <fusewire/util/timer_queue.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -136,7 +137,7 @@ void server<Transport>::arm_check() {
 
 template <transport Transport>
 void server<Transport>::check_stalls() {
-  const auto now = clock::now();
+  const auto now = util::coarse_now();  // as the request path's stamps
   note_waits(now);
   const unsigned asked = rendezvous::detail::report_requests().load(std::memory_order_relaxed);
   const bool snapshot = asked != seen_reports_;
