@@ -12,6 +12,16 @@
 /// disconnected peer at once until it connects again), every 20 ms; it never
 /// touches the shard. Checkpoints are written on the reactor thread (between
 /// requests), so the file is a consistent cut.
+///
+/// Stall reports (options.stall_report, FUSEWIRE_STALL_MS; 0 = off): a sync
+/// step or a barrier generation that has waited that long for some workers
+/// is logged (the log sink, else stderr) as one block naming the workers it
+/// waits for, those that arrived, and what the PS knows of each missing one;
+/// again each time the wait doubles. SIGUSR1 (rendezvous::request_report())
+/// logs the same, however short the wait, at the next check: a timer on the
+/// reactor thread, every stall_report / 4 (10 ms to 1 s; every second when
+/// stall reports are off, for snapshots only), running from the first
+/// request on (detail/server_stall.hpp).
 
 #include <atomic>
 #include <chrono>
@@ -35,8 +45,10 @@
 #include <fusewire/ps/config.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/shard.hpp>
+#include <fusewire/rendezvous/detail/report_signal.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/util/timer_queue.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -70,6 +82,8 @@ class server {
     Transport& t = config.transport;
     rendezvous::log_sink& log = config.log;
     log_ = log;
+    stall_ = opts.stall_report;
+    seen_reports_ = rendezvous::detail::report_requests().load(std::memory_order_relaxed);  // requests from now on
     if (!spec.contains(self))
       throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
@@ -78,6 +92,7 @@ class server {
       throw_error(errc::invalid_argument,
                   "ps server: the cluster spec has no tasks in worker job '" + sopts.worker_job + "'");
     }
+    last_request_.resize(workers_.size());
     std::random_device rd;
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
@@ -150,6 +165,8 @@ class server {
           if (!shard_->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + ec.message());
           shard_->worker_lost(w, ec.message());
           down_[w].store(true, std::memory_order_release);
+          note_waits(util::coarse_now());
+          start_checks();
         }
         return;
       }
@@ -157,8 +174,30 @@ class server {
       post_recv(w);
       shard_->handle(w, std::move(request));
       step_.store(shard_->global_step(), std::memory_order_relaxed);
+      // Also with stall reports off: SIGUSR1 snapshots still say what waits.
+      const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
+      last_request_[w] = now;
+      note_waits(now);
+      start_checks();
     });
   }
+
+  // ---- stall reports (detail/server_stall.hpp); reactor thread ----
+  using clock = std::chrono::steady_clock;
+  using reactor_type = typename endpoint_type::reactor_type;
+  /// A sync step or barrier generation in progress, as the stall reports time it.
+  struct wait_clock {
+    bool active = false;
+    std::uint64_t number = 0;     ///< the step or the generation
+    clock::time_point since{};    ///< when it began (its first push, waiting pull or arrival)
+    clock::duration report_at{};  ///< the wait at which it is reported next
+  };
+  /// Starts or ends the clocks of the step and the barrier from the shard's state.
+  void note_waits(clock::time_point now);
+  /// Arms the periodic check on the calling reactor thread, once.
+  void start_checks();
+  void arm_check();
+  void check_stalls();
 
   void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
@@ -194,6 +233,12 @@ class server {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  std::chrono::milliseconds stall_{};  ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
+  // Reactor thread only:
+  reactor_type* reactor_ = nullptr;  ///< the endpoint's reactor, once a handler ran (its timers)
+  wait_clock step_clock_, barrier_clock_;
+  std::vector<clock::time_point> last_request_;  ///< per worker; epoch = none yet
+  unsigned seen_reports_ = 0;                    ///< rendezvous::detail::report_requests() answered
   std::unique_ptr<endpoint_type> ep_;
   std::thread housekeeping_;
 };
@@ -201,3 +246,5 @@ class server {
 }  // namespace ps
 }  // namespace v0
 }  // namespace fusewire
+
+#include <fusewire/ps/detail/server_stall.hpp>

@@ -17,8 +17,8 @@
 ///
 /// The members are defined by idea in detail/: shard_values (dense slices and
 /// embedding rows), shard_request (the request path), shard_push (async and
-/// sync pushes), shard_reply (pull, error and barrier replies) and
-/// shard_checkpoint.
+/// sync pushes), shard_reply (pull, error and barrier replies),
+/// shard_checkpoint and shard_wait (what a step or the barrier waits for).
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +50,42 @@ struct shard_stats {
   std::uint64_t stale_pushes = 0;  ///< sync: pushes for a finished step, dropped
   std::uint64_t deferred = 0;      ///< sync: pulls that waited for their step
   std::uint64_t checkpoints = 0;   ///< checkpoint files written
+};
+
+/// One worker as a waiting sync step or barrier generation sees it (stall
+/// reports: shard::step_wait(), shard::barrier_wait()).
+struct worker_wait {
+  std::uint32_t worker = 0;  ///< index in server_options::worker_job
+  bool arrived = false;      ///< pushed for the step / reached the barrier generation
+  std::string lost;          ///< why shard::worker_lost() marked it; empty = not lost
+  bool seen = false;         ///< a valid request from it reached this PS
+  /// sync: the last step it pushed for (1 = the first), 0 = none; a push for
+  /// the step before the waiting one says the worker is one step behind.
+  std::uint64_t pushed_step = 0;
+  std::size_t requests_waiting = 0;  ///< sync: its requests waiting here for the step
+};
+
+/// What a sync step or a barrier generation waits for; see worker_wait.
+struct wait_state {
+  /// It has begun (a push or a waiting pull for the step; a worker at the
+  /// barrier) and not completed.
+  bool waiting = false;
+  std::uint64_t number = 0;          ///< the step (global_step() + 1) or the barrier generation
+  std::size_t needed = 0;            ///< arrivals it needs: sync, the replicas; a barrier, every worker
+  std::vector<worker_wait> workers;  ///< every worker, by index
+
+  /// Indexes of the workers that arrived / have not, ascending.
+  std::vector<std::uint32_t> arrived() const { return pick(true); }
+  std::vector<std::uint32_t> missing() const { return pick(false); }
+
+ private:
+  std::vector<std::uint32_t> pick(bool arrived_ones) const {
+    std::vector<std::uint32_t> out;
+    for (const worker_wait& w : workers) {
+      if (w.arrived == arrived_ones) out.push_back(w.worker);
+    }
+    return out;
+  }
 };
 
 /// One PS task's state; see the file comment.
@@ -93,6 +129,8 @@ class shard {
   const model_spec& model() const noexcept { return model_; }
   const placement& place() const noexcept { return place_; }
   std::uint32_t index() const noexcept { return index_; }
+  /// The options it runs with (replicas resolved: never 0 in sync mode).
+  const server_options& options() const noexcept { return opts_; }
   /// Steps applied so far (async: push requests applied; sync: completed steps); survives a checkpoint.
   std::uint64_t global_step() const noexcept { return global_step_; }
   const shard_stats& stats() const noexcept { return stats_; }
@@ -138,6 +176,20 @@ class shard {
   /// Whether worker_lost() marked `worker` and it sent nothing since.
   bool worker_is_lost(std::uint32_t worker) const noexcept { return worker < lost_.size() && !lost_[worker].empty(); }
 
+  // ---- what a step or the barrier waits for (detail/shard_wait.hpp) ----
+  /// sync: whether step global_step() + 1 has begun (a push for it, or a pull
+  /// waiting for it) and not completed. Cheap: for a check after each request.
+  bool step_waiting() const noexcept {
+    return opts_.mode == training_mode::sync && (!contributors_.empty() || !deferred_.empty());
+  }
+  /// Whether some worker waits at the barrier (generation barrier_generation()).
+  bool barrier_waiting() const noexcept { return barrier_.waiting(); }
+  /// sync: step global_step() + 1 — which workers pushed for it and which
+  /// not, and what this PS knows of each (waiting is false in async mode).
+  wait_state step_wait() const;
+  /// The barrier's current generation: which workers reached it and which not.
+  wait_state barrier_wait() const;
+
   /// Writes every value, slot and the global step to `file` atomically (temp + rename).
   /// Throws system_error naming the file.
   void save(const std::filesystem::path& file);
@@ -169,6 +221,7 @@ class shard {
     bool seen = false;
     std::uint64_t incarnation = 0;
     std::uint64_t last_seq = 0;
+    std::uint64_t pushed_step = 0;  ///< sync: the last step it pushed for (stall reports; not checkpointed)
   };
 
   struct deferred_request {
@@ -251,3 +304,4 @@ class shard {
 #include <fusewire/ps/detail/shard_reply.hpp>
 #include <fusewire/ps/detail/shard_request.hpp>
 #include <fusewire/ps/detail/shard_values.hpp>
+#include <fusewire/ps/detail/shard_wait.hpp>

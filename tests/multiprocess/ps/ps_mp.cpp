@@ -13,13 +13,17 @@
 //   ps_mp dead        a PS dies for good: the worker's step fails with timed_out within its deadline
 //   ps_mp stall       a PS is stopped (SIGSTOP): the worker's stall report names it, the variables
 //                     its step waits on and the age, at the threshold, then at doubling ages
+//   ps_mp sync_stall  1 PS + 2 sync workers, one stopped (SIGSTOP) after 3 steps: the PS's stall
+//                     report names it (and only it) as missing, again when the wait doubled, and a
+//                     snapshot request does the same; after SIGCONT both workers finish
 //   ps_mp barrier     2 PS + 3 workers arriving at different times meet at client::barrier() twice;
 //                     past each one, every worker sees every other worker's pushes from before it
-//   ps_mp barrier_timeout  one of 2 workers never comes: barrier() fails with timed_out by its timeout
+//   ps_mp barrier_timeout  one of 2 workers never comes: barrier() fails with timed_out by its timeout,
+//                          and the PS's stall report names the missing worker
 //   ps_mp serve_signal     ps::serve_until_signal returns after SIGTERM (and after a worker's shutdown)
 //
-// The same file builds ps_mp_verbs (FUSEWIRE_PS_MP_VERBS): every scenario over
-// RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma').
+// The same file builds ps_mp_verbs (FUSEWIRE_PS_MP_VERBS): every scenario but
+// sync_stall over RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma').
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
@@ -610,6 +614,119 @@ int run_stall() {
   return ok ? 0 : 1;
 }
 
+// ---- sync_stall ------------------------------------------------------------------------
+
+constexpr int sync_stall_steps = 8;
+
+int sync_stall_worker(const fw::cluster_spec& spec, unsigned w, const signal_pipe& reached) {
+  const auto m = sync_model();
+  ps::client<transport> cl({"worker", w}, spec, m, client_opts(ps::training_mode::sync));
+  ps::batch b;
+  for (int s = 0; s < sync_stall_steps; ++s) {
+    std::vector<float> g(32, 0.01f);
+    b.clear();
+    b.push("w", g);
+    (void)b.pull("w");
+    cl.run(b);
+    EXPECT(cl.global_step(0) == static_cast<std::uint64_t>(s + 1));
+    if (w == 1 && s == 2) reached.notify();  // the driver stops this worker now
+  }
+  std::printf("worker:%u: %d sync steps\n", w, sync_stall_steps);
+  return 0;
+}
+
+// The PS of sync_stall: once worker 1 was stopped, its log must name worker 1
+// (not worker 0) as what the step waits for, within the threshold plus one
+// check plus slack, and again once the wait doubled; then a snapshot request.
+int sync_stall_ps(const fw::cluster_spec& spec, const signal_pipe& stopped, const signal_pipe& reported) {
+  const auto m = sync_model();
+  std::mutex mu;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> lines;
+  ps::server_config<transport> so;
+  so.options = mp_options();
+  so.options.stall_report = 300ms;
+  so.transport = setup::make();
+  so.mode = ps::training_mode::sync;
+  so.log = [&](std::string_view l) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(std::chrono::steady_clock::now(), std::string(l));
+  };
+  ps::server<transport> server({"ps", 0}, spec, m, std::move(so));
+  // The first line from index `from` on that starts with `head` (npos: none within 10 s).
+  auto wait_for = [&](std::string_view head, std::size_t from, std::chrono::steady_clock::time_point& when) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu);
+        for (std::size_t i = from; i < lines.size(); ++i) {
+          if (lines[i].second.starts_with(head)) {
+            when = lines[i].first;
+            return i;
+          }
+        }
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::string::npos;
+  };
+  auto check = [&]() -> int {
+    EXPECT(stopped.wait(30000));
+    const auto t_stop = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point first_at, second_at, snap_at;
+    const std::size_t first = wait_for("ps server ps:0: stall report: sync step ", 0, first_at);
+    EXPECT(first != std::string::npos);
+    const std::size_t second = wait_for("ps server ps:0: stall report: sync step ", first + 1, second_at);
+    EXPECT(second != std::string::npos);
+    fw::rendezvous::request_report();
+    const std::size_t snap = wait_for("ps server ps:0: snapshot (SIGUSR1): sync step ", second + 1, snap_at);
+    EXPECT(snap != std::string::npos);
+    std::lock_guard lock(mu);
+    for (const std::size_t i : {first, second, snap}) {
+      const std::string& l = lines[i].second;
+      std::printf("%s\n", l.c_str());
+      EXPECT(l.find(" for pushes: 1 of 2 in, waiting for worker:1\n  arrived: worker:0\n  worker:1: connected, no "
+                    "push for step ") != std::string::npos);
+      EXPECT(l.find("worker:0:") == std::string::npos);  // worker 0 is not missing
+      EXPECT(l.find("; last request ") != std::string::npos);
+    }
+    // At the threshold, then once the wait doubled (a check may run up to one interval late).
+    auto waited = [&](std::size_t i) {
+      const std::string& l = lines[i].second;
+      return std::stod(l.substr(l.find("has waited ") + 11));
+    };
+    EXPECT(waited(first) >= 0.3);
+    EXPECT(waited(second) >= 0.6);
+    // Within the threshold plus one check (75 ms) plus slack; the step may have begun before the stop.
+    EXPECT(first_at - t_stop < 300ms + 75ms + 2s);
+    return 0;
+  };
+  const int rc = check();
+  reported.notify();
+  server.wait();
+  return rc;
+}
+
+int run_sync_stall() {
+  const auto spec = setup::cluster(1, 2);
+  const auto m = sync_model();
+  signal_pipe reached, stopped, reported;
+  const pid_t p0 = spawn(60, [&] { return sync_stall_ps(spec, stopped, reported); });
+  const pid_t w0 = spawn(60, [&] { return sync_stall_worker(spec, 0, reached); });
+  const pid_t w1 = spawn(60, [&] { return sync_stall_worker(spec, 1, reached); });
+  bool ok = reached.wait(30000);
+  ::kill(w1, SIGSTOP);
+  stopped.notify();
+  ok = reported.wait(30000) && ok;
+  ::kill(w1, SIGCONT);
+  ok = all_succeeded({{w0, "worker:0"}, {w1, "worker:1"}}) && ok;
+  const pid_t stopper = spawn(30, [&] {
+    ps::client<transport> cl({"worker", 0}, spec, m, client_opts(ps::training_mode::sync));
+    cl.shutdown_servers();
+    return 0;
+  });
+  return all_succeeded({{stopper, "stopper"}, {p0, "ps:0"}}) && ok ? 0 : 1;
+}
+
 // ---- barrier -------------------------------------------------------------------------
 
 constexpr unsigned barrier_workers = 3;
@@ -677,10 +794,35 @@ int barrier_timeout_worker(const fw::cluster_spec& spec) {
   return 0;
 }
 
+// PS 0 of barrier_timeout: its stall report names worker 1 as what barrier 0 waits for.
+int barrier_timeout_ps(const fw::cluster_spec& spec) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  ps::server_config<transport> so;
+  so.options = mp_options();
+  so.options.stall_report = 300ms;
+  so.transport = setup::make();
+  so.log = [&](std::string_view l) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(l);
+  };
+  ps::server<transport> server({"ps", 0}, spec, barrier_model(), std::move(so));
+  server.wait();
+  std::lock_guard lock(mu);
+  std::size_t reports = 0;
+  for (const std::string& l : lines) {
+    if (!l.starts_with("ps server ps:0: stall report: barrier 0 has waited ")) continue;
+    if (reports++ == 0) std::printf("%s\n", l.c_str());
+    EXPECT(l.find(" for workers: 1 of 2 arrived, waiting for worker:1\n  arrived: worker:0\n  worker:1: no request "
+                  "from it yet") != std::string::npos);
+  }
+  EXPECT(reports >= 2);  // at 0.3 s and 0.6 s of the 1.5 s the worker waits, at least
+  return 0;
+}
+
 int run_barrier_timeout() {
   const auto spec = setup::cluster(1, 2);  // worker:1 never starts
-  const auto m = barrier_model();
-  const pid_t p0 = spawn(60, [&] { return run_ps(spec, 0, m, {}); });
+  const pid_t p0 = spawn(60, [&] { return barrier_timeout_ps(spec); });
   const pid_t w0 = spawn(60, [&] { return barrier_timeout_worker(spec); });
   return all_succeeded({{w0, "worker:0"}, {p0, "ps:0"}}) ? 0 : 1;
 }
@@ -721,10 +863,10 @@ int run_serve_signal() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(
-        stderr,
-        "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|stall|barrier|barrier_timeout|serve_signal\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s semantics|optimizers|sync|checkpoint|restart|dead|stall|sync_stall|barrier|barrier_timeout|"
+                 "serve_signal\n",
+                 argv[0]);
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -747,6 +889,8 @@ int main(int argc, char** argv) {
     rc = run_barrier();
   else if (scenario == "stall")
     rc = run_stall();
+  else if (scenario == "sync_stall")
+    rc = run_sync_stall();
   else if (scenario == "barrier_timeout")
     rc = run_barrier_timeout();
   else if (scenario == "serve_signal")
@@ -754,7 +898,8 @@ int main(int argc, char** argv) {
   else {
     std::fprintf(
         stderr,
-        "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, stall, barrier, "
+        "unknown scenario '%s' (allowed: semantics, optimizers, sync, checkpoint, restart, dead, stall, sync_stall, "
+        "barrier, "
         "barrier_timeout, serve_signal)\n",
         argv[1]);
     return 2;

@@ -6,10 +6,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <span>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -831,4 +833,111 @@ TEST_CASE("shard: sync requests waiting for their step are bounded per worker") 
   auto out = h.send(0, rb);
   REQUIRE(out.size() == 1);
   CHECK(out[0].reply.message.find("max_waiting_per_worker") != std::string::npos);
+}
+
+TEST_CASE("shard: a waiting sync step names the workers that pushed and those it still waits for") {
+  const auto m = small_model();
+  const std::uint32_t me = ps::placement(m, 2).slices(0)[0].ps;
+  ps::server_options so;
+  so.mode = ps::training_mode::sync;
+  shard_harness h(m, me, 2, so, 3);
+  const std::uint32_t sync_push = ps::request_flags::sync | ps::request_flags::contributes;
+  const std::vector<float> g{1, 1, 1, 1};
+  CHECK_FALSE(h.shard.step_waiting());
+  CHECK_FALSE(h.shard.step_wait().waiting);
+  // Worker 0 pushes for step 1 and waits; worker 1 only pulls (it waits too); worker 2 sends nothing.
+  auto rb = request(m, 2, 1, sync_push, 0, 1);
+  rb.push_dense(0, 0, g);
+  rb.pull_dense(0, 0);
+  CHECK(h.send(0, rb).empty());
+  rb = request(m, 2, 1, ps::request_flags::sync, 0, 1, 8);
+  rb.pull_dense(0, 0);
+  CHECK(h.send(1, rb).empty());
+  CHECK(h.shard.step_waiting());
+  ps::wait_state s = h.shard.step_wait();
+  CHECK(s.waiting);
+  CHECK(s.number == 1);
+  CHECK(s.needed == 3);
+  CHECK(s.arrived() == std::vector<std::uint32_t>{0});
+  CHECK(s.missing() == std::vector<std::uint32_t>{1, 2});
+  CHECK(s.workers[0].pushed_step == 1);
+  CHECK(s.workers[0].requests_waiting == 1);
+  CHECK(s.workers[1].seen);
+  CHECK(s.workers[1].pushed_step == 0);
+  CHECK(s.workers[1].requests_waiting == 1);
+  CHECK_FALSE(s.workers[2].seen);
+  CHECK(s.workers[2].lost.empty());
+
+  // The block a stall report logs: the missing ones with what the PS knows, the arrived one only as arrived.
+  ps::detail::wait_context ctx{"ps:" + std::to_string(me),     "worker", false, false, std::chrono::milliseconds(1234),
+                               std::chrono::milliseconds(300), {}};
+  ctx.last_request = {std::chrono::milliseconds(1200), std::chrono::milliseconds(50), std::nullopt};
+  const std::string block = ps::detail::format_wait(s, ctx);
+  MESSAGE(block);
+  CHECK(block.starts_with("ps server ps:" + std::to_string(me) +
+                          ": stall report: sync step 1 has waited 1.234 s (FUSEWIRE_STALL_MS = 300) for pushes: 1 of 3 "
+                          "in, waiting for worker:1, worker:2\n  arrived: worker:0\n"));
+  CHECK(block.find("\n  worker:1: connected, no push for step 1 yet; no push from it so far; last request 0.050 s "
+                   "ago; 1 of its requests wait here") != std::string::npos);
+  CHECK(block.find("\n  worker:2: no request from it yet") != std::string::npos);
+  CHECK(block.find("worker:0:") == std::string::npos);
+
+  // Worker 2 is lost: named so (the step cannot complete; the waiting requests got errors).
+  h.shard.worker_lost(2, "connection reset by peer");
+  s = h.shard.step_wait();
+  CHECK(s.waiting);  // worker 0's push is in; the step waits for worker 2 to come back
+  CHECK(s.missing() == std::vector<std::uint32_t>{1, 2});
+  CHECK(s.workers[2].lost == "connection reset by peer");
+  ctx.last_request.clear();
+  CHECK(ps::detail::format_wait(s, ctx).find("\n  worker:2: lost (connection reset by peer)") != std::string::npos);
+
+  // Everyone pushes: the step completes, and step 2 waits for nobody yet.
+  for (std::uint32_t w = 1; w < 3; ++w) {
+    rb = request(m, 2, 2, sync_push, 0, 1, 20 + w);
+    rb.push_dense(0, 0, g);
+    h.send(w, rb);
+  }
+  CHECK(h.shard.global_step() == 1);
+  CHECK_FALSE(h.shard.step_waiting());
+  s = h.shard.step_wait();
+  CHECK_FALSE(s.waiting);
+  CHECK(s.number == 2);
+  CHECK(s.arrived().empty());
+  CHECK(s.workers[2].pushed_step == 1);
+}
+
+TEST_CASE("shard: a waiting barrier names the workers that arrived and those it still waits for") {
+  const auto m = small_model();
+  shard_harness h(m, 0, 1, {}, 3);
+  const auto arrive = [&](std::uint32_t w, std::uint64_t seq, std::uint64_t generation) {
+    return h.send(w, request(m, 1, seq, ps::request_flags::barrier, generation, 0, 7 + w));
+  };
+  CHECK_FALSE(h.shard.barrier_waiting());
+  CHECK(arrive(0, 1, 0).empty());
+  CHECK(arrive(2, 1, 0).empty());
+  CHECK(h.shard.barrier_waiting());
+  ps::wait_state s = h.shard.barrier_wait();
+  CHECK(s.waiting);
+  CHECK(s.number == 0);
+  CHECK(s.needed == 3);
+  CHECK(s.arrived() == std::vector<std::uint32_t>{0, 2});
+  CHECK(s.missing() == std::vector<std::uint32_t>{1});
+  ps::detail::wait_context ctx{"ps:0", "worker", true, true, std::chrono::milliseconds(20), {}, {}};
+  const std::string block = ps::detail::format_wait(s, ctx);
+  MESSAGE(block);
+  CHECK(block ==
+        "ps server ps:0: snapshot (SIGUSR1): barrier 0 has waited 0.020 s for workers: 2 of 3 arrived, waiting for "
+        "worker:1\n  arrived: worker:0, worker:2\n  worker:1: no request from it yet");
+  // Worker 1 was heard from (a push), but is not at the barrier.
+  auto rb = request(m, 1, 1, 0, 0, 0, 8);
+  rb.pull_dense(1, 0);
+  REQUIRE(h.send(1, rb).size() == 1);
+  CHECK(ps::detail::format_wait(h.shard.barrier_wait(), ctx).find("\n  worker:1: connected, not at barrier 0 yet") !=
+        std::string::npos);
+  REQUIRE(arrive(1, 2, 0).size() == 3);
+  CHECK_FALSE(h.shard.barrier_waiting());
+  s = h.shard.barrier_wait();
+  CHECK_FALSE(s.waiting);
+  CHECK(s.number == 1);
+  CHECK(s.missing().size() == 3);
 }

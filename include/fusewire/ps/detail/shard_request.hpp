@@ -76,6 +76,7 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
           if (is_push(e.kind)) apply_push(e, 1.0f, true);
         }
         contributors_.insert(worker);
+        ws.pushed_step = global_step_ + 1;
       }
     }
   }

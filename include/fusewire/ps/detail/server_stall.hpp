@@ -1,0 +1,180 @@
+#pragma once
+/// ps::server's stall reports: a sync step, or a barrier generation, that has
+/// waited longer than options.stall_report (FUSEWIRE_STALL_MS) for some
+/// workers is logged as one block naming them — once at the threshold, again
+/// each time the wait doubles — and SIGUSR1 (rendezvous::request_report())
+/// logs the same at once. The shard says who is missing (shard::step_wait(),
+/// barrier_wait()); the server times the wait on its reactor thread.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fusewire/ps/server.hpp>
+#include <fusewire/ps/shard.hpp>
+#include <fusewire/rendezvous/detail/report_signal.hpp>
+#include <fusewire/util/timer_queue.hpp>
+
+namespace fusewire {
+inline namespace v0 {
+namespace ps {
+namespace detail {
+
+/// What a wait block is written with besides the shard's wait_state.
+struct wait_context {
+  std::string self;                           ///< the PS task, e.g. "ps:0"
+  std::string worker_job;                     ///< server_options::worker_job
+  bool snapshot = false;                      ///< asked for (SIGUSR1), not a stall
+  bool barrier = false;                       ///< a barrier generation, else a sync step
+  std::chrono::steady_clock::duration age{};  ///< how long it has waited
+  std::chrono::milliseconds threshold{};      ///< options.stall_report
+  /// Per worker: how long ago its last request arrived (none yet: nullopt).
+  std::vector<std::optional<std::chrono::steady_clock::duration>> last_request;
+};
+
+/// "1.234 s".
+inline std::string seconds_text(std::chrono::steady_clock::duration d) {
+  const auto ms = std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  const std::string frac = std::to_string(ms % 1000);
+  return std::to_string(ms / 1000) + "." + std::string(3 - frac.size(), '0') + frac + " s";
+}
+
+/// Workers named "job:i", comma-separated; at most `limit` names, then how many in all.
+inline std::string worker_names(const std::string& job, const std::vector<std::uint32_t>& ws, std::size_t limit = 32) {
+  std::string s;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (i == limit) {
+      s += ", ... (" + std::to_string(ws.size()) + " in all)";
+      break;
+    }
+    s += (i == 0 ? "" : ", ") + job + ":" + std::to_string(ws[i]);
+  }
+  return s.empty() ? std::string("none") : s;
+}
+
+/// The block a stall report or a snapshot logs for one sync step or barrier
+/// generation: a header naming it, its age and the workers it waits for, the
+/// workers that arrived, then one line per missing worker (at most 32) with
+/// what this PS knows of it.
+inline std::string format_wait(const wait_state& s, const wait_context& c) {
+  const bool step = !c.barrier;
+  const std::vector<std::uint32_t> arrived = s.arrived();
+  const std::vector<std::uint32_t> missing = s.missing();
+  std::string out = "ps server " + c.self + ": " + (c.snapshot ? "snapshot (SIGUSR1)" : "stall report") + ": " +
+                    (step ? "sync step " : "barrier ") + std::to_string(s.number) + " has waited " +
+                    seconds_text(c.age);
+  if (!c.snapshot) out += " (FUSEWIRE_STALL_MS = " + std::to_string(c.threshold.count()) + ")";
+  out += step ? " for pushes: " + std::to_string(arrived.size()) + " of " + std::to_string(s.needed) + " in"
+              : " for workers: " + std::to_string(arrived.size()) + " of " + std::to_string(s.needed) + " arrived";
+  out += ", waiting for " + worker_names(c.worker_job, missing);
+  out += "\n  arrived: " + worker_names(c.worker_job, arrived);
+  std::size_t shown = 0;
+  for (const std::uint32_t w : missing) {
+    if (shown++ == 32) {
+      out += "\n  ... " + std::to_string(missing.size() - 32) + " more missing";
+      break;
+    }
+    const worker_wait& ww = s.workers[w];
+    out += "\n  " + c.worker_job + ":" + std::to_string(w) + ": ";
+    if (!ww.lost.empty()) {
+      out += "lost (" + ww.lost + ")";
+    } else if (!ww.seen) {
+      out += "no request from it yet";
+    } else if (step) {
+      out += "connected, no push for step " + std::to_string(s.number) + " yet";
+    } else {
+      out += "connected, not at barrier " + std::to_string(s.number) + " yet";
+    }
+    if (ww.seen && step) {
+      out += ww.pushed_step == 0 ? std::string("; no push from it so far")
+                                 : "; its last push was for step " + std::to_string(ww.pushed_step);
+    }
+    if (w < c.last_request.size() && c.last_request[w])
+      out += "; last request " + seconds_text(*c.last_request[w]) + " ago";
+    if (ww.requests_waiting != 0) out += "; " + std::to_string(ww.requests_waiting) + " of its requests wait here";
+  }
+  return out;
+}
+
+}  // namespace detail
+
+template <transport Transport>
+void server<Transport>::note_waits(clock::time_point now) {
+  auto note = [&](wait_clock& c, bool waiting, std::uint64_t number) {
+    if (!waiting) {
+      c.active = false;
+    } else if (!c.active || c.number != number) {
+      c = {true, number, now, stall_};
+    }
+  };
+  note(step_clock_, shard_->step_waiting(), shard_->global_step() + 1);
+  note(barrier_clock_, shard_->barrier_waiting(), shard_->barrier_generation());
+}
+
+template <transport Transport>
+void server<Transport>::start_checks() {
+  if (reactor_ != nullptr) return;
+  reactor_ = reactor_type::current();
+  if (reactor_ != nullptr) arm_check();
+}
+
+template <transport Transport>
+void server<Transport>::arm_check() {
+  // As the endpoint's own check: a stall is named within the threshold plus one interval.
+  const clock::duration every =
+      stall_.count() == 0
+          ? clock::duration(std::chrono::seconds(1))
+          : std::clamp<clock::duration>(stall_ / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  reactor_->run_after(every, [this](std::error_code ec) {
+    if (ec) return;  // the reactor stops
+    check_stalls();
+    arm_check();
+  });
+}
+
+template <transport Transport>
+void server<Transport>::check_stalls() {
+  const auto now = util::coarse_now();  // as the request path's stamps
+  note_waits(now);
+  const unsigned asked = rendezvous::detail::report_requests().load(std::memory_order_relaxed);
+  const bool snapshot = asked != seen_reports_;
+  seen_reports_ = asked;
+  auto check = [&](wait_clock& c, bool is_step) {
+    if (!c.active) return false;
+    const bool due = stall_.count() != 0 && now - c.since >= c.report_at;
+    if (!due && !snapshot) return true;
+    detail::wait_context ctx{
+        ep_->self().to_string(), shard_->options().worker_job, false, !is_step, now - c.since, stall_, {}};
+    ctx.last_request.resize(last_request_.size());
+    for (std::size_t w = 0; w < last_request_.size(); ++w) {
+      if (last_request_[w] != clock::time_point{}) ctx.last_request[w] = now - last_request_[w];
+    }
+    const wait_state s = is_step ? shard_->step_wait() : shard_->barrier_wait();
+    if (due) {
+      say(detail::format_wait(s, ctx));
+      while (c.report_at <= now - c.since) c.report_at *= 2;
+    }
+    if (snapshot) {
+      ctx.snapshot = true;
+      say(detail::format_wait(s, ctx));
+    }
+    return true;
+  };
+  const bool step = check(step_clock_, true);
+  const bool barrier = check(barrier_clock_, false);
+  if (snapshot && !step && !barrier) {
+    say("ps server " + ep_->self().to_string() + ": snapshot (SIGUSR1): nothing waits; " +
+        std::to_string(shard_->global_step()) + " steps applied (" + std::string(to_string(shard_->options().mode)) +
+        "), barrier generation " + std::to_string(shard_->barrier_generation()));
+  }
+}
+
+}  // namespace ps
+}  // namespace v0
+}  // namespace fusewire
