@@ -165,7 +165,7 @@ constexpr consumer consumers[] = {
     {"FUSEWIRE_RECV_PEER_BUDGET_BYTES", recv_budget, "a.held + n > o.recv_peer_budget"},
     {"FUSEWIRE_TRANSFER_IDLE_MS", recv_budget, "if (o.transfer_idle.count() != 0)"},
     {"FUSEWIRE_UNMATCHED_MAX_AGE_MS", recv_budget, "const auto age = ep_.opts_.unmatched_max_age;"},
-    {"FUSEWIRE_STALL_MS", shard, "if (ep_.opts_.stall_report.count() != 0) {"},
+    {"FUSEWIRE_STALL_MS", observe, "const auto threshold = ep_.opts_.stall_report;"},
     {"FUSEWIRE_STATS_FILE", "include/fusewire/rendezvous/endpoint.hpp", "if (!opts_.stats_file.empty())"},
     {"FUSEWIRE_STATS_INTERVAL_MS", observe, "reactor_->run_after(ep_.opts_.stats_interval,"},
     {"FUSEWIRE_STATS_FORMAT", observe, "if (opts_.stats_format == \"prometheus\") {"},
