@@ -30,9 +30,13 @@
 #include <vector>
 
 #include "support/patterns.hpp"
+#include "support/process_resources.hpp"
 
 namespace fw = fusewire;
 using namespace std::chrono_literals;
+using fusewire::test::count_fds;
+using fusewire::test::count_segment_mappings;
+using fusewire::test::dev_shm;
 using fusewire::test::pattern_bytes;
 using group_t = fw::basic_reactor_group<fw::asio_engine>;
 
@@ -54,34 +58,6 @@ fw::reactor_config config(fw::reactor_mode mode) {
   cfg.mode = mode;
   cfg.count = 1;
   return cfg;
-}
-
-std::size_t count_fds() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-
-std::size_t count_segment_mappings() {
-  std::ifstream maps("/proc/self/maps");
-  std::size_t n = 0;
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("memfd:fusewire-shm") != std::string::npos) ++n;
-  }
-  return n;
-}
-
-std::vector<std::string> dev_shm() {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 template <class T>
@@ -199,6 +175,21 @@ void kill_with_pending(group_t& group, std::shared_ptr<fw::shm_connection> conn,
   EXPECT(ready(fl) && fl.get() == fw::errc::connection_reset);
 }
 
+/// Forks a child_server and reads its port.
+pid_t start_server(bool echo, std::uint16_t& port) {
+  int p[2];
+  if (::pipe(p) != 0) std::abort();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    child_server(p[1], echo);
+  }
+  ::close(p[1]);
+  EXPECT(::read(p[0], &port, sizeof port) == sizeof port);
+  ::close(p[0]);
+  return child;
+}
+
 void kill_client(fw::reactor_mode mode) {
   int p[2];
   if (::pipe(p) != 0) std::abort();
@@ -251,17 +242,8 @@ void kill_client(fw::reactor_mode mode) {
 }
 
 void kill_server(fw::reactor_mode mode) {
-  int p[2];
-  if (::pipe(p) != 0) std::abort();
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(p[0]);
-    child_server(p[1], false);
-  }
-  ::close(p[1]);
   std::uint16_t port = 0;
-  EXPECT(::read(p[0], &port, sizeof port) == sizeof port);
-  ::close(p[0]);
+  const pid_t child = start_server(false, port);
   {
     group_t group(config(mode));
     fw::shm transport;
@@ -287,17 +269,8 @@ void kill_server(fw::reactor_mode mode) {
 }
 
 void exchange(fw::reactor_mode mode) {
-  int p[2];
-  if (::pipe(p) != 0) std::abort();
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(p[0]);
-    child_server(p[1], true);
-  }
-  ::close(p[1]);
   std::uint16_t port = 0;
-  EXPECT(::read(p[0], &port, sizeof port) == sizeof port);
-  ::close(p[0]);
+  const pid_t child = start_server(true, port);
   {
     group_t group(config(mode));
     fw::shm transport;

@@ -26,9 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "support/process_resources.hpp"
+
 namespace fw = fusewire;
 namespace seg = fusewire::detail::shm;
 using namespace std::chrono_literals;
+using fusewire::test::count_fds;
+using fusewire::test::count_segment_mappings;
+using fusewire::test::dev_shm;
 
 namespace {
 
@@ -143,34 +148,6 @@ struct raw_peer {
     CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
   }
 };
-
-std::size_t count_fds() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-
-std::size_t count_segment_mappings() {
-  std::ifstream maps("/proc/self/maps");
-  std::size_t n = 0;
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("memfd:fusewire-shm") != std::string::npos) ++n;
-  }
-  return n;
-}
-
-std::vector<std::string> dev_shm() {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 }  // namespace
 
