@@ -43,12 +43,13 @@ for t in asio verbs; do
   rc=$?
   if [ $rc = 77 ]; then say "SKIP: $(tail -1 "$work/$t.out")"; exit 77; fi
   if [ $rc != 0 ]; then
-    tail -30 "$work/$t.out"
-    # Last, where a truncated log still shows them: every line that is not a
-    # step line (errors, lost peers, stall reports, the launcher's verdict).
-    echo "--- the $t run's other lines:"
+    # The verdict first, then every line that is not a step line (errors,
+    # lost peers, stall reports, the launcher's summary): a log cut short
+    # after its first lines still says why.
+    say "FAIL: the $t run exited with $rc after $((SECONDS - start)) s; its lines other than steps:"
     grep -v '\] step ' "$work/$t.out" | tail -40
-    say "FAIL: the $t run exited with $rc"
+    echo "--- its last step lines:"
+    grep '\] step ' "$work/$t.out" | tail -4
     exit 1
   fi
   result "$work/$t.out" >"$work/$t.result"
