@@ -580,6 +580,9 @@ int stall_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const s
   for (const auto& [when, l] : lines) {
     if (l.find("ps client worker:0: stall report") == std::string::npos) continue;
     std::printf("%s\n", l.c_str());
+    // A slow first connect (the guest's emulated CPU under load) may have
+    // reported the pull above already: only this step's reports count.
+    if (when < start) continue;
     if (reports++ != 0) continue;
     // The first: at the threshold (plus scheduling slack), naming the stopped PS and its variables.
     EXPECT(when - start >= 290ms);
