@@ -169,7 +169,8 @@ using result_handler = std::function<void(const child_process&, const std::strin
 /// asked to stop), stops all the others; when every task has exited, stops the
 /// servers. Kills, and names, the children still running at the deadline and
 /// those that do not stop within stop_grace of SIGTERM. Returns once every
-/// child is reaped: true if each exited with status 0 and none was killed.
+/// child is reaped: true if each exited with status 0 (a server may also end
+/// by the SIGTERM that stopped it) and none was killed.
 /// `label` starts the lines supervise prints itself.
 inline bool supervise(std::vector<child_process>& kids, const result_handler& on_result,
                       const supervise_limits& limits = {}, std::string_view label = "launcher") {
@@ -298,6 +299,12 @@ inline bool supervise(std::vector<child_process>& kids, const result_handler& on
 
   bool ok = !deadline_passed;
   for (const auto& c : kids) {
+    // A server the launcher asked to stop may still die of that SIGTERM: one
+    // that stopped serving on its own (a worker's shutdown) and is exiting
+    // has put its handling back. That is the stop the launcher asked for.
+    const bool stopped_as_asked = c.kind == child_kind::server && c.stop_sent && !c.killed && WIFSIGNALED(c.status) &&
+                                  WTERMSIG(c.status) == SIGTERM;
+    if (stopped_as_asked) continue;
     if (c.killed || !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
       if (c.killed) {
         std::printf("%s: %s was killed by the launcher\n", who.c_str(), c.name.c_str());

@@ -33,9 +33,11 @@
 #endif
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -836,8 +838,22 @@ int run_serve_signal() {
   const auto spec = setup::cluster(1, 1);
   const auto m = barrier_model();
   auto serve = [&](int expected) {
+    // A thread started earlier with the signals not blocked (as a BLAS pool's),
+    // and the serving thread (so the server's too) blocking them: the signal
+    // can only go to that bystander, and must still stop the server cleanly.
+    std::atomic<bool> done{false};
+    std::thread bystander([&] {
+      while (!done.load()) std::this_thread::sleep_for(10ms);
+    });
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
     const int got =
         ps::serve_until_signal<transport>({"ps", 0}, spec, m, {.options = mp_options(), .transport = setup::make()});
+    done.store(true);
+    bystander.join();
     EXPECT(got == expected);
     return 0;
   };
