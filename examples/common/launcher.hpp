@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -66,6 +68,26 @@ inline std::string describe_status(int status) {
 }
 
 namespace detail {
+
+/// What a process that does not finish is doing, from /proc: each thread's
+/// state and the kernel function it sleeps in ("1234 S ep_poll, 1235 S
+/// futex_wait_queue"), so a run killed at its deadline says where it hung.
+inline std::string where_it_waits(pid_t pid) {
+  std::string out;
+  std::error_code ec;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream stat(t.path() / "stat"), wchan(t.path() / "wchan");
+    std::string line, fn;
+    std::getline(stat, line);
+    std::getline(wchan, fn);
+    const auto close = line.rfind(')');  // "tid (comm) S ...": the state follows the name
+    const std::string state = close != std::string::npos && close + 2 < line.size() ? line.substr(close + 2, 1) : "?";
+    out += (out.empty() ? "" : ", ") + t.path().filename().string() + " " + state + " " +
+           (fn.empty() || fn == "0" ? "-" : fn);
+  }
+  return out.empty() ? "no /proc entry" : out;
+}
 
 /// Forks a child whose stdout and stderr are fresh pipes. Returns the child's
 /// record in the parent, and one with pid 0 in the child, whose stdout and
@@ -240,6 +262,8 @@ inline bool supervise(std::vector<child_process>& kids, const result_handler& on
       for (auto& c : kids) {
         if (c.exited) continue;
         running.push_back(&c);
+        std::printf("%s: %s at the deadline, its threads: %s\n", who.c_str(), c.name.c_str(),
+                    detail::where_it_waits(c.pid).c_str());
         ::kill(c.pid, SIGKILL);
         c.killed = true;
       }

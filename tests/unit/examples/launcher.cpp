@@ -78,3 +78,19 @@ TEST_CASE("a task killed by a signal fails the run") {
   }));
   CHECK_FALSE(run(std::move(kids)));
 }
+
+TEST_CASE("a task past the deadline is killed, and where it waited is said") {
+  std::vector<child_process> kids;
+  kids.push_back(example::spawn_function("worker:0", child_kind::task, [] {
+    ::sleep(60);
+    return 0;
+  }));
+  example::supervise_limits limits;
+  limits.deadline = std::chrono::seconds(1);
+  CHECK_FALSE(example::supervise(kids, {}, limits));
+  CHECK(kids[0].killed);
+  // This thread, reading its own entry, is running.
+  const std::string self = example::detail::where_it_waits(::getpid());
+  CHECK(self.find(std::to_string(::getpid()) + " R") != std::string::npos);
+  CHECK(example::detail::where_it_waits(-1) == "no /proc entry");
+}
