@@ -622,9 +622,9 @@ backend_info make_info(variant v, std::string summary) {
   info.summary = std::move(summary);
   info.available = true;
   info.honours_wait_mode = true;
-  // shm's socket is named after the port, in the host's own namespace. (cma
-  // also needs one host, but the uv transport's ports are TCP ports as usual.)
-  info.same_host = v.transport == "shm";
+  // shm's socket is named after the port; cma reads the peer's memory (and a
+  // host whose ptrace rules forbid that fails it): both only when named.
+  info.same_host = v.transport == "shm" || v.channel == "cma";
   info.fixed_ports = v.transport == "shm";
   info.make_server = [v](const server_config& c) -> std::unique_ptr<server> {
     return std::make_unique<tp_server>(c, v);
