@@ -13,9 +13,11 @@
 // carries the descriptor); serialized mode sends the protobuf encoding as one
 // tensor. The PS echoes the received tensors as they are, or acknowledges
 // with the byte count in the reply's metadata. The worker posts its
-// readDescriptor for the reply before it writes the request, and waits as
-// its wait mode says; TensorPipe's own threads wait as TensorPipe does (uv:
-// epoll; shm: busy polling).
+// readDescriptor for the reply before it writes the request; a measured run
+// chains the exchanges in TensorPipe's callbacks (the last completion of one
+// starts the next), as the fusewire backends chain theirs on their reactor.
+// There is no wait mode to choose: TensorPipe's threads wait as TensorPipe
+// does (uv: epoll; shm: its reactor busy-polls).
 //
 // The shm transport and the cma channel need every process on one host. The
 // shm transport listens on an abstract socket named after --host and the
@@ -162,52 +164,33 @@ std::string ack_metadata(std::uint64_t bytes) {
   return out;
 }
 
-/// Counts outstanding callbacks and lets one thread wait for them in a wait
-/// mode: spinning, spinning for a while then sleeping, or sleeping at once.
+/// Counts outstanding callbacks and lets one thread wait for them.
 class completion {
  public:
-  void arm(int n) { pending_.store(n, std::memory_order_relaxed); }
+  void arm(int n) {
+    std::lock_guard lock(mutex_);
+    pending_ = n;
+  }
 
   /// Called once per completed operation, from any thread.
   void done() {
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    // seq_cst with the waiter's store of sleeping_: one of the two sees the other.
-    if (sleeping_.load()) {
-      std::lock_guard lock(mutex_);
-      cv_.notify_one();
-    }
+    std::lock_guard lock(mutex_);
+    if (--pending_ == 0) cv_.notify_all();
   }
 
   /// Waits until every armed operation is done or `deadline`; false on the deadline.
-  bool wait(wait_mode mode, std::chrono::microseconds idle_poll,
-            clock_type::time_point deadline = clock_type::time_point::max()) {
-    auto finished = [&] { return pending_.load(std::memory_order_acquire) <= 0; };
-    if (mode != wait_mode::block) {
-      const auto spin_until = clock_type::now() + idle_poll;
-      while (!finished()) {
-        if (mode == wait_mode::adaptive || deadline != clock_type::time_point::max()) {
-          const auto now = clock_type::now();
-          if (now >= deadline) return false;
-          if (mode == wait_mode::adaptive && now >= spin_until) break;
-        }
-      }
-      if (finished()) return true;
-    }
+  bool wait(clock_type::time_point deadline = clock_type::time_point::max()) {
     std::unique_lock lock(mutex_);
-    sleeping_.store(true);
-    bool ok = true;
+    auto finished = [&] { return pending_ <= 0; };
     if (deadline == clock_type::time_point::max()) {
       cv_.wait(lock, finished);
-    } else {
-      ok = cv_.wait_until(lock, deadline, finished);
+      return true;
     }
-    sleeping_.store(false);
-    return ok;
+    return cv_.wait_until(lock, deadline, finished);
   }
 
  private:
-  std::atomic<int> pending_{0};
-  std::atomic<bool> sleeping_{false};
+  int pending_ = 0;
   std::mutex mutex_;
   std::condition_variable cv_;
 };
@@ -449,31 +432,42 @@ class tp_client final : public client {
   ~tp_client() override { shutdown(); }
 
   std::size_t exchange(std::span<const const_buffer> payload, bool verify) override {
-    tp::Message m;
-    m.metadata = request;
-    if (config_.mode == wire_mode::raw) {
-      m.tensors.reserve(payload.size());
-      for (const const_buffer& b : payload) {
-        m.tensors.push_back(tensor_of(b.data(), b.size()));
-      }
-    } else {
-      const std::string& wire = codec_.encode(payload);
-      m.tensors.push_back(tensor_of(wire.data(), wire.size()));
-    }
+    const tp::Message m = request_for(payload);
     error_.clear();
     done_.arm(static_cast<int>(2 * pipes_.size()));
-    for (std::size_t p = 0; p < pipes_.size(); ++p) {
-      pipes_[p]->readDescriptor([this, p](const tp::Error& e, tp::Descriptor d) { on_reply(p, e, std::move(d)); });
-      pipes_[p]->write(m, [this](const tp::Error& e) {
-        if (e) fail("sending: " + e.what());
-        done_.done();
-      });
-    }
-    done_.wait(config_.transport.mode, config_.transport.idle_poll);
+    post(m);
+    done_.wait();
     if (!error_.empty()) throw_error(errc::connection_reset, v_.name() + ": " + error_);
     std::size_t replied = 0;
     for (std::size_t p = 0; p < pipes_.size(); ++p) replied += check_reply(p, payload, verify);
     return replied;
+  }
+
+  /// Chains the exchanges in TensorPipe's callbacks, as fusewire's backends
+  /// chain theirs in completion handlers: the last completion of one
+  /// exchange starts the next, so no hand-off to this thread sits inside a
+  /// measured round trip. This thread only ticks and waits for the end.
+  std::uint64_t run(const exchange_run& r) override {
+    chain_.run = &r;
+    chain_.message = request_for(r.payload);
+    chain_.count.store(0);
+    chain_.finished = false;
+    chain_.problem.clear();
+    error_.clear();
+    chaining_ = true;
+    if (bench_clock::now() < r.until) {
+      start_chained();
+      std::unique_lock lock(chain_.mutex);
+      while (!chain_.cv.wait_for(lock, std::chrono::seconds(1), [&] { return chain_.finished; })) {
+        lock.unlock();
+        if (r.tick) r.tick(chain_.count.load());
+        lock.lock();
+      }
+    }
+    chaining_ = false;
+    if (!error_.empty()) throw_error(errc::connection_reset, v_.name() + ": " + error_);
+    if (!chain_.problem.empty()) throw_error(errc::size_mismatch, chain_.problem);
+    return chain_.count.load();
   }
 
  private:
@@ -506,7 +500,7 @@ class tp_client final : public client {
         if (e) fail(e.what());
         done_.done();
       });
-      const bool in_time = done_.wait(wait_mode::block, {}, deadline);
+      const bool in_time = done_.wait(deadline);
       if (in_time && error_.empty()) return pipe;
       if (in_time) {
         last = error_;
@@ -514,7 +508,7 @@ class tp_client final : public client {
         last = "no answer";
       }
       pipe->close();  // its callbacks run now, with errors
-      done_.wait(wait_mode::block, {});
+      done_.wait();
       if (clock_type::now() >= deadline) {
         throw_error(errc::connection_refused,
                     v_.name() + ": cannot connect to PS " + ep.to_string() + " (" + url + ") within " +
@@ -524,10 +518,73 @@ class tp_client final : public client {
     }
   }
 
+  /// The request message for `payload`: its buffers as tensors, or its
+  /// encoding as one (by `encoder_`, so that decoding replies keeps it).
+  tp::Message request_for(std::span<const const_buffer> payload) {
+    tp::Message m;
+    m.metadata = request;
+    if (config_.mode == wire_mode::raw) {
+      m.tensors.reserve(payload.size());
+      for (const const_buffer& b : payload) m.tensors.push_back(tensor_of(b.data(), b.size()));
+    } else {
+      const std::string& wire = encoder_.encode(payload);
+      m.tensors.push_back(tensor_of(wire.data(), wire.size()));
+    }
+    return m;
+  }
+
+  /// Posts the read of every PS's reply, then writes `m` to each.
+  void post(const tp::Message& m) {
+    for (std::size_t p = 0; p < pipes_.size(); ++p) {
+      pipes_[p]->readDescriptor([this, p](const tp::Error& e, tp::Descriptor d) { on_reply(p, e, std::move(d)); });
+      pipes_[p]->write(m, [this](const tp::Error& e) {
+        if (e) fail("sending: " + e.what());
+        op_done();
+      });
+    }
+  }
+
+  void start_chained() {
+    chain_.pending.store(static_cast<int>(2 * pipes_.size()));
+    chain_.t0 = bench_clock::now();
+    post(chain_.message);
+  }
+
+  /// One of an exchange's operations completed (on a TensorPipe thread).
+  void op_done() {
+    if (!chaining_) return done_.done();
+    if (chain_.pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const exchange_run& r = *chain_.run;
+    const auto now = bench_clock::now();
+    bool stop = !error_.empty() || now >= r.until;
+    if (error_.empty()) {
+      std::size_t replied = 0;
+      try {
+        for (std::size_t p = 0; p < pipes_.size(); ++p) replied += check_reply(p, r.payload, false);
+        chain_.problem = replied_problem(replied, r.expected_reply);
+      } catch (const std::system_error& e) {
+        chain_.problem = e.what();
+      }
+      if (chain_.problem.empty()) {
+        chain_.count.fetch_add(1);
+        if (r.samples)
+          r.samples->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(now - chain_.t0).count());
+      } else {
+        stop = true;
+      }
+    }
+    if (!stop) return start_chained();
+    {
+      std::lock_guard lock(chain_.mutex);
+      chain_.finished = true;
+    }
+    chain_.cv.notify_all();
+  }
+
   void on_reply(std::size_t p, const tp::Error& e, tp::Descriptor d) {
     if (e) {
       fail("receiving from PS " + config_.ps[p].to_string() + ": " + e.what());
-      return done_.done();
+      return op_done();
     }
     reply& r = replies_[p];
     r.metadata = std::move(d.metadata);
@@ -548,7 +605,7 @@ class tp_client final : public client {
     }
     pipes_[p]->read(std::move(a), [this, p](const tp::Error& re) {
       if (re) fail("receiving from PS " + config_.ps[p].to_string() + ": " + re.what());
-      done_.done();
+      op_done();
     });
   }
 
@@ -612,8 +669,23 @@ class tp_client final : public client {
   buffer_set scratch_;
   completion done_;
   std::mutex error_mutex_;
-  std::string error_;  // written under error_mutex_, read after the wait
-  payload_codec codec_;
+  std::string error_;      // written under error_mutex_, read after the wait
+  payload_codec codec_;    // decodes replies
+  payload_codec encoder_;  // encodes requests (serialized mode)
+  /// run()'s state: set before the first exchange is posted, then touched
+  /// by TensorPipe's callbacks (one exchange at a time) until `finished`.
+  struct {
+    const exchange_run* run = nullptr;
+    tp::Message message;
+    std::atomic<int> pending{0};
+    std::atomic<std::uint64_t> count{0};
+    bench_clock::time_point t0;
+    std::string problem;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool finished = false;  // under mutex
+  } chain_;
+  std::atomic<bool> chaining_{false};  // op_done's path: run()'s chain or exchange()'s wait
 };
 
 backend_info make_info(variant v, std::string summary) {
@@ -621,7 +693,7 @@ backend_info make_info(variant v, std::string summary) {
   info.name = v.name();
   info.summary = std::move(summary);
   info.available = true;
-  info.honours_wait_mode = true;
+  info.honours_wait_mode = false;  // TensorPipe's threads wait as TensorPipe does
   // shm's socket is named after the port; cma reads the peer's memory (and a
   // host whose ptrace rules forbid that fails it): both only when named.
   info.same_host = v.transport == "shm" || v.channel == "cma";

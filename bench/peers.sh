@@ -65,11 +65,11 @@ have() {
   local b
   for b in "$@"; do grep -qx "$b" <<<"$built" || return 1; done
 }
-# TensorPipe in block mode: its own loop threads share the pinned CPU with the
-# worker's thread, which must not spin over them (its shm transport busy-polls anyway).
+# TensorPipe has no wait mode to choose (its threads wait their own way; its shm
+# transport busy-polls): it runs with the block-mode rows.
 tp=()
 if have tensorpipe-uv-basic; then
-  tp=(tensorpipe-uv-basic:block tensorpipe-uv-cma:block tensorpipe-shm-basic:block tensorpipe-shm-cma:block)
+  tp=(tensorpipe-uv-basic tensorpipe-uv-cma tensorpipe-shm-basic tensorpipe-shm-cma)
 else
   echo "peers: fwbench has no tensorpipe backends (Debian: libtensorpipe-dev): TensorPipe left out"
 fi
@@ -246,14 +246,14 @@ same.append(("10 B round trip p50, poll, pinned", "us", "fusewire-uring:poll", l
 same.append(("10 B round trip p50, block, pinned", "us", "fusewire-uring:block",
              lat_block.get(("fusewire-uring:block", lat)),
              [("fusewire-shm:block", lat_block.get(("fusewire-shm:block", lat)))] +
-             [(f"{b}:block", lat_block.get((f"{b}:block", lat))) for b in tp]))
+             [(b, lat_block.get((b, lat))) for b in tp]))
 same.append(("skew round trip p50", "us", "fusewire-uring:block", skew.get(("fusewire-uring:block", lat)),
              [("fusewire-shm:block", skew.get(("fusewire-shm:block", lat)))] +
-             [(f"{b}:block", skew.get((f"{b}:block", lat))) for b in tp] +
+             [(b, skew.get((b, lat))) for b in tp] +
              [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_skew")) for n, t in ucx_names.items()]))
 same.append(("skew bandwidth", "MB/s", "fusewire-uring:block", skew.get(("fusewire-uring:block", bw)),
              [("fusewire-shm:block", skew.get(("fusewire-shm:block", bw)))] +
-             [(f"{b}:block", skew.get((f"{b}:block", bw))) for b in tp] +
+             [(b, skew.get((b, bw))) for b in tp] +
              [(f"UCX {n} tag_bw, streamed ({t})", ucx_shm(n, "bw_skew")) for n, t in ucx_names.items()]))
 
 print(f"\npeers, same host: medians of {reps} repetition(s); x = peer / fusewire-uring over loopback "

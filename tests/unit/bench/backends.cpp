@@ -88,13 +88,6 @@ std::vector<variant> built_variants() {
       // Busy-polling reactors (one per endpoint, five here) would only share
       // two cores; fusewire.cpp runs poll mode on its own.
       for (wait_mode m : {wait_mode::adaptive, wait_mode::block}) out.push_back({b.name, m});
-    } else if (b.name.starts_with("tensorpipe-") && b.name != "tensorpipe-uv-basic") {
-      // Each case starts five TensorPipe contexts (the shm transport's busy-
-      // polling threads among them) on two cores. The wait modes are one code
-      // path for every variant, run in full on tensorpipe-uv-basic; shm with
-      // cma is each half of tensorpipe-uv-cma and tensorpipe-shm-basic, and
-      // runs in fwbench_tensorpipe.
-      if (b.name != "tensorpipe-shm-cma") out.push_back({b.name, wait_mode::block});
     } else if (b.honours_wait_mode) {
       for (wait_mode m : {wait_mode::poll, wait_mode::adaptive, wait_mode::block}) out.push_back({b.name, m});
     } else {
