@@ -7,7 +7,7 @@ build=(g++ meson ninja-build ccache pkg-config cmake libboost-dev nlohmann-json3
        liburing-dev libibverbs-dev librdmacm-dev libssl-dev)
 tests=(doctest-dev clang libclang-rt-14-dev zlib1g-dev libopenblas-dev dataset-fashion-mnist iptables)
 bench=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-       libzmq3-dev cppzmq-dev libcli11-dev gnuplot-nox)
+       libzmq3-dev cppzmq-dev libtensorpipe-dev libcli11-dev gnuplot-nox)
 demo=(dataset-fashion-mnist zlib1g-dev libcli11-dev libopenblas-dev)
 # the peers bench/peers.sh measures fusewire against (UCX's ucx_perftest, iperf3)
 peers=(ucx-utils iperf3)

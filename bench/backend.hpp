@@ -135,5 +135,6 @@ backend_info floor_backend();
 backend_info zmq_backend();
 backend_info grpc_backend();
 std::vector<backend_info> fusewire_backends();
+std::vector<backend_info> tensorpipe_backends();
 
 }  // namespace fusewire::bench

@@ -58,6 +58,14 @@ const std::vector<backend_info>& backends() {
 #else
     out.push_back(missing("zmq", "ZeroMQ", "zmq: not built (libzmq3-dev was not found)"));
 #endif
+#if FWBENCH_HAS_TENSORPIPE
+    for (backend_info& b : tensorpipe_backends()) out.push_back(std::move(b));
+#else
+    for (const char* v : {"uv-basic", "uv-cma", "shm-basic", "shm-cma"}) {
+      out.push_back(missing(std::string("tensorpipe-") + v, "TensorPipe",
+                            "tensorpipe: not built (libtensorpipe-dev was not found)"));
+    }
+#endif
     out.push_back(floor_backend());
 #if !FWBENCH_HAS_PROTOBUF
     for (backend_info& b : out) b.serialized = false;

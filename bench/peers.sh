@@ -7,6 +7,10 @@
 #   10 B round trip p50, block mode fusewire-uring/asio vs floor:block, ZeroMQ, gRPC
 #   skew payload (6.03 MiB)         bandwidth and round trip vs ZeroMQ and gRPC, next to the
 #                                   TCP ceiling (iperf3, one stream) and the copy ceiling (memcpy)
+#   same host (second table)        fusewire-shm, TensorPipe (uv and shm transports, basic and
+#                                   cma channels) and UCX shared memory (posix, sysv, cma), as
+#                                   ratios to fusewire-uring over loopback: 10 B and skew round
+#                                   trip, skew bandwidth
 #
 # Usage: bench/peers.sh [--time SEC] [--repetitions N] [--build DIR] [--out DIR] [--quick]
 #   --time SEC        measured seconds per backend and repetition (default 3; --quick: 0.5)
@@ -27,7 +31,7 @@ while [ $# -gt 0 ]; do
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --quick) secs=0.5 reps=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "peers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,14 +59,32 @@ if chrt -r 1 true 2>/dev/null; then rt=(chrt -r 1); else echo "peers: no real-ti
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 fw=("${rt[@]}" "$build/bench/fwbench" --warmup 1 --time "$secs" --repetitions "$reps" --quiet)
 
+# fwbench's backends on this build (a peer it lacks is left out with a note).
+built=$("$build/bench/fwbench" list | awk '$2 == "built" { print $1 }')
+have() {
+  local b
+  for b in "$@"; do grep -qx "$b" <<<"$built" || return 1; done
+}
+# TensorPipe has no wait mode to choose (its threads wait their own way; its shm
+# transport busy-polls): it runs with the block-mode rows.
+tp=()
+if have tensorpipe-uv-basic; then
+  tp=(tensorpipe-uv-basic tensorpipe-uv-cma tensorpipe-shm-basic tensorpipe-shm-cma)
+else
+  echo "peers: fwbench has no tensorpipe backends (Debian: libtensorpipe-dev): TensorPipe left out"
+fi
+join() { local IFS=,; echo "$*"; }
+
 echo "peers: 10 B round trip, poll mode"
-"${fw[@]}" --buffers 10 --backend fusewire-uring:poll,fusewire-asio:poll,floor:poll --pin --json "$out/lat_poll.json"
+"${fw[@]}" --buffers 10 --backend fusewire-uring:poll,fusewire-asio:poll,fusewire-shm:poll,floor:poll --pin \
+  --json "$out/lat_poll.json"
 echo "peers: 10 B round trip, block mode"
-block=fusewire-uring:block,fusewire-asio:block,floor:block,zmq:block,grpc
+block=$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block floor:block zmq:block grpc "${tp[@]}")
 "${fw[@]}" --buffers 10 --backend "$block" --pin --json "$out/lat_block.json"
 echo "peers: skew payload, bandwidth and round trip"
 "${fw[@]}" --benchmark p2p-bandwidth,p2p-latency --scheme skew \
-  --backend fusewire-uring:block,fusewire-asio:block,zmq:block,grpc --json "$out/skew.json"
+  --backend "$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block zmq:block grpc "${tp[@]}")" \
+  --json "$out/skew.json"
 skew_bytes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["payload_bytes"])' "$out/skew.json")
 
 # UCX over TCP: tag_lat's latency column is one way (half the round trip).
@@ -81,6 +103,36 @@ if command -v ucx_perftest >/dev/null; then
   done
 else
   echo "peers: ucx_perftest not here (Debian: ucx-utils): UCX left out"
+fi
+
+# UCX shared memory, each transport with `self` (a process's sends to itself):
+# posix and sysv are UCX's shared-memory rings; cma (process_vm_readv) carries
+# only rendezvous data, so it needs a transport for everything else: posix.
+# tag_lat: the 10 B and the skew payload's round trip (one message of its
+# bytes); tag_bw: the skew payload's bytes streamed one way, many in flight.
+ucx_shm=(posix:posix,self sysv:sysv,self cma:posix,cma,self)
+if command -v ucx_perftest >/dev/null; then
+  iters_small=$(python3 -c "import sys; print(max(1000, int(float(sys.argv[1]) * 50000)))" "$secs")
+  iters_large=$(python3 -c "import sys; print(max(20, int(float(sys.argv[1]) * 100)))" "$secs")
+  for entry in "${ucx_shm[@]}"; do
+    name=${entry%%:*} tls=${entry#*:}
+    echo "peers: UCX $name ($tls): tag_lat 10 B, tag_lat and tag_bw of the skew payload's bytes"
+    for ((r = 1; r <= reps; r++)); do
+      for run in "lat_small tag_lat 10 $iters_small 1000" "lat_skew tag_lat $skew_bytes $iters_large 10" \
+        "bw_skew tag_bw $skew_bytes $iters_large 10"; do
+        read -r what test size iters warm <<<"$run"
+        port=$(free_port)
+        UCX_TLS=$tls timeout 120 "${rt[@]}" taskset -c "$c0" ucx_perftest -p "$port" \
+          >"$out/ucx_shm_server.txt" 2>&1 &
+        server=$!
+        sleep 0.5
+        UCX_TLS=$tls timeout 120 "${rt[@]}" taskset -c "$c1" ucx_perftest 127.0.0.1 -p "$port" \
+          -t "$test" -s "$size" -n "$iters" -w "$warm" >"$out/ucx_shm_${name}_$what.$r.txt" 2>&1 \
+          || echo "peers: ucx_perftest $name $test failed (see $out/ucx_shm_${name}_$what.$r.txt)"
+        wait "$server" 2>/dev/null || true
+      done
+    done
+  done
 fi
 
 # iperf3: one TCP stream over loopback, the ceiling of any one-connection transport.
@@ -158,6 +210,17 @@ rows.append(("skew round trip p50, non-serialized", "us", "lower",
              {b: skew.get((f"fusewire-{b}:block", lat)) for b in ("uring", "asio")},
              [("zmq:block", skew.get(("zmq:block", lat))), ("grpc", skew.get(("grpc", lat)))]))
 
+def ucx_shm(name, what):
+    v = []
+    for f in glob.glob(f"{out}/ucx_shm_{name}_{what}.*.txt"):
+        for line in open(f):
+            if line.startswith("Final:"):
+                cols = line.split()
+                # tag_lat: the one-way median, doubled; tag_bw: overall MB/s,
+                # UCX's MB being 2^20 bytes
+                v.append(2 * float(cols[2]) if what.startswith("lat") else float(cols[6]) * 1.048576)
+    return statistics.median(v) if v else None
+
 def fmt(v):
     return "-" if v is None else (f"{v:.1f}" if v < 100 else f"{v:.0f}")
 
@@ -171,4 +234,34 @@ for what, unit, better, fws, peers in rows:
         ra = "-" if a is None or not pv else f"{a / pv:.2f}x"
         print(f"{what if i == 0 else '':38} {unit if i == 0 else '':5} {fmt(u) if i == 0 else '':>8} "
               f"{fmt(a) if i == 0 else '':>8}  {peer:32} {fmt(pv):>8} {ru:>10} {ra:>9}")
+
+# Same host: every peer as a ratio to fusewire-uring over loopback, the
+# transport a PS and a worker on one host use without fusewire-shm.
+tp = [f"tensorpipe-{t}-{c}" for t in ("uv", "shm") for c in ("basic", "cma")]
+ucx_names = {"posix": "posix,self", "sysv": "sysv,self", "cma": "posix,cma,self"}
+same = []  # (what, unit, reference name, reference value, [(peer, value)])
+same.append(("10 B round trip p50, poll, pinned", "us", "fusewire-uring:poll", lat_poll.get(("fusewire-uring:poll", lat)),
+             [("fusewire-shm:poll", lat_poll.get(("fusewire-shm:poll", lat)))] +
+             [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_small")) for n, t in ucx_names.items()]))
+same.append(("10 B round trip p50, block, pinned", "us", "fusewire-uring:block",
+             lat_block.get(("fusewire-uring:block", lat)),
+             [("fusewire-shm:block", lat_block.get(("fusewire-shm:block", lat)))] +
+             [(b, lat_block.get((b, lat))) for b in tp]))
+same.append(("skew round trip p50", "us", "fusewire-uring:block", skew.get(("fusewire-uring:block", lat)),
+             [("fusewire-shm:block", skew.get(("fusewire-shm:block", lat)))] +
+             [(b, skew.get((b, lat))) for b in tp] +
+             [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_skew")) for n, t in ucx_names.items()]))
+same.append(("skew bandwidth", "MB/s", "fusewire-uring:block", skew.get(("fusewire-uring:block", bw)),
+             [("fusewire-shm:block", skew.get(("fusewire-shm:block", bw)))] +
+             [(b, skew.get((b, bw))) for b in tp] +
+             [(f"UCX {n} tag_bw, streamed ({t})", ucx_shm(n, "bw_skew")) for n, t in ucx_names.items()]))
+
+print(f"\npeers, same host: medians of {reps} repetition(s); x = peer / fusewire-uring over loopback "
+      "(latency: below 1 is faster, bandwidth: above 1 is faster)")
+print(f"{'what':36} {'unit':5} {'fusewire-uring':>14}  {'peer':40} {'peer':>8} {'x':>7}")
+for what, unit, ref_name, ref, peers in same:
+    for i, (peer, pv) in enumerate(peers):
+        x = "-" if pv is None or not ref else f"{pv / ref:.2f}x"
+        print(f"{what if i == 0 else '':36} {unit if i == 0 else '':5} {fmt(ref) if i == 0 else '':>14}  "
+              f"{peer:40} {fmt(pv):>8} {x:>7}")
 EOF
