@@ -116,6 +116,9 @@ struct backend_info {
   /// Every process must run on one host (shared memory): used only when
   /// named, never in the default set or as `compare`'s subject.
   bool same_host = false;
+  /// Picks its transport at run time (fusewire-auto): used only when named,
+  /// never in the default set or as `compare`'s subject.
+  bool picks_transport = false;
   std::function<std::unique_ptr<server>(const server_config&)> make_server;
   std::function<std::unique_ptr<client>(const client_config&)> make_client;
 };

@@ -1,7 +1,9 @@
 // fusewire's own transports as fwbench backends: `fusewire-uring` (uring_tcp),
 // `fusewire-asio` (asio_tcp), `fusewire-shm` (shared memory, every process on
-// one host) and `fusewire-verbs` (RDMA verbs, where rdma-core
-// is built; it needs an RDMA device and a cluster on its interface's address),
+// one host), `fusewire-verbs` (RDMA verbs, where rdma-core
+// is built; it needs an RDMA device and a cluster on its interface's address)
+// and `fusewire-auto` (whichever the library's transport choice "auto" picks
+// for the cluster and this machine, fusewire::with_transport),
 // all through the public rendezvous API (rendezvous::endpoint<Transport>), as a
 // trainer would use it.
 //
@@ -37,6 +39,7 @@
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/transport/select.hpp>
 #include <fusewire/transport/shm.hpp>
 #include <future>
 #include <memory>
@@ -227,6 +230,7 @@ class fusewire_server final : public server {
     std::atomic<bool> repost{false};
   };
 
+ public:
   static fusewire::cluster_spec spec_for(const server_config& c, const std::string& name) {
     if (c.listen.port == 0) {
       throw_error(
@@ -241,6 +245,7 @@ class fusewire_server final : public server {
     return make_spec(name, ps, c.cluster.workers);
   }
 
+ private:
   static std::vector<std::unique_ptr<peer>> make_peers(const server_config& c) {
     std::vector<std::unique_ptr<peer>> out;
     for (std::size_t j = 0; j < c.cluster.workers.size(); ++j) {
@@ -458,6 +463,7 @@ class fusewire_client final : public client {
     fusewire::tensor_buffer reply;  ///< raw replies land here
   };
 
+ public:
   static fusewire::cluster_spec spec_for(const client_config& c, const std::string& name) {
     if (c.workers.size() <= c.task) {
       throw_error(errc::invalid_argument, name + ": worker " + std::to_string(c.task) +
@@ -467,6 +473,7 @@ class fusewire_client final : public client {
     return make_spec(name, c.ps, c.workers);
   }
 
+ private:
   static std::vector<std::unique_ptr<ps_state>> make_ps_states(const client_config& c) {
     std::vector<std::unique_ptr<ps_state>> out;
     for (std::size_t i = 0; i < c.ps.size(); ++i) {
@@ -633,6 +640,39 @@ backend_info make_info(const std::string& name, const std::string& summary) {
   return info;
 }
 
+/// fusewire-auto: the transport fusewire::with_transport("auto") picks for
+/// this task's cluster and options (shm when every task is on this host,
+/// verbs when RDMA is enabled and works, else uring or asio); the choice is
+/// made once per process and a fallback is logged to stderr.
+backend_info make_auto_info() {
+  const std::string name = "fusewire-auto";
+  backend_info info;
+  info.name = name;
+  info.summary =
+      "fusewire with the transport picked at run time (transport auto: shm when every process is on this host, "
+      "verbs when TF_RDMA_ENABLED and RDMA works, else io_uring or Asio TCP)";
+  info.available = true;
+  info.fusewire = true;
+  info.honours_wait_mode = true;
+  info.fixed_ports = true;
+  info.picks_transport = true;
+  info.make_server = [name](const server_config& c) -> std::unique_ptr<server> {
+    const fusewire::cluster_spec spec = fusewire_server<fusewire::asio_tcp>::spec_for(c, name);
+    const fusewire::options o = make_options(name, c.transport, fusewire::role::ps);
+    return fusewire::with_transport("auto", o, spec, [&]<class T>(T) -> std::unique_ptr<server> {
+      return std::make_unique<fusewire_server<T>>(c, name);
+    });
+  };
+  info.make_client = [name](const client_config& c) -> std::unique_ptr<client> {
+    const fusewire::cluster_spec spec = fusewire_client<fusewire::asio_tcp>::spec_for(c, name);
+    const fusewire::options o = make_options(name, c.transport, fusewire::role::worker);
+    return fusewire::with_transport("auto", o, spec, [&]<class T>(T) -> std::unique_ptr<client> {
+      return std::make_unique<fusewire_client<T>>(c, name);
+    });
+  };
+  return info;
+}
+
 }  // namespace
 
 std::vector<backend_info> fusewire_backends() {
@@ -676,6 +716,7 @@ std::vector<backend_info> fusewire_backends() {
 #endif
   verbs.rdma = true;
   out.push_back(std::move(verbs));
+  out.push_back(make_auto_info());
   return out;
 }
 

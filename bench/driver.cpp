@@ -626,8 +626,8 @@ std::vector<cell> plan_cells(const run_config& rc) {
   std::vector<backend_choice> chosen = rc.backends;
   if (chosen.empty()) {
     for (const backend_info& b : backends()) {
-      // RDMA and same-host transports only when asked for
-      if (b.available && !b.rdma && !b.same_host) chosen.push_back({b.name, std::nullopt});
+      // RDMA, same-host and run-time-chosen transports only when asked for
+      if (b.available && !b.rdma && !b.same_host && !b.picks_transport) chosen.push_back({b.name, std::nullopt});
     }
   } else {
     for (const backend_choice& b : chosen) require_backend(b);
@@ -657,7 +657,7 @@ std::vector<cell> plan_compare(const compare_config& config) {
     // Two modes of it, as the floor has two: --reactor-mode (default
     // adaptive) and block; each row takes the better.
     for (const backend_info& b : backends()) {
-      if (b.fusewire && b.available && !b.rdma && !b.same_host) {
+      if (b.fusewire && b.available && !b.rdma && !b.same_host && !b.picks_transport) {
         subjects.push_back({b.name, std::nullopt});
         if (rc.transport.mode != wait_mode::block) subjects.push_back({b.name, wait_mode::block});
         break;

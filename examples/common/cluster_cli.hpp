@@ -62,7 +62,9 @@ inline void add_cluster_flags(CLI::App& app, cluster_flags& f, const char* fusio
   std::string names;
   for (const auto& n : transport_names(true)) names += (names.empty() ? "" : "|") + n;
   app.add_option("--transport", f.transport,
-                 std::string("transport (default ") + default_transport + "; verbs needs an RDMA device and --host)")
+                 std::string("transport (default ") + default_transport +
+                     ": shm when every task is on this host, verbs when TF_RDMA_ENABLED and RDMA works, else "
+                     "uring or asio; verbs needs an RDMA device and --host)")
       ->check(CLI::Validator(
           [](const std::string& name) {
             auto problem = transport_problem(name, true);

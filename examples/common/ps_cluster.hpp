@@ -59,13 +59,15 @@ ps::client_config<Transport> client_config(const cluster_flags& f) {
 }
 
 /// --role: runs this task of the cluster (from --cluster or TF_CONFIG) over
-/// --transport, as `run.template operator()<Transport>(spec)`, and returns its
-/// exit status; 2 if the cluster spec lacks a job.
+/// --transport ("auto" decides from the cluster and this task's options), as
+/// `run.template operator()<Transport>(spec)`, and returns its exit status; 2
+/// if the cluster spec lacks a job.
 template <class Run>
 int run_task(const CLI::App& app, cluster_flags& f, const char* program, Run&& run) {
   const std::optional<fusewire::cluster_spec> spec = task_cluster(app, f, program);
   if (!spec) return 2;
-  return with_transport<true>(f.transport,
+  const fusewire::options o = net_options(f, f.role == "ps" ? fusewire::role::ps : fusewire::role::worker);
+  return with_transport<true>(f.transport, o, *spec,
                               [&]<class Transport>() { return run.template operator()<Transport>(*spec); });
 }
 

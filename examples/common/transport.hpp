@@ -1,18 +1,13 @@
-// The transport an example runs on, chosen by name: "uring" (io_uring, when
-// this build has liburing), "asio" (Boost.Asio, always built) or "verbs" (RDMA
-// verbs, when this build has rdma-core; it needs an RDMA device and a cluster
-// on the device's IP address, see --host). The one place in the examples that
-// knows which transports a build has and how each one is made.
+// The transport an example runs on, chosen by name through the library's
+// fusewire::with_transport (transport/select.hpp): "auto" (the default: shm
+// when every task is on this host, verbs when RDMA is enabled and works, else
+// uring or asio), "uring", "asio", "shm" or "verbs" (it needs an RDMA device
+// and a cluster on the device's IP address, see --host).
 #pragma once
 
+#include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/options.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
-#if FUSEWIRE_HAS_RDMA
-#include <fusewire/transport/verbs.hpp>
-#endif
+#include <fusewire/transport/select.hpp>
 
 #include <optional>
 #include <stdexcept>
@@ -23,55 +18,33 @@
 
 namespace example {
 
-/// uring where this build has it: it is the faster of the two TCP transports.
-#if FUSEWIRE_HAS_URING
-inline constexpr const char* default_transport = "uring";
-#else
-inline constexpr const char* default_transport = "asio";
-#endif
+inline constexpr const char* default_transport = "auto";
 
-/// The transport names this build can run, for a command line's list of
-/// choices. Verbs is offered only by the examples that can place their cluster
-/// on an RDMA interface (`with_verbs`); the others run on loopback, which
-/// rdmacm cannot route.
+/// The transport names for a command line's list of choices: "auto" and
+/// those this build and machine can run. Verbs is offered only by the
+/// examples that can place their cluster on an RDMA interface (`with_verbs`);
+/// the others run on loopback, which rdmacm cannot route.
 inline std::vector<std::string> transport_names(bool with_verbs = false) {
-  std::vector<std::string> names;
-#if FUSEWIRE_HAS_URING
-  names.push_back("uring");
-#endif
-  names.push_back("asio");
-#if FUSEWIRE_HAS_RDMA
-  if (with_verbs) names.push_back("verbs");
-#else
-  (void)with_verbs;
-#endif
+  std::vector<std::string> names{"auto"};
+  for (std::string& n : fusewire::available_transports()) {
+    if (n != "verbs" || with_verbs) names.push_back(std::move(n));
+  }
   return names;
 }
 
-/// Why the transport named `name` cannot be used in this build; nullopt if it can.
+/// Why the transport named `name` cannot be used here; nullopt if it can.
 inline std::optional<std::string> transport_problem(std::string_view name, bool with_verbs = false) {
-  for (const auto& n : transport_names(with_verbs)) {
-    if (n == name) return std::nullopt;
+  if (name == "verbs" && !with_verbs) {
+    std::string names;
+    for (const auto& n : transport_names(false)) names += (names.empty() ? "" : ", ") + n;
+    return "this program runs its cluster on loopback, which RDMA cannot route; expected one of " + names;
   }
-  if (name == "uring") return "this build has no io_uring transport (liburing not found); use asio";
-  if (name == "verbs" && with_verbs) return "this build has no RDMA verbs transport (rdma-core not found)";
-  // "expected asio or uring", "expected asio, uring or verbs"
-  std::vector<std::string> names;
-  for (const char* n : {"asio", "uring", "verbs"}) {
-    for (const auto& built : transport_names(with_verbs)) {
-      if (built == n) names.push_back(n);
-    }
-  }
-  std::string allowed;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    allowed += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  }
-  return "expected " + allowed;
+  return fusewire::transport_problem(name);
 }
 
 /// The transport object a task uses, from its options: verbs takes its device,
 /// chunk size, write threshold and registered memory from the TF_RDMA_* knobs
-/// (verbs_config::from); the TCP transports need nothing from them.
+/// (verbs_config::from); the others need nothing from them.
 template <class Transport>
 Transport make_transport([[maybe_unused]] const fusewire::options& o) {
 #if FUSEWIRE_HAS_RDMA
@@ -81,22 +54,16 @@ Transport make_transport([[maybe_unused]] const fusewire::options& o) {
 }
 
 /// Calls `f.template operator()<Transport>()` for the transport named `name`
-/// and returns what it returns; throws std::invalid_argument with
+/// ("auto" decides from `o` and `spec`, see fusewire::auto_transport) and
+/// returns what it returns; throws std::invalid_argument with
 /// transport_problem()'s reason when `name` cannot be used.
 template <bool WithVerbs = false, class F>
-decltype(auto) with_transport(std::string_view name, F&& f) {
+decltype(auto) with_transport(std::string_view name, const fusewire::options& o, const fusewire::cluster_spec& spec,
+                              F&& f) {
   if (auto problem = transport_problem(name, WithVerbs)) {
     throw std::invalid_argument("transport '" + std::string(name) + "': " + *problem);
   }
-#if FUSEWIRE_HAS_URING
-  if (name == "uring") return f.template operator()<fusewire::uring_tcp>();
-#endif
-#if FUSEWIRE_HAS_RDMA
-  if constexpr (WithVerbs) {
-    if (name == "verbs") return f.template operator()<fusewire::verbs>();
-  }
-#endif
-  return f.template operator()<fusewire::asio_tcp>();
+  return fusewire::with_transport(name, o, spec, [&]<class T>(T) { return f.template operator()<T>(); });
 }
 
 }  // namespace example

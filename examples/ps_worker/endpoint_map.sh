@@ -39,7 +39,8 @@ fi
 # A whole map: the PS listens on its fast-path address, not on its control address.
 printf '# control = fast path\nlocalhost:%s = 127.0.0.1:%s\nlocalhost:%s = 127.0.0.1:%s\n' \
   "$control" "$fast" "$worker" "$worker" >"$dir/.endpoint_map"
-"$exe" --role ps --task 0 --cluster "$cluster" --mode block >"$dir/out" 2>"$dir/err" &
+# Over TCP (not auto's shm on loopback), so that /dev/tcp sees where it listens.
+"$exe" --role ps --task 0 --cluster "$cluster" --mode block --transport asio >"$dir/out" 2>"$dir/err" &
 ps_pid=$!
 listening=false
 for _ in $(seq 1 100); do

@@ -199,8 +199,9 @@ int run_worker(const config& c, const fusewire::cluster_spec& spec) {
         "worker 0: %zu training images in %u shards, %zu steps each, MLP %zu-%zu-%zu, %s lr %g, %s, "
         "batch %u, %u epochs, transport %s, mode %s, fusion %s, %s\n",
         d.train.count, workers, total, shape.inputs, shape.hidden, shape.classes, c.optimizer.c_str(),
-        static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs, c.transport.c_str(), mode.c_str(),
-        c.fused() ? "on" : "off", blas_name());
+        static_cast<double>(c.lr), c.sync ? "sync" : "async", c.batch, c.epochs,
+        (c.transport + " (" + std::string(Transport::name()) + ")").c_str(), mode.c_str(), c.fused() ? "on" : "off",
+        blas_name());
     std::fflush(stdout);
   }
 

@@ -40,12 +40,13 @@ const fw::task_id receiver_task{"ps", 0};
 
 void usage(std::FILE* out, const char* argv0) {
   std::fprintf(out,
-               "usage: %s [--transport asio|uring] [--sizes LIST] [--count N] [--timeout S]\n"
+               "usage: %s [--transport NAME] [--sizes LIST] [--count N] [--timeout S]\n"
                "\n"
-               "Forks a second process and moves tensors to it over loopback TCP with\n"
+               "Forks a second process and moves tensors to it on this host (loopback) with\n"
                "fusewire's rendezvous send/recv, verifying every byte.\n"
                "\n"
-               "  --transport asio|uring  TCP transport (default: uring when built, else asio)\n"
+               "  --transport NAME        auto (default: shm, as both tasks are on this host),\n"
+               "                          uring, asio or shm\n"
                "  --sizes LIST            comma-separated tensor sizes, with optional K/M suffix\n"
                "                          (default: 1,1K,64K,1M,16M; each at most 256M)\n"
                "  --count N               tensors per size (default: enough for ~64 MiB, 4..2000)\n"
@@ -188,8 +189,8 @@ int sender(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, 
 }
 
 template <class T>
-int run(const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts, unsigned timeout_seconds) {
-  const auto spec = fw::cluster_spec::from_string(example::host_cluster({{"ps", 1}, {"worker", 1}}));
+int run(const fw::cluster_spec& spec, const std::vector<std::size_t>& sizes, const std::vector<unsigned>& counts,
+        unsigned timeout_seconds) {
   std::printf("rendezvous_demo: worker:0 (pid %d) -> ps:0 over %s on 127.0.0.1 (ports %u, %u)\n", ::getpid(),
               T::name().data(), spec.control_endpoint(sender_task).port, spec.control_endpoint(receiver_task).port);
   std::fflush(stdout);
@@ -285,9 +286,11 @@ int main(int argc, char** argv) {
   }
   ::signal(SIGPIPE, SIG_IGN);
   try {
-    (void)demo_options(sender_task);  // a bad environment knob is reported before anything starts
+    const fw::options o = demo_options(sender_task);  // a bad environment knob is reported before anything starts
     (void)demo_options(receiver_task);
-    return example::with_transport(transport, [&]<class T>() { return run<T>(sizes, counts, timeout_seconds); });
+    const auto spec = fw::cluster_spec::from_string(example::host_cluster({{"ps", 1}, {"worker", 1}}));
+    return example::with_transport(transport, o, spec,
+                                   [&]<class T>() { return run<T>(spec, sizes, counts, timeout_seconds); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rendezvous_demo: %s\n", e.what());
     return 1;

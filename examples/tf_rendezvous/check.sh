@@ -74,10 +74,14 @@ has stdout "  star_server_lite  refused / refused"
 has stdout "   1    1.993677        22       22     264"
 has stdout "results match one process running the whole graph: yes"
 
-# The same steps with one process per task over loopback TCP: the same losses and traffic.
-for transport in asio uring; do
+# The same steps with one process per task over loopback: the same losses and
+# traffic over every transport; auto picks shm, every task being on this host.
+for transport in asio uring auto; do
   run 0 --processes $transport
-  has stdout "steps: 3 processes, one per task, over loopback TCP"
+  case $transport in
+    auto) has stdout "steps: 3 processes, one per task, over loopback (shm)" ;;
+    *) has stdout "steps: 3 processes, one per task, over loopback (${transport}_tcp)" ;;
+  esac
   has stdout "   1    1.992564         6       10     224"
   has stdout "   3    0.124535         6       10     224"
   has stdout "results match one process running the whole graph: yes"
@@ -100,7 +104,7 @@ run 2 --key '/job:worker/task:0;1;/job:ps/task:0;t'
 has stderr "bad rendezvous key '/job:worker/task:0;1;/job:ps/task:0;t': it has 4 part(s)"
 
 run 2 --processes tcp
-has stderr "tf_rendezvous: --processes tcp: expected asio or uring (see --help)"
+has stderr "tf_rendezvous: --processes tcp: unknown transport; expected one of auto, "
 
 run 2 --steps 0
 has stderr "tf_rendezvous: --steps 0: expected a whole number from 1 to 1000 (see --help)"

@@ -3,8 +3,8 @@
 // take the placed graph TensorFlow hands over, partition it, run steps, and
 // map the rendezvous keys TensorFlow writes onto fusewire's tasks and keys.
 // By default the cluster runs in this process (graph::local_cluster); with
-// --processes asio|uring every task runs in its own process and the messages
-// cross loopback sockets through fusewire's rendezvous endpoints
+// --processes auto|uring|asio|shm every task runs in its own process and the
+// messages cross loopback connections through fusewire's rendezvous endpoints
 // (graph::rendezvous_channel), as they would between a fork's servers.
 
 #include <cstdint>
@@ -47,7 +47,7 @@ namespace {
 
 constexpr std::string_view usage_text =
     "usage: tf_rendezvous [--protocol NAME] [--tensor-fuse[=BOOL]] [--steps N] [--loop] [--key KEY]\n"
-    "                     [--processes asio|uring] [--timeout S]\n"
+    "                     [--processes NAME] [--timeout S]\n"
     "\n"
     "Shows what a TensorFlow fork's rendezvous manager asks of fusewire: the session's\n"
     "protocol and tensor_fuse, the partition plan of a placed wide-and-deep graph, a few\n"
@@ -63,8 +63,9 @@ constexpr std::string_view usage_text =
     "  --loop               add a while loop whose body multiplies by a ps:1 variable each\n"
     "                       iteration (star_server_lite refuses graphs with loops)\n"
     "  --key KEY            also map this rendezvous key (src_device;incarnation;dst_device;name;frame:iter)\n"
-    "  --processes NAME     run every task in its own process, messages over loopback TCP with\n"
-    "                       fusewire's asio or uring transport (default: all tasks in this process)\n"
+    "  --processes NAME     run every task in its own process, messages over loopback with\n"
+    "                       fusewire's transport NAME: auto (shm here, every task being on this\n"
+    "                       host), uring, asio or shm (default: all tasks in this process)\n"
     "  --timeout S          with --processes: stop every process still running S seconds after\n"
     "                       the first started, 1 to 3600 (default 60)\n"
     "  --help               print this text\n"
@@ -336,14 +337,13 @@ int task_process(const fg::plan& plan, std::size_t index, const fusewire::cluste
 /// Runs `steps` steps with one forked process per task; rows summed over tasks.
 /// Every process still running `timeout` after the first started is killed.
 template <class Transport>
-std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const fg::placed_graph& graph, int steps,
+std::optional<std::vector<step_row>> run_processes(const fg::plan& plan, const fg::placed_graph& graph,
+                                                   const fusewire::cluster_spec& cluster, int steps,
                                                    std::chrono::seconds timeout) {
   // The one-process answer, computed before forking so every task can compare.
   fg::executor whole(graph);
   std::vector<std::map<std::string, fg::tensor>> want;
   for (int step = 1; step <= steps; ++step) want.push_back(whole.run(feeds(), {"loss", "wide/update"}));
-  // Fresh loopback ports: the example's own cluster string names ports that may be taken.
-  const auto cluster = fusewire::cluster_spec::from_string(example::host_cluster({{"worker", 1}, {"ps", 2}}));
   for (const auto& part : plan.partitions) (void)task_options(part.task);  // a bad knob fails before any fork
   std::vector<example::child_process> kids;
   for (std::size_t i = 0; i < plan.partitions.size(); ++i) {
@@ -428,16 +428,20 @@ int run(const settings& s) {
   std::vector<step_row> rows;
   if (s.processes) {
     std::string transport;
-    std::optional<std::vector<step_row>> got = example::with_transport(*s.processes, [&]<class Transport>() {
-      transport = Transport::name();
-      return run_processes<Transport>(*plan, graph, s.steps, std::chrono::seconds(s.timeout_seconds));
-    });
+    // Fresh loopback ports: the example's own cluster string names ports that may be taken.
+    const auto cluster = fusewire::cluster_spec::from_string(example::host_cluster({{"worker", 1}, {"ps", 2}}));
+    const fusewire::options o = task_options(plan->partitions.front().task);
+    std::optional<std::vector<step_row>> got =
+        example::with_transport(*s.processes, o, cluster, [&]<class Transport>() {
+          transport = Transport::name();
+          return run_processes<Transport>(*plan, graph, cluster, s.steps, std::chrono::seconds(s.timeout_seconds));
+        });
     if (!got) {
       std::cerr << "tf_rendezvous: the steps failed across processes\n";
       return 1;
     }
     rows = std::move(*got);
-    std::cout << "steps: " << plan->partitions.size() << " processes, one per task, over loopback TCP (" << transport
+    std::cout << "steps: " << plan->partitions.size() << " processes, one per task, over loopback (" << transport
               << ")\n";
   } else {
     fg::local_cluster tasks(*plan);

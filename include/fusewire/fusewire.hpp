@@ -8,6 +8,7 @@
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/transport/shm.hpp>
 #if defined(FUSEWIRE_HAS_URING) && __has_include(<liburing.h>)
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
@@ -16,6 +17,7 @@
 #if defined(FUSEWIRE_HAS_RDMA) && __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
 #include <fusewire/transport/verbs.hpp>
 #endif
+#include <fusewire/transport/select.hpp>
 #include <fusewire/protocol/frame_channel.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/ps/ps.hpp>

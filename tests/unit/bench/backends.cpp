@@ -76,6 +76,8 @@ std::vector<variant> built_variants() {
   std::vector<variant> out;
   for (const backend_info& b : backends()) {
     if (!b.available || b.rdma) continue;  // RDMA: the rdma suite (fwbench_fusewire_verbs)
+    // fusewire-auto runs one of the others (shm on loopback); fusewire.cpp tests it.
+    if (b.picks_transport) continue;
     // libgrpc and libzmq are not built with TSan, which then cannot see their
     // own synchronization and reports races inside them; test only our code.
     if (under_tsan && b.name != "floor" && !b.fusewire) {

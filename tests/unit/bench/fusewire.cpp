@@ -110,6 +110,15 @@ TEST_CASE("fusewire backends are registered with what compare and the launcher n
   CHECK_FALSE(shm->rdma);
   CHECK_FALSE(asio->same_host);
   for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-shm");
+  // The run-time choice (here shm, the cluster being on loopback): only when named.
+  const backend_info* autopick = find_backend("fusewire-auto");
+  REQUIRE(autopick != nullptr);
+  CHECK(autopick->available);
+  CHECK(autopick->fusewire);
+  CHECK(autopick->picks_transport);
+  CHECK_FALSE(autopick->same_host);
+  CHECK_FALSE(autopick->rdma);
+  for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-auto");
 #if !FUSEWIRE_HAS_RDMA
   CHECK_FALSE(verbs->available);
 #endif

@@ -137,7 +137,7 @@ constexpr consumer consumers[] = {
     {"WORKER_DISABLE_PIN_CORES", reactor_cfg, "cfg.pin_cores = o.pin_cores;"},
     {"PS_DISABLE_PIN_CORES", reactor_cfg, "cfg.pin_cores = o.pin_cores;"},
     {"TENSOR_FUSE", "include/fusewire/graph/partition_plan.hpp", "p.tensor_fuse = o.tensor_fuse;"},
-    {"TF_RDMA_ENABLED", "include/fusewire/transport/verbs/transport.hpp", "if (o.rdma_enabled) {"},
+    {"TF_RDMA_ENABLED", "include/fusewire/transport/select.hpp", "if (o.rdma_enabled) {"},
     {"TF_RDMA_DEV_NAME", verbs_cfg, "c.device = o.rdma_device;"},
     {"TF_RDMA_CHUNK_SIZE", send_path, "ep_.opts_.chunking && n > ep_.opts_.chunk_size"},
     {"TF_RDMA_ACC_SIZE", send_path, "ep_.opts_.coalesce && n <= ep_.opts_.acc_size"},

@@ -108,6 +108,23 @@ inline bool has_active_port(ibv_context* ctx) noexcept {
   return false;
 }
 
+/// True if `ctx` has a port in state ACTIVE whose GID 0 is set (a RoCE port
+/// gets it from its interface's address; an all-zero GID cannot be routed).
+inline bool has_active_port_with_gid(ibv_context* ctx) noexcept {
+  ibv_device_attr attr{};
+  if (ibv_query_device(ctx, &attr) != 0) return false;
+  for (std::uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
+    ibv_port_attr pa{};
+    if (ibv_query_port(ctx, port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
+    ibv_gid gid{};
+    if (ibv_query_gid(ctx, port, 0, &gid) != 0) continue;
+    for (std::uint8_t b : gid.raw) {
+      if (b != 0) return true;
+    }
+  }
+  return false;
+}
+
 /// The names of the RDMA devices rdmacm sees (empty if none).
 inline std::vector<std::string> rdma_device_names() {
   std::vector<std::string> names;

@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,7 +78,34 @@ class verbs {
   /// device node can be opened; otherwise `why` says what is missing. Any
   /// thread. Safe before fork(): it initialises no librdmacm state and closes
   /// every device it opened.
-  static bool available(std::string& why) {
+  static bool available(std::string& why) { return scan_devices(why, false); }
+
+  /// available(), and what `cfg` needs to run: a valid config whose
+  /// registered-memory limit (TF_RDMA_BUF_SIZE) holds a reactor's fixed
+  /// registrations, an active port with a usable GID, and an RLIMIT_MEMLOCK
+  /// of at least that limit. The transport choice "auto" asks this before it
+  /// picks verbs. Otherwise `why` says what is missing. Any thread; safe before
+  /// fork(), as available().
+  static bool preflight(const config& cfg, std::string& why) {
+    try {
+      cfg.validate();
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    if (!scan_devices(why, true)) return false;
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < cfg.registered_limit) {
+      why = "RLIMIT_MEMLOCK is " + detail::memlock_limit_text() + ", below TF_RDMA_BUF_SIZE (" +
+            std::to_string(cfg.registered_limit) +
+            " bytes); raise it (ulimit -l unlimited, LimitMEMLOCK=infinity, docker --ulimit memlock=-1)";
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  static bool scan_devices(std::string& why, bool need_gid) {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr || n == 0) {
@@ -89,13 +118,14 @@ class verbs {
     bool active = false;
     for (int i = 0; i < n && !active; ++i) {
       if (ibv_context* ctx = ibv_open_device(list[i])) {
-        active = detail::has_active_port(ctx);
+        active = need_gid ? detail::has_active_port_with_gid(ctx) : detail::has_active_port(ctx);
         ibv_close_device(ctx);
       }
     }
     ibv_free_device_list(list);
     if (!active) {
-      why = "no RDMA device has an active port";
+      why = need_gid ? "no RDMA device has an active port with a usable GID (is its interface up, with an address?)"
+                     : "no RDMA device has an active port";
       return false;
     }
     const int fd = ::open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
@@ -107,6 +137,7 @@ class verbs {
     return true;
   }
 
+ public:
   /// Connects to host:port from `reactor` (its thread only): `handler(error_code,
   /// verbs_connection)`, never inline. errc::connection_refused when nobody
   /// listens there or the address does not route over RDMA; errc::invalid_argument
@@ -262,7 +293,8 @@ static_assert(!readahead_connection<verbs::connection_type>);  // a verbs stream
 /// Calls `fn(verbs(cfg))` when `o.rdma_enabled` (TF_RDMA_ENABLED) and an RDMA
 /// device is usable, else `fn(Fallback{})` (e.g. uring_tcp or asio_tcp): the
 /// caller writes its code once, generic over the transport. When RDMA is
-/// enabled but unusable, `on_fallback` (if given) hears why.
+/// enabled but unusable, `on_fallback` (if given) hears why. with_transport()
+/// (transport/select.hpp) chooses among every transport, by name or "auto".
 template <transport Fallback, class F>
   requires std::invocable<F&, verbs> && std::invocable<F&, Fallback>
 decltype(auto) with_rdma_or(const options& o, F&& fn, const std::function<void(std::string_view)>& on_fallback = {}) {
