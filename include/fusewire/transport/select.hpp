@@ -1,7 +1,7 @@
 #pragma once
 /// Choosing a transport by name at run time: the names this build and machine
 /// can run (available_transports), the choice "auto" (choose_transport, made
-/// once per process by auto_transport), and with_transport(), which calls the
+/// for a cluster by auto_transport), and with_transport(), which calls the
 /// caller's code, generic over the transport, with the one it names.
 ///
 /// "auto" looks at the cluster spec and the machine, in this order:
@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -312,19 +313,25 @@ inline transport_choice choose_transport(const options& o, const cluster_spec& s
   return {m.uring ? "uring" : "asio", reason, true};
 }
 
-/// choose_transport() on this machine (probe_machine), made once per process:
-/// later calls return the first call's choice whatever they pass. When it is a
-/// fallback, the first call writes one line to `log` (stderr when empty):
-/// "fusewire: transport auto: using uring: worker:1 at ... is not on this host ...".
+/// choose_transport() on this machine (probe_machine; the io_uring, shm and
+/// device probes run once per process) for this `spec` and `o`. When it is a
+/// fallback, one line goes to `log` (stderr when empty), once per process for
+/// each distinct line: "fusewire: transport auto: using uring: worker:1 at
+/// ... is not on this host ...".
 inline transport_choice auto_transport(const options& o, const cluster_spec& spec, const transport_log& log = {}) {
-  static std::once_flag once;
-  static transport_choice choice;
-  std::call_once(once, [&] {
-    choice = choose_transport(o, spec, probe_machine(o));
-    if (choice.fallback) {
-      detail::write_transport_log(log, "fusewire: transport auto: using " + choice.name + ": " + choice.reason);
+  transport_choice choice = choose_transport(o, spec, probe_machine(o));
+  if (choice.fallback) {
+    static std::mutex mutex;
+    static std::vector<std::string> said;
+    std::string line = "fusewire: transport auto: using " + choice.name + ": " + choice.reason;
+    bool fresh = false;
+    {
+      std::lock_guard lock(mutex);
+      fresh = std::find(said.begin(), said.end(), line) == said.end();
+      if (fresh) said.push_back(line);
     }
-  });
+    if (fresh) detail::write_transport_log(log, line);
+  }
   return choice;
 }
 

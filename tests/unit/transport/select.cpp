@@ -146,7 +146,7 @@ TEST_CASE("auto: TF_RDMA_ENABLED=true without a device is not verbs, and says wh
   CHECK(contains(l.reason, "RDMA cannot route the cluster's loopback addresses"));
 }
 
-TEST_CASE("auto on this machine: probed once per process, one log line for a fallback") {
+TEST_CASE("auto on this machine: chosen per cluster, one log line per distinct fallback") {
   // This machine's probe with RDMA enabled: whatever it finds, a cluster with
   // a task elsewhere never gets shm, and the reason names that task.
   const fw::machine_facts here = fw::probe_machine(rdma(true));
@@ -164,8 +164,11 @@ TEST_CASE("auto on this machine: probed once per process, one log line for a fal
     REQUIRE(lines.size() == 1);
     CHECK(lines[0] == "fusewire: transport auto: using " + expect.name + ": " + expect.reason);
   }
-  // Chosen once: a later call with another cluster keeps the choice and logs nothing more.
+  // Chosen per call: the same fallback again logs nothing more; a loopback
+  // cluster gets shm (where memfd works) and logs nothing.
   const std::size_t logged = lines.size();
-  CHECK(fw::auto_transport(rdma(false), loopback, log).name == expect.name);
+  CHECK(fw::auto_transport(rdma(true), remote, log).name == expect.name);
+  CHECK(lines.size() == logged);
+  if (here.shm) CHECK(fw::auto_transport(rdma(false), loopback, log).name == "shm");
   CHECK(lines.size() == logged);
 }
