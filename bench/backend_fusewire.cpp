@@ -642,8 +642,8 @@ backend_info make_info(const std::string& name, const std::string& summary) {
 
 /// fusewire-auto: the transport fusewire::with_transport("auto") picks for
 /// this task's cluster and options (shm when every task is on this host,
-/// verbs when RDMA is enabled and works, else uring or asio); the choice is
-/// made once per process and a fallback is logged to stderr.
+/// verbs when RDMA is enabled and works, else uring or asio); a fallback is
+/// logged to stderr once.
 backend_info make_auto_info() {
   const std::string name = "fusewire-auto";
   backend_info info;
