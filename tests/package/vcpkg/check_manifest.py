@@ -20,7 +20,7 @@ import sys
 
 # Headers with no directory part that belong to the C and POSIX system.
 SYSTEM_HEADERS = {"fcntl.h", "netdb.h", "pthread.h", "sched.h", "signal.h", "time.h", "unistd.h", "errno.h",
-                  "poll.h", "string.h", "stdlib.h", "stdio.h", "stdint.h"}
+                  "poll.h", "string.h", "stdlib.h", "stdio.h", "stdint.h", "ifaddrs.h"}
 SYSTEM_DIRS = ("sys/", "netinet/", "arpa/", "linux/", "net/")
 # Port -> the manifest feature it belongs to (None: the core dependencies).
 FEATURE_OF = {"liburing": "uring", "rdma-core": "rdma", "openssl": "crypto"}
