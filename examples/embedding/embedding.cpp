@@ -251,35 +251,34 @@ template <class Transport>
 class remote_params {
  public:
   remote_params(const config& c, const fusewire::cluster_spec& spec, const ps::model_spec& model)
-      : client_({"worker", c.task}, spec, model, client_config<Transport>(c)) {}
+      : client_({"worker", c.task}, spec, model, client_config<Transport>(c)), emb_(client_.variable(emb_name)) {
+    for (const char* n : dense_names) dense_.push_back(client_.variable(n));
+  }
 
   void run(const exchange& x, ctr_model& m, std::vector<float>& rows) {
     b_.clear();
     if (x.dense_grads != nullptr) {
-      for (int k = 0; k < 4; ++k) b_.push(dense_names[k], x.dense_grads[k]);
-      b_.push_rows(emb_name, x.push_ids, x.row_grads);
+      for (int k = 0; k < 4; ++k) b_.push(dense_[static_cast<std::size_t>(k)], x.dense_grads[k]);
+      b_.push_rows(emb_, x.push_ids, x.row_grads);
     }
-    hd_.clear();
     if (x.pull) {
-      for (const char* n : dense_names) hd_.push_back(b_.pull(n));
-      hr_ = b_.pull_rows(emb_name, x.pull_ids);
+      // Straight into the model's tensors and the row buffer.
+      for (int k = 0; k < 4; ++k) {
+        m.dense[k].resize(dense_[static_cast<std::size_t>(k)].size());
+        b_.pull_into(dense_[static_cast<std::size_t>(k)], m.dense[k]);
+      }
+      rows.resize(x.pull_ids.size() * emb_.size());
+      b_.pull_rows_into(emb_, x.pull_ids, rows);
     }
     client_.run(b_);
-    if (!x.pull) return;
-    for (int k = 0; k < 4; ++k) {
-      const auto r = b_.result(hd_[static_cast<std::size_t>(k)]);
-      m.dense[k].assign(r.begin(), r.end());
-    }
-    const auto r = b_.result(hr_);
-    rows.assign(r.begin(), r.end());
   }
   ps::client<Transport>& client() { return client_; }
 
  private:
   ps::client<Transport> client_;
+  std::vector<ps::variable_handle> dense_;  ///< dense_names' variables, resolved once
+  ps::variable_handle emb_;
   ps::batch b_;
-  std::vector<decltype(b_.pull(std::string_view{}))> hd_;
-  decltype(b_.pull_rows(std::string_view{}, std::span<const std::int64_t>{})) hr_{};
 };
 
 /// --local: the same variables and update rules in this process (rows created on first touch).

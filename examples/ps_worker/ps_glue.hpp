@@ -96,6 +96,7 @@ class ps_session {
           "--fusion off needs --async: in sync mode each worker step must be one request "
           "per PS");
     }
+    for (const char* name : mlp_shape::names) vars_.push_back(client_.variable(name));
   }
 
   /// The current parameters, in one fused request per PS (or one per variable).
@@ -103,9 +104,8 @@ class ps_session {
     params.resize(mlp_shape::tensor_count);
     if (g_.fusion) {
       batch_.clear();
-      pull_all();
+      pull_all(params);
       client_.run(batch_);
-      copy_out(params);
     } else {
       for (std::size_t i = 0; i < mlp_shape::tensor_count; ++i) params[i] = client_.pull(mlp_shape::names[i]);
     }
@@ -120,10 +120,9 @@ class ps_session {
       return;
     }
     batch_.clear();
-    for (std::size_t i = 0; i < mlp_shape::tensor_count; ++i) batch_.push(mlp_shape::names[i], grads[i]);
-    pull_all();
+    for (std::size_t i = 0; i < mlp_shape::tensor_count; ++i) batch_.push(vars_[i], grads[i]);
+    pull_all(params);
     client_.run(batch_);
-    copy_out(params);
   }
 
   /// Waits until every worker finished training.
@@ -133,23 +132,20 @@ class ps_session {
   void shutdown_servers() { client_.shutdown_servers(); }
 
  private:
-  void pull_all() {
-    handles_.clear();
-    for (const char* name : mlp_shape::names) handles_.push_back(batch_.pull(name));
-  }
-  void copy_out(tensors& params) {
+  /// Pulls every variable straight into `params`.
+  void pull_all(tensors& params) {
     params.resize(mlp_shape::tensor_count);
     for (std::size_t i = 0; i < mlp_shape::tensor_count; ++i) {
-      const std::span<const float> r = batch_.result(handles_[i]);
-      params[i].assign(r.begin(), r.end());
+      params[i].resize(vars_[i].size());
+      batch_.pull_into(vars_[i], params[i]);
     }
   }
 
   glue_options g_;
   ps::model_spec model_;
   ps::client<Transport> client_;
+  std::vector<ps::variable_handle> vars_;  ///< resolved once, in mlp_shape::names' order
   ps::batch batch_;
-  std::vector<decltype(std::declval<ps::batch&>().pull(std::string_view{}))> handles_;
 };
 
 }  // namespace example

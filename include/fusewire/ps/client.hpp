@@ -126,7 +126,7 @@ class client {
   }
 
   /// As run(b), reporting failure through `ec` and b.error_message().
-  void run(batch& b, std::error_code& ec) { run_impl(b, 0, false, ec); }
+  void run(batch& b, std::error_code& ec) { run_impl(b, 0, false, ec, copts_.step_timeout, false); }
 
   /// Pulls the whole dense variable `name`. Throws std::system_error.
   std::vector<float> pull(std::string_view name) {
@@ -154,6 +154,47 @@ class client {
     b.push_rows(name, ids, grads);
     run(b);
   }
+
+  /// The variable `name` of the model, resolved once so that a step names it
+  /// by index (batch::push(handle, ...), pull_into(handle, out), ...). Throws
+  /// std::system_error(errc::invalid_argument) naming an unknown variable.
+  variable_handle variable(std::string_view name) const {
+    auto found = names_.find(std::string(name));
+    if (found == names_.end()) {
+      throw_error(errc::invalid_argument,
+                  "ps client: unknown variable '" + std::string(name) + "' (model has: " + known_names() + ")");
+    }
+    const variable_spec& v = model_.variables[found->second];
+    const auto size = static_cast<std::size_t>(v.kind == variable_kind::dense ? v.num_elements() : v.row_size());
+    return variable_handle(found->second, v.kind, size, fingerprint_);
+  }
+
+  /// Waits until every PS answers (each is up, serves this model and PS
+  /// count, and accepts this worker), retrying refused connections, or
+  /// `timeout` passed: then throws std::system_error(errc::timed_out) naming
+  /// the PS tasks that did not answer. A PS serving another model fails it at
+  /// once with errc::invalid_argument. run() needs no such call; it is for
+  /// programs that start their tasks in any order and want to know when the
+  /// job can begin.
+  void wait_ready(std::chrono::milliseconds timeout = default_ready_timeout) {
+    std::error_code ec;
+    std::string why;
+    wait_ready(timeout, ec, why);
+    if (ec) throw std::system_error(ec, why);
+  }
+  /// As wait_ready(timeout), reporting failure through `ec` and `why`.
+  void wait_ready(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why) {
+    batch b;
+    if (timeout.count() <= 0) {
+      ec = make_error_code(errc::invalid_argument);
+      why = "wait_ready: timeout must be > 0 ms, got " + std::to_string(timeout.count());
+      return;
+    }
+    run_impl(b, 0, true, ec, timeout, true);
+    why = ec ? "wait_ready: " + b.error_message() : std::string();
+  }
+  /// Long enough for PS processes started at the same time to come up on a loaded host.
+  static constexpr std::chrono::milliseconds default_ready_timeout = std::chrono::minutes(2);
 
   /// Every PS writes its checkpoint now (server_options::checkpoint_dir). Throws std::system_error.
   void save_checkpoint() { control(request_flags::save); }
@@ -227,16 +268,24 @@ class client {
     op kind;
     std::uint32_t var;
     std::uint32_t slice;
-    batch::handle result;
-    std::size_t offset = 0;                  ///< dense: first element in the result
+    float* out = nullptr;                    ///< the pull's result or its pull_into() destination
+    std::size_t offset = 0;                  ///< dense: first element in `out`
     std::size_t count = 0;                   ///< values expected
     const row_targets* positions = nullptr;  ///< rows: where each of the batch's ids comes from
     std::size_t dim = 0;
   };
 
+  /// A second pull of a slice the same request already pulls: its values are
+  /// copied from the first one's destination.
+  struct repeat {
+    std::size_t sink;  ///< the first pull's sink
+    float* out;
+  };
+
   struct ps_plan {
     request_builder rb;
     std::vector<sink> sinks;
+    std::vector<repeat> repeats;
     std::vector<std::uint32_t> vars;  ///< the variables it pulls or pushes (stall reports)
   };
 
@@ -244,7 +293,8 @@ class client {
     std::uint32_t ps = 0;
     ps_plan* plan = nullptr;
     bool done = false;
-    tensor_buffer request;
+    request_builder::encoded request;  ///< large gradients stay in the caller's memory
+    unsigned sending = 0;              ///< its sends not completed yet (they may read the caller's memory)
     std::uint64_t seq = 0;
     bool need_send = true;
     bool first_send = true;
@@ -262,11 +312,23 @@ class client {
             std::deque<std::vector<std::int64_t>>& id_store, std::deque<std::vector<float>>& grad_store,
             std::deque<row_targets>& pos_store, std::error_code& ec);
 
+  /// Gradients of at least this many bytes are sent from the caller's memory
+  /// (a scatter-gather send); smaller ones are copied into the request's
+  /// header buffer, where a copy costs less than another buffer to the kernel.
+  static constexpr std::size_t gather_from = 16 * 1024;
+
   // ---- one step (detail/client_step.hpp) ----
   /// Plans `b` (fused: one request per PS; else one per pull/push), exchanges
   /// the requests and scatters the replies into `b`. `control_flags` go on every
   /// request; with them or `all_ps`, every PS gets one even if `b` has nothing for it.
-  void run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec);
+  /// `ping`: an empty request that neither contributes to nor waits for a sync step.
+  void run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec,
+                std::chrono::milliseconds timeout, bool ping);
+  std::string known_names() const {
+    std::string known;
+    for (const auto& v : model_.variables) known += (known.empty() ? "" : ", ") + v.name;
+    return known;
+  }
   /// PS `p` answered from a new process at `step`, `fresh` if it restored no
   /// checkpoint. Returns whether training may go on (logging what happened).
   bool ps_restarted(std::uint32_t p, std::uint64_t step, bool fresh) {
@@ -294,6 +356,12 @@ class client {
   /// posted at a time.
   bool exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
                 std::string& why);
+  bool exchange_until_answered(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
+                               std::string& why);
+  /// Waits until no send of `attempts` is in flight: they read the caller's
+  /// gradients, which are the caller's again once run() returns. Each send has
+  /// a deadline (the step's), and closing the endpoint ends them, so this ends.
+  void settle_sends(std::vector<attempt>& attempts);
   /// Logs which PS tasks (and variables) the exchange begun at `start` still waits for.
   void report_stall(const std::vector<attempt>& attempts, clock::time_point start, clock::time_point now);
 

@@ -27,6 +27,7 @@
 /// Decoding checks every count against the bytes that remain (no overflow)
 /// before touching them, and names what was wrong.
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -302,7 +303,8 @@ inline void decode_request(const_buffer bytes, request_view& out, std::error_cod
   in.at_end();
 }
 
-/// Builds one request. Value and id spans are referenced until finish() copies them.
+/// Builds one request. Value and id spans are referenced until finish() copies
+/// them, or, with finish_gathered(), until the request has been sent.
 class request_builder {
  public:
   request_builder() = default;
@@ -340,9 +342,63 @@ class request_builder {
   }
 
   /// Encodes everything into a new buffer.
-  tensor_buffer finish() const {
-    tensor_buffer out = tensor_buffer::allocate(bytes());
-    std::byte* p = out.data();
+  tensor_buffer finish() const { return encode(0).head; }
+
+  /// A request ready for a scatter-gather send: `segments`, in order, are its
+  /// bytes. The headers, ids and small value arrays are encoded into `head`;
+  /// value arrays of at least `gather_from` bytes (the largest max_gathered of
+  /// them) are left where the caller's spans are, so a large gradient goes out
+  /// from the caller's memory without a copy. With gather_from = 0, or on a
+  /// big-endian host, everything is in `head`.
+  struct encoded {
+    tensor_buffer head;
+    std::vector<const_buffer> segments;  ///< views of head and of the caller's values
+    std::size_t bytes = 0;               ///< the request's length
+  };
+  /// Value arrays finish_gathered() leaves out of line at most (the send's segment count stays small).
+  static constexpr std::size_t max_gathered = 32;
+
+  encoded finish_gathered(std::size_t gather_from) const { return encode(gather_from); }
+
+ private:
+  struct entry {
+    op kind;
+    std::uint32_t var;
+    std::uint32_t slice;
+    std::span<const std::int64_t> ids;
+    std::span<const float> values;
+  };
+
+  /// Which entries' values stay out of line: at least `gather_from` bytes, the largest max_gathered.
+  std::vector<bool> gathered(std::size_t gather_from) const {
+    std::vector<bool> out(entries_.size(), false);
+    if (gather_from == 0 || std::endian::native != std::endian::little) return out;
+    std::vector<std::size_t> big;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (!entries_[i].values.empty() && entries_[i].values.size_bytes() >= gather_from) big.push_back(i);
+    }
+    if (big.size() > max_gathered) {
+      std::nth_element(big.begin(), big.begin() + max_gathered, big.end(), [this](std::size_t a, std::size_t b) {
+        return entries_[a].values.size() > entries_[b].values.size();
+      });
+      big.resize(max_gathered);
+    }
+    for (std::size_t i : big) out[i] = true;
+    return out;
+  }
+
+  encoded encode(std::size_t gather_from) const {
+    const std::vector<bool> out_of_line = gathered(gather_from);
+    std::size_t head_bytes = request_header_bytes;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const entry& e = entries_[i];
+      head_bytes += entry_header_bytes + e.ids.size() * 8 + (out_of_line[i] ? 0 : e.values.size() * 4);
+    }
+    encoded out;
+    out.head = tensor_buffer::allocate(head_bytes);
+    out.bytes = bytes();
+    std::byte* p = out.head.data();
+    const std::byte* run = p;  // the first head byte not in a segment yet
     detail::put(p, message_magic);
     detail::put(p, message_version);
     detail::put(p, std::uint16_t{1});
@@ -354,7 +410,8 @@ class request_builder {
     detail::put(p, flags_);
     detail::put(p, static_cast<std::uint32_t>(entries_.size()));
     detail::put(p, std::uint64_t{0});
-    for (const auto& e : entries_) {
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const entry& e = entries_[i];
       detail::put(p, static_cast<std::uint8_t>(e.kind));
       detail::put(p, std::uint8_t{0});
       detail::put(p, std::uint16_t{0});
@@ -364,19 +421,18 @@ class request_builder {
       detail::put(p, static_cast<std::uint64_t>(e.ids.size()));
       detail::put(p, static_cast<std::uint64_t>(e.values.size()));
       detail::put_array(p, e.ids.data(), e.ids.size());
-      detail::put_array(p, e.values.data(), e.values.size());
+      if (!out_of_line[i]) {
+        detail::put_array(p, e.values.data(), e.values.size());
+        continue;
+      }
+      out.segments.push_back({run, static_cast<std::size_t>(p - run)});
+      out.segments.push_back({reinterpret_cast<const std::byte*>(e.values.data()), e.values.size_bytes()});
+      run = p;
     }
+    if (p != run) out.segments.push_back({run, static_cast<std::size_t>(p - run)});
     return out;
   }
 
- private:
-  struct entry {
-    op kind;
-    std::uint32_t var;
-    std::uint32_t slice;
-    std::span<const std::int64_t> ids;
-    std::span<const float> values;
-  };
   std::uint64_t incarnation_ = 0, seq_ = 0, fingerprint_ = 0, push_step_ = 0, min_step_ = 0;
   std::uint32_t flags_ = 0;
   std::vector<entry> entries_;

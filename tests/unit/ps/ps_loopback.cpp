@@ -168,6 +168,124 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("handles, pull_into, gathered pushes, repeated ids summed on the worker, wait_ready") {
+  const auto spec = fw::test::loopback_cluster(2, 1);
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(0.5f);
+  m.min_slice_bytes = 64;
+  // 2 x 16,384 floats: each PS's slice (64 KiB) is above the client's gather threshold.
+  m.add_dense("big", {2, 16384}, ps::initializer::constant(1.0f));
+  m.add_dense("small", {3}, ps::initializer::constant(2.0f));
+  m.add_embedding("emb", 2, ps::initializer::constant(0.0f), 100);
+  const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
+
+  // wait_ready names the PS tasks that do not answer.
+  {
+    ps::server<fw::asio_tcp> only0({"ps", 0}, spec, m, {.options = test_options()});
+    ps::client<fw::asio_tcp> early({"worker", 0}, spec, m, co);
+    std::error_code ec;
+    std::string why;
+    early.wait_ready(300ms, ec, why);
+    CHECK(ec == fw::make_error_code(fw::errc::timed_out));
+    CHECK(why.find("wait_ready: ps:1 did not answer within 300 ms") == 0);
+    early.wait_ready(0ms, ec, why);
+    CHECK(ec == fw::make_error_code(fw::errc::invalid_argument));
+    CHECK(why == "wait_ready: timeout must be > 0 ms, got 0");
+  }
+
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options()});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options()});
+  ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, co);
+  cl.wait_ready(20s);
+  const std::uint64_t ready_requests = cl.stats().requests;
+  CHECK(ready_requests == 2);
+
+  const ps::variable_handle big = cl.variable("big"), small = cl.variable("small"), emb = cl.variable("emb");
+  CHECK(big.valid());
+  CHECK(big.index() == 0);
+  CHECK(big.size() == 32768);
+  CHECK(small.size() == 3);
+  CHECK(emb.kind() == ps::variable_kind::embedding);
+  CHECK(emb.size() == 2);
+  CHECK(error_of([&] { (void)cl.variable("nope"); }) ==
+        "ps client: unknown variable 'nope' (model has: big, small, emb): invalid argument");
+
+  // A large push goes from the caller's memory; values land in the caller's buffers.
+  std::vector<float> grad(32768);
+  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(i % 7);
+  const std::vector<std::int64_t> ids{3, 8, 3, 41, 8, 3};  // repeats: summed before sending
+  std::vector<float> grows(ids.size() * 2);
+  for (std::size_t k = 0; k < ids.size(); ++k) grows[2 * k] = 1.0f, grows[2 * k + 1] = static_cast<float>(k);
+  ps::batch b;
+  b.push(big, grad);
+  const std::vector<float> ones{1, 1, 1};  // must outlive run(): the step refers to it
+  b.push(small, ones);
+  b.push_rows(emb, ids, grows);
+  const std::uint64_t sent_before = cl.stats().bytes_sent;
+  cl.run(b);
+  // Request bytes: three distinct ids, not six, crossed the wire for the rows.
+  const std::uint64_t rows_bytes_max = 2 * (64 + 3 * 32) + 32768 * 4 + 3 * 4 + 3 * (8 + 2 * 4);
+  CHECK(cl.stats().bytes_sent - sent_before <= rows_bytes_max);
+
+  std::vector<float> big_out(32768, -1.0f), small_out(3, -1.0f), rows_out(ids.size() * 2, -1.0f);
+  b.clear();
+  b.pull_into(big, big_out);
+  b.pull_into(small, small_out);
+  b.pull_rows_into(emb, ids, rows_out);
+  cl.run(b);
+  for (std::size_t i = 0; i < big_out.size(); ++i) {
+    if (big_out[i] != 1.0f - 0.5f * grad[i]) FAIL_CHECK("big[" << i << "] = " << big_out[i]);
+  }
+  CHECK(small_out == std::vector<float>{1.5f, 1.5f, 1.5f});
+  // id 3 at positions 0, 2, 5: gradients (1,0) + (1,2) + (1,5); id 8 at 1, 4: (1,1) + (1,4); id 41: (1,3).
+  auto row = [&](std::size_t k) { return std::vector<float>{rows_out[2 * k], rows_out[2 * k + 1]}; };
+  CHECK(row(0) == std::vector<float>{-1.5f, -3.5f});
+  CHECK(row(2) == row(0));
+  CHECK(row(5) == row(0));
+  CHECK(row(1) == std::vector<float>{-1.0f, -2.5f});
+  CHECK(row(4) == row(1));
+  CHECK(row(3) == std::vector<float>{-0.5f, -1.5f});
+
+  // Handles and names mix in one batch; a handle from another model is refused.
+  b.clear();
+  const auto hs = b.pull("small");
+  b.pull_into(small, small_out);
+  cl.run(b);
+  CHECK(std::vector<float>(b.result(hs).begin(), b.result(hs).end()) == small_out);
+  {
+    auto other = m;
+    other.add_dense("extra", {1});
+    const auto s2 = fw::test::loopback_cluster(2, 1);
+    ps::client<fw::asio_tcp> stranger({"worker", 0}, s2, other, co);
+    const ps::variable_handle foreign = stranger.variable("small");
+    b.clear();
+    b.pull_into(foreign, small_out);
+    std::error_code ec;
+    cl.run(b, ec);
+    CHECK(ec == fw::make_error_code(fw::errc::invalid_argument));
+    CHECK(b.error_message() == "pull: a variable handle of another model or PS count");
+    b.clear();
+    b.pull(ps::variable_handle{});
+    cl.run(b, ec);
+    CHECK(b.error_message() == "pull: an empty variable handle (make handles with client::variable(name))");
+  }
+  // A destination of the wrong size fails the step before anything is sent.
+  std::vector<float> wrong(4);
+  b.clear();
+  b.pull_into(small, wrong);
+  std::error_code ec;
+  const std::uint64_t requests = cl.stats().requests;
+  cl.run(b, ec);
+  CHECK(ec == fw::make_error_code(fw::errc::size_mismatch));
+  CHECK(b.error_message() == "pull of 'small': the destination has 4 floats, the pull gives 3");
+  CHECK(cl.stats().requests == requests);
+  b.clear();
+  b.pull_rows_into(emb, ids, wrong);
+  cl.run(b, ec);
+  CHECK(b.error_message() == "pull_rows of 'emb': the destination has 4 floats, the pull gives 12");
+  cl.shutdown_servers();
+}
+
 TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected spans") {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const auto m = model();

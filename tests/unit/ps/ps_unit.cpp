@@ -280,6 +280,60 @@ TEST_CASE("request encoding round-trips and rejects every malformation") {
   CHECK(why == "3 bytes after the last entry");
 }
 
+TEST_CASE("a gathered request has the same bytes as an encoded one, large values left in place") {
+  std::vector<float> big(8192, 1.5f), big2(5000, -2.0f), small(3, 7.0f);
+  const std::vector<std::int64_t> ids{4, 9};
+  std::vector<float> rows(2 * 3000, 0.25f);
+  ps::request_builder rb;
+  rb.push_dense(0, 0, big);
+  rb.pull_dense(1, 0);
+  rb.push_dense(2, 1, small);
+  rb.push_rows(3, ids, rows);
+  rb.push_dense(4, 0, big2);
+  rb.set_header(1, 2, 3, 4, 5, ps::request_flags::sync);
+  const fw::tensor_buffer flat = rb.finish();
+  auto concat = [](const ps::request_builder::encoded& e) {
+    std::vector<std::byte> out;
+    for (const fw::const_buffer& seg : e.segments) out.insert(out.end(), seg.begin(), seg.end());
+    return out;
+  };
+  const std::vector<std::byte> expected(flat.data(), flat.data() + flat.size());
+  // Everything inline: one segment, the head itself.
+  const auto inline_all = rb.finish_gathered(0);
+  CHECK(inline_all.segments.size() == 1);
+  CHECK(inline_all.bytes == flat.size());
+  CHECK(concat(inline_all) == expected);
+  // From 16 KiB: big (32 KiB), rows (24 KiB) and big2 (20 KiB) stay in the caller's memory.
+  const auto gathered = rb.finish_gathered(16 * 1024);
+  CHECK(gathered.bytes == flat.size());
+  CHECK(concat(gathered) == expected);
+  std::size_t in_place = 0;
+  for (const fw::const_buffer& seg : gathered.segments) {
+    const auto* p = reinterpret_cast<const float*>(seg.data());
+    in_place += (p == big.data() || p == big2.data() || p == rows.data()) ? 1 : 0;
+  }
+  CHECK(in_place == 3);
+  CHECK(gathered.head.size() == flat.size() - (big.size() + big2.size() + rows.size()) * 4);
+  // At most max_gathered arrays stay out of line, the largest ones.
+  ps::request_builder many;
+  std::vector<std::vector<float>> grads;
+  for (std::size_t i = 0; i < ps::request_builder::max_gathered + 8; ++i) grads.emplace_back(5000 + i, 1.0f);
+  for (std::uint32_t i = 0; i < grads.size(); ++i) many.push_dense(i, 0, grads[i]);
+  const auto capped = many.finish_gathered(1024);
+  std::size_t out_of_line = 0;
+  for (const fw::const_buffer& seg : capped.segments) {
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (reinterpret_cast<const float*>(seg.data()) == grads[i].data()) {
+        ++out_of_line;
+        CHECK(i >= 8);  // the 8 smallest were copied
+      }
+    }
+  }
+  CHECK(out_of_line == ps::request_builder::max_gathered);
+  const fw::tensor_buffer many_flat = many.finish();
+  CHECK(concat(capped) == std::vector<std::byte>(many_flat.data(), many_flat.data() + many_flat.size()));
+}
+
 TEST_CASE("reply encoding round-trips") {
   ps::reply_builder rb(9, 12, 77);
   auto v = rb.add(ps::op::pull_dense, 1, 2, 3);

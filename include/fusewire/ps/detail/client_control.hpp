@@ -25,7 +25,7 @@ template <transport Transport>
 void client<Transport>::control(std::uint32_t flags) {
   batch b;
   std::error_code ec;
-  run_impl(b, flags, true, ec);
+  run_impl(b, flags, true, ec, copts_.step_timeout, false);
   if (ec) throw std::system_error(ec, b.error_message());
 }
 
@@ -45,8 +45,8 @@ void client<Transport>::barrier_impl(std::chrono::milliseconds timeout, std::err
   std::vector<attempt> attempts(1);
   attempt& a = attempts[0];
   a.seq = seq_[0];
-  a.request = rb.finish();
-  stats_.bytes_sent += a.request.size();
+  a.request = rb.finish_gathered(0);
+  stats_.bytes_sent += a.request.bytes;
   ++stats_.requests;
   if (!exchange(attempts, timeout, ec, why)) {
     if (ec == make_error_code(errc::timed_out)) {

@@ -28,6 +28,39 @@ namespace ps {
 template <transport Transport>
 bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::milliseconds timeout, std::error_code& ec,
                                  std::string& why) {
+  const bool answered = exchange_until_answered(attempts, timeout, ec, why);
+  settle_sends(attempts);
+  return answered;
+}
+
+template <transport Transport>
+void client<Transport>::settle_sends(std::vector<attempt>& attempts) {
+  auto in_flight = [&] {
+    return std::any_of(attempts.begin(), attempts.end(), [](const attempt& a) { return a.sending != 0; });
+  };
+  std::deque<event> got;
+  while (in_flight()) {
+    {
+      std::unique_lock lock(events_->mutex);
+      events_->cv.wait(lock, [this] { return !events_->events.empty(); });
+      got.swap(events_->events);
+    }
+    for (event& e : got) {
+      if (!e.is_send) {
+        recv_outstanding_[e.ps] = false;  // a reply after the step ended: nobody waits for it
+        continue;
+      }
+      if (e.ps < attempts.size() && attempts[e.ps].seq == e.seq && attempts[e.ps].sending != 0) {
+        --attempts[e.ps].sending;
+      }
+    }
+    got.clear();
+  }
+}
+
+template <transport Transport>
+bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, std::chrono::milliseconds timeout,
+                                                std::error_code& ec, std::string& why) {
   using namespace std::chrono_literals;
   const auto start = clock::now();
   const auto deadline = start + timeout;
@@ -69,12 +102,23 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
         if (!a.first_send) ++stats_.resends;
         a.first_send = false;
         auto q = events_;
-        ep_->send(
-            ps_tasks_[a.ps], std::string(request_key), a.request.share(),
-            [q, i, seq = a.seq](std::error_code e) {
-              q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
-            },
-            deadline - now);
+        ++a.sending;
+        if (a.request.segments.size() == 1 && a.request.segments[0].size() == a.request.head.size()) {
+          ep_->send(
+              ps_tasks_[a.ps], std::string(request_key), a.request.head.share(),
+              [q, i, seq = a.seq](std::error_code e) {
+                q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
+              },
+              deadline - now);
+        } else {
+          // The header buffer lives as long as the send; the gradients until settle_sends().
+          ep_->send(
+              ps_tasks_[a.ps], std::string(request_key), std::span<const const_buffer>(a.request.segments),
+              [q, i, seq = a.seq, head = a.request.head.share()](std::error_code e) {
+                q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
+              },
+              deadline - now);
+        }
       } else {
         wake = std::min(wake, a.next_send);
       }
@@ -106,7 +150,9 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
         // Events of an earlier run() carry indexes of its attempts: the sequence number tells them apart.
         if (e.ps >= attempts.size()) continue;
         attempt& a = attempts[e.ps];
-        if (a.done || e.seq != a.seq || !e.ec) continue;
+        if (e.seq != a.seq) continue;
+        if (a.sending != 0) --a.sending;
+        if (a.done || !e.ec) continue;
         a.last_error = e.ec;
         if (e.ec == make_error_code(errc::cancelled)) {
           ec = e.ec;
@@ -207,7 +253,7 @@ void client<Transport>::report_stall(const std::vector<attempt>& attempts, clock
       }
     }
     s += "no reply; variables " + (vars.empty() ? std::string("(none: a control request)") : vars) + "; request " +
-         std::to_string(a.request.size()) + " B, seq " + std::to_string(a.seq) + ", last sent " +
+         std::to_string(a.request.bytes) + " B, seq " + std::to_string(a.seq) + ", last sent " +
          age(now - a.last_send) + " ago";
     if (a.last_error) s += ", last error: " + a.last_error.message();
     for (const rendezvous::pending_operation& o : ops) {

@@ -40,19 +40,27 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
   std::vector<std::vector<std::int64_t>*> ids_of(num_ps);
   std::vector<std::vector<float>*> grads_of(num_ps);
   std::vector<row_targets*> pos_of(num_ps);
-  // Per PS, the reply row of each id already asked for in this pull: a PS
-  // refuses a pull that names an id twice (its reply could outgrow what it holds).
+  // Per PS, the row of each id already in this entry: a pull asks for an id
+  // once (a PS refuses a pull that names an id twice: its reply could outgrow
+  // what it holds) and a push sends one summed gradient per id.
   std::vector<std::unordered_map<std::int64_t, std::size_t>> row_of(num_ps);
   for (std::size_t item_index = first_item; item_index < last_item; ++item_index) {
-    const batch::item& it = b.items_[item_index];
-    auto found = names_.find(it.var);
-    if (found == names_.end()) {
-      std::string known;
-      for (const auto& v : model_.variables) known += (known.empty() ? "" : ", ") + v.name;
+    batch::item& it = b.items_[item_index];
+    std::uint32_t var = it.var;
+    if (var == batch::by_name) {
+      auto found = names_.find(it.name);
+      if (found == names_.end()) {
+        return fail(b, ec, errc::invalid_argument,
+                    std::string(to_string(it.kind)) + ": unknown variable '" + it.name +
+                        "' (model has: " + known_names() + ")");
+      }
+      var = found->second;
+    } else if (it.model != fingerprint_ || var >= model_.variables.size()) {
       return fail(b, ec, errc::invalid_argument,
-                  std::string(to_string(it.kind)) + ": unknown variable '" + it.var + "' (model has: " + known + ")");
+                  std::string(to_string(it.kind)) +
+                      (it.model == 0 ? ": an empty variable handle (make handles with client::variable(name))"
+                                     : ": a variable handle of another model or PS count"));
     }
-    const std::uint32_t var = found->second;
     const variable_spec& v = model_.variables[var];
     const std::string what = std::string(to_string(it.kind)) + " of '" + v.name + "'";
     if (is_rows(it.kind) != (v.kind == variable_kind::embedding)) {
@@ -61,6 +69,20 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
                       (v.kind == variable_kind::embedding ? "an embedding (use pull_rows/push_rows)"
                                                           : "dense (use pull/push)"));
     }
+    // Where a pull's values go: its pull_into() destination, else its result.
+    auto destination = [&](std::size_t n) -> float* {
+      if (!it.has_into) {
+        b.results_[it.result].resize(n);  // every element is overwritten
+        return b.results_[it.result].data();
+      }
+      if (it.into.size() != n) {
+        fail(b, ec, errc::size_mismatch,
+             what + ": the destination has " + std::to_string(it.into.size()) + " floats, the pull gives " +
+                 std::to_string(n));
+        return nullptr;
+      }
+      return it.into.data();
+    };
     if (!is_rows(it.kind)) {
       const auto n = static_cast<std::size_t>(v.num_elements());
       if (it.kind == op::push_dense && it.values.size() != n) {
@@ -68,7 +90,8 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
                     what + ": gradient has " + std::to_string(it.values.size()) + " values, the variable has " +
                         std::to_string(n));
       }
-      if (it.kind == op::pull_dense) b.results_[it.result].resize(n);  // every element is overwritten
+      float* out = nullptr;
+      if (it.kind == op::pull_dense && (out = destination(n)) == nullptr) return false;
       const auto slices = place_.slices(var);
       for (std::uint32_t s = 0; s < slices.size(); ++s) {
         const slice_info& si = slices[s];
@@ -77,8 +100,16 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
         const auto first = static_cast<std::size_t>(si.element_begin),
                    count = static_cast<std::size_t>(si.element_count);
         if (it.kind == op::pull_dense) {
+          // A PS refuses a request that names a slice twice: pull it once.
+          const auto same = std::find_if(pl.sinks.begin(), pl.sinks.end(), [&](const sink& k) {
+            return k.kind == op::pull_dense && k.var == var && k.slice == s;
+          });
+          if (same != pl.sinks.end()) {
+            pl.repeats.push_back({static_cast<std::size_t>(same - pl.sinks.begin()), out});
+            continue;
+          }
           pl.rb.pull_dense(var, s);
-          pl.sinks.push_back({op::pull_dense, var, s, it.result, first, count, nullptr, 0});
+          pl.sinks.push_back({op::pull_dense, var, s, out, first, count, nullptr, 0});
         } else {
           pl.rb.push_dense(var, s, it.values.subspan(first, count));
         }
@@ -87,59 +118,57 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
     }
     const auto dim = static_cast<std::size_t>(v.row_size());
     const std::int64_t num_ids = v.shape[0];
-    for (std::int64_t id : it.ids) {
+    const std::span<const std::int64_t> ids = it.ids();
+    for (std::int64_t id : ids) {
       if (num_ids > 0 && (id < 0 || id >= num_ids)) {
         return fail(b, ec, errc::invalid_argument,
                     what + ": id " + std::to_string(id) + " out of range [0, " + std::to_string(num_ids) + ")");
       }
     }
-    if (it.kind == op::push_rows && it.values.size() != it.ids.size() * dim) {
+    if (it.kind == op::push_rows && it.values.size() != ids.size() * dim) {
       return fail(b, ec, errc::size_mismatch,
                   what + ": " + std::to_string(it.values.size()) + " gradient values for " +
-                      std::to_string(it.ids.size()) + " ids of dim " + std::to_string(dim) + " (expected " +
-                      std::to_string(it.ids.size() * dim) + ")");
+                      std::to_string(ids.size()) + " ids of dim " + std::to_string(dim) + " (expected " +
+                      std::to_string(ids.size() * dim) + ")");
     }
-    if (it.kind == op::pull_rows) b.results_[it.result].resize(it.ids.size() * dim);
-    if (num_ps == 1) {
-      if (it.kind == op::pull_rows) {
-        auto& pos = pos_store.emplace_back();
-        pos.reserve(it.ids.size());
-        auto& ids = id_store.emplace_back();
-        row_of[0].clear();
-        for (std::size_t k = 0; k < it.ids.size(); ++k) {
-          const auto [at, fresh] = row_of[0].try_emplace(it.ids[k], ids.size());
-          if (fresh) ids.push_back(it.ids[k]);
-          pos.emplace_back(k, at->second);
-        }
+    float* out = nullptr;
+    if (it.kind == op::pull_rows && (out = destination(ids.size() * dim)) == nullptr) return false;
+    if (num_ps == 1 && it.kind == op::push_rows) {
+      // Sent as given, from the caller's memory, unless an id repeats.
+      row_of[0].clear();
+      bool repeats = false;
+      for (std::int64_t id : ids) repeats = repeats || !row_of[0].try_emplace(id, 0).second;
+      if (!repeats) {
         plans[0].vars.push_back(var);
-        plans[0].rb.pull_rows(var, ids);
-        plans[0].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids.size() * dim, &pos, dim});
-      } else {
-        plans[0].vars.push_back(var);
-        plans[0].rb.push_rows(var, it.ids, it.values);
+        plans[0].rb.push_rows(var, ids, it.values);
+        continue;
       }
-      continue;
     }
     std::fill(ids_of.begin(), ids_of.end(), nullptr);
-    for (std::size_t k = 0; k < it.ids.size(); ++k) {
-      const std::uint32_t p = place_.ps_of_id(it.ids[k]);
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const std::uint32_t p = num_ps == 1 ? 0 : place_.ps_of_id(ids[k]);
       if (ids_of[p] == nullptr) {
         ids_of[p] = &id_store.emplace_back();
+        row_of[p].clear();
         if (it.kind == op::pull_rows) {
           pos_of[p] = &pos_store.emplace_back();
-          row_of[p].clear();
         } else {
           grads_of[p] = &grad_store.emplace_back();
         }
       }
+      const auto [at, fresh] = row_of[p].try_emplace(ids[k], ids_of[p]->size());
+      if (fresh) ids_of[p]->push_back(ids[k]);
       if (it.kind == op::pull_rows) {
-        const auto [at, fresh] = row_of[p].try_emplace(it.ids[k], ids_of[p]->size());
-        if (fresh) ids_of[p]->push_back(it.ids[k]);
         pos_of[p]->emplace_back(k, at->second);
+        continue;
+      }
+      const float* g = it.values.data() + k * dim;
+      std::vector<float>& grads = *grads_of[p];
+      if (fresh) {
+        grads.insert(grads.end(), g, g + dim);
       } else {
-        ids_of[p]->push_back(it.ids[k]);
-        grads_of[p]->insert(grads_of[p]->end(), it.values.begin() + static_cast<std::ptrdiff_t>(k * dim),
-                            it.values.begin() + static_cast<std::ptrdiff_t>((k + 1) * dim));
+        float* sum = grads.data() + at->second * dim;
+        for (std::size_t c = 0; c < dim; ++c) sum[c] += g[c];
       }
     }
     for (std::uint32_t p = 0; p < num_ps; ++p) {
@@ -147,7 +176,7 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
       plans[p].vars.push_back(var);
       if (it.kind == op::pull_rows) {
         plans[p].rb.pull_rows(var, *ids_of[p]);
-        plans[p].sinks.push_back({op::pull_rows, var, 0, it.result, 0, ids_of[p]->size() * dim, pos_of[p], dim});
+        plans[p].sinks.push_back({op::pull_rows, var, 0, out, 0, ids_of[p]->size() * dim, pos_of[p], dim});
       } else {
         plans[p].rb.push_rows(var, *ids_of[p], *grads_of[p]);
       }

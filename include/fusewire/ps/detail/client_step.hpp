@@ -25,7 +25,8 @@ inline namespace v0 {
 namespace ps {
 
 template <transport Transport>
-void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec) {
+void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec,
+                                 std::chrono::milliseconds timeout, bool ping) {
   ec.clear();
   b.error_.clear();
   ++stats_.runs;
@@ -51,30 +52,30 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
     for (std::uint32_t p = 0; p < num_ps; ++p) {
       std::uint32_t flags = control_flags | (sync ? request_flags::sync : 0u);
       std::uint64_t push_step = 0;
-      if (sync && pushes && control_flags == 0) {
+      if (sync && pushes && control_flags == 0 && !ping) {
         flags |= request_flags::contributes;
         push_step = ps_step_[p];
         want_[p] = ps_step_[p] + 1;
       }
       if (plans[p].rb.empty() && (flags & ~request_flags::sync) == 0 && !all_ps) continue;
-      const std::uint64_t min_step = sync && control_flags == 0 ? want_[p] : 0;
+      const std::uint64_t min_step = sync && control_flags == 0 && !ping ? want_[p] : 0;
       plans[p].rb.set_header(incarnation_, ++seq_[p], fingerprint_, push_step, min_step, flags);
       attempt& a = attempts.emplace_back();
       a.ps = p;
       a.plan = &plans[p];
       a.seq = seq_[p];
-      a.request = plans[p].rb.finish();
-      stats_.bytes_sent += a.request.size();
+      a.request = plans[p].rb.finish_gathered(gather_from);
+      stats_.bytes_sent += a.request.bytes;
       ++stats_.requests;
     }
   }
   std::string why;
   const auto step_begin = clock::now();
-  const bool answered = exchange(attempts, copts_.step_timeout, ec, why);
+  const bool answered = exchange(attempts, timeout, ec, why);
   if (ep_->tracing()) {
     std::string to;
     for (const attempt& a : attempts) to += (to.empty() ? "" : ", ") + ps_tasks_[a.ps].to_string();
-    ep_->trace_mark(control_flags == 0 ? "ps step" : "ps control", step_begin, clock::now(),
+    ep_->trace_mark(control_flags == 0 && !ping ? "ps step" : "ps control", step_begin, clock::now(),
                     "requests to " + to + (answered ? std::string() : "; failed: " + why));
   }
   if (!answered) {
@@ -131,13 +132,16 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
         }
         break;
       }
-      std::vector<float>& out = b.results_[s.result];
       if (s.kind == op::pull_dense) {
-        e.copy_values(out.data() + s.offset, 0, s.count);
+        e.copy_values(s.out + s.offset, 0, s.count);
       } else {
         const auto& pos = *s.positions;
-        for (const auto& [at, row] : pos) e.copy_values(out.data() + at * s.dim, row * s.dim, s.dim);
+        for (const auto& [at, row] : pos) e.copy_values(s.out + at * s.dim, row * s.dim, s.dim);
       }
+    }
+    for (const repeat& again : a.plan->repeats) {
+      const sink& s = sinks[again.sink];
+      std::copy_n(s.out + s.offset, s.count, again.out + s.offset);
     }
   }
   if (first_ec) {
