@@ -170,7 +170,9 @@ class shard {
                                         : checkpoint_path(opts_.checkpoint_dir, index_, place_.num_ps());
   }
 
-  /// Values of dense variable `var`'s slice `slice` if this PS holds it, else empty.
+  /// Values of dense variable `var`'s slice `slice` if this PS holds it, else
+  /// empty; valid until the shard next updates the slice (copy-on-write may
+  /// move it to a new buffer) or is destroyed.
   std::span<const float> dense_values(std::uint32_t var, std::uint32_t slice) const {
     if (var >= dense_index_.size() || slice >= dense_index_[var].size() || dense_index_[var][slice] == npos) return {};
     return dense_[dense_index_[var][slice]].values_view();
