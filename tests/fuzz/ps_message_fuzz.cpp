@@ -6,12 +6,14 @@
 //     exactly; rebuilt with request_builder it gives the very same bytes (the
 //     format is canonical), and the input minus its last byte does not decode;
 //  2. as a reply for decode_reply, likewise, rebuilt with reply_builder and,
-//     for a successful reply, with reply_encoder;
+//     for a successful reply, with reply_encoder (also sharing the values of
+//     every other entry, as a PS sends large slices);
 //  3. as the recipe of a request and a reply (header fields, a few entries of
 //     a few ids and values), encoded with the builders and decoded back to the
 //     same fields.
 // A decoder that fails reports one of its documented errors and says why.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -165,6 +167,25 @@ void fuzz_reply(const_buffer in) {
       enc.append(values_of(e));
     }
     FUZZ_CHECK(same_bytes(enc.finish().bytes(), in));
+    // And the way a PS sends large slices: every other entry's values from
+    // their own buffer (the wire's bytes are the host's on little-endian only).
+    if constexpr (std::endian::native == std::endian::little) {
+      std::size_t copied = 0;
+      for (std::size_t i = 0; i < v.entries.size(); i += 2) copied += v.entries[i].value_count;
+      ps::reply_encoder sg(v.seq, v.step, v.incarnation, v.flags, static_cast<std::uint32_t>(v.entries.size()), copied);
+      for (std::size_t i = 0; i < v.entries.size(); ++i) {
+        const auto& e = v.entries[i];
+        sg.begin(e.kind, e.var, e.slice, e.value_count);
+        if (i % 2 == 0) {
+          sg.append(values_of(e));
+        } else {
+          sg.share(fusewire::tensor_buffer::copy_of({e.values, static_cast<std::size_t>(e.value_count) * 4}));
+        }
+      }
+      const ps::reply_message m = sg.finish_message();
+      FUZZ_CHECK(m.size() == in.size());
+      FUZZ_CHECK(same_bytes(m.gather().bytes(), in));
+    }
   }
 
   ps::reply_view cut;

@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fusewire/core/error.hpp>
@@ -526,7 +527,7 @@ inline void put_reply_entry_header(std::byte*& p, op kind, std::uint32_t var, st
 
 /// Builds a reply: reserve the values of each entry, then fill them in place.
 /// finish() copies them into the message; a PS answers pulls with
-/// reply_encoder instead, which writes each value once.
+/// reply_encoder instead, which writes each value at most once.
 class reply_builder {
  public:
   reply_builder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation)
@@ -581,32 +582,86 @@ class reply_builder {
   std::vector<float> values_;
 };
 
+/// A reply as a PS sends it: its bytes, in order, as a scatter-gather list
+/// (`sg`), and the buffers that hold those bytes (`owners`). Keep it — it is
+/// movable, and moving it keeps `sg` valid — until the bytes were sent.
+struct reply_message {
+  std::vector<const_buffer> sg;
+  std::vector<tensor_buffer> owners;
+
+  /// A reply held in one buffer.
+  static reply_message of(tensor_buffer b) {
+    reply_message m;
+    m.sg.push_back(b.bytes());
+    m.owners.push_back(std::move(b));
+    return m;
+  }
+  /// Encoded length in bytes.
+  std::size_t size() const noexcept { return total_size(sg); }
+  /// The bytes in one new buffer (a copy).
+  tensor_buffer gather() const {
+    tensor_buffer out = tensor_buffer::allocate(size());
+    fusewire::gather(sg, out.bytes());
+    return out;
+  }
+};
+
 /// Encodes a successful reply straight into the buffer that is sent: its
 /// size is known before the first value (entries and values counted up
-/// front), so a large pull costs one buffer and one copy of each value.
+/// front), so a large pull costs one buffer and one copy of each value —
+/// or no copy of the values of an entry given by share(), which are sent
+/// from their own buffer (finish_message()).
 class reply_encoder {
  public:
-  /// A reply of `entries` entries holding `values` values in all.
+  /// A reply of `entries` entries holding `values` values in all, not
+  /// counting those given by share().
   reply_encoder(std::uint64_t seq, std::uint64_t step, std::uint64_t incarnation, std::uint32_t flags,
                 std::uint32_t entries, std::size_t values)
       : out_(tensor_buffer::allocate(reply_header_bytes + entries * reply_entry_header_bytes + values * 4)),
-        p_(out_.data()) {
+        p_(out_.data()),
+        segment_(p_) {
     detail::put_reply_header(p_, seq, step, incarnation, 0, flags, 0, entries);
   }
 
-  /// Starts an entry of `n` values; append() them next.
+  /// Starts an entry of `n` values; append() them, or share() them, next.
   void begin(op kind, std::uint32_t var, std::uint32_t slice, std::size_t n) noexcept {
     detail::put_reply_entry_header(p_, kind, var, slice, n);
   }
   /// Appends values of the current entry.
   void append(std::span<const float> v) noexcept { detail::put_array(p_, v.data(), v.size()); }
+  /// The current entry's values, all of them: `values` holds them as the
+  /// wire does (little-endian f32, so only on a little-endian host). They
+  /// are sent from `values` itself; the reply keeps a handle to it.
+  void share(tensor_buffer values) {
+    sg_.push_back({segment_, static_cast<std::size_t>(p_ - segment_)});
+    sg_.push_back(values.bytes());
+    shared_.push_back(std::move(values));
+    segment_ = p_;
+  }
 
-  /// The reply; every announced entry and value must have been written.
+  /// The reply in one buffer; no share() was made, and every announced
+  /// entry and value was written.
   tensor_buffer finish() noexcept { return std::move(out_); }
+
+  /// The reply as a scatter-gather list: pieces of the one buffer written
+  /// here, around the buffers given by share(). Every announced entry and
+  /// value was written or shared.
+  reply_message finish_message() {
+    reply_message m;
+    if (p_ != segment_) sg_.push_back({segment_, static_cast<std::size_t>(p_ - segment_)});
+    m.sg = std::move(sg_);
+    m.owners.reserve(1 + shared_.size());
+    m.owners.push_back(std::move(out_));
+    for (tensor_buffer& b : shared_) m.owners.push_back(std::move(b));
+    return m;
+  }
 
  private:
   tensor_buffer out_;
   std::byte* p_;
+  std::byte* segment_;  ///< where the piece of out_ not yet in sg_ starts
+  std::vector<const_buffer> sg_;
+  std::vector<tensor_buffer> shared_;
 };
 
 }  // namespace ps

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -98,7 +99,7 @@ class server {
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
     shard_ = std::make_unique<shard>(
         std::move(model), self.index, num_ps, std::move(sopts), workers_.size(),
-        [this](std::uint32_t w, tensor_buffer reply) { send_reply(w, std::move(reply)); }, incarnation);
+        [this](std::uint32_t w, reply_message reply) { send_reply(w, std::move(reply)); }, incarnation);
     step_.store(shard_->global_step());
     // One reactor: the shard is touched without a lock, so every worker's
     // handlers must run on the same thread (NETWORK_PS_CORE_NUMBER does not apply).
@@ -201,16 +202,31 @@ class server {
 
   void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
-  void send_reply(std::uint32_t w, tensor_buffer reply) {
+  // A reply that shares dense slices leaves scatter-gather; its handler
+  // holds every part (the slices' values among them) until the bytes were
+  // handed to the transport, and drops them when it runs, so that the shard
+  // updates those slices in place again (copy-on-write while they are held).
+  void send_reply(std::uint32_t w, reply_message reply) {
     const bool last = shard_->shutdown_requested();
-    ep_->send(workers_[w], std::string(reply_key), std::move(reply), [this, last](std::error_code ec) {
+    auto done = [this, last](std::error_code ec) {
       if (ec) replies_failed_.fetch_add(1, std::memory_order_relaxed);
       if (last) {
         std::lock_guard lock(mutex_);
         stopping_ = true;
         cv_.notify_all();
       }
-    });
+    };
+    if (reply.owners.size() == 1 && reply.sg.size() == 1 && reply.sg[0].size() == reply.owners[0].size()) {
+      ep_->send(workers_[w], std::string(reply_key), std::move(reply.owners.front()), std::move(done));
+      return;
+    }
+    // The endpoint copies the list itself before send() returns.
+    const std::vector<const_buffer> sg = std::move(reply.sg);
+    ep_->send(workers_[w], std::string(reply_key), std::span<const const_buffer>(sg),
+              [done = std::move(done), owners = std::move(reply.owners)](std::error_code ec) mutable {
+                owners.clear();
+                done(ec);
+              });
   }
 
   void housekeep() {

@@ -11,6 +11,16 @@
 /// same thread: inline from handle(), or — for a sync pull waiting for its
 /// step — from the handle() call that completes the step.
 ///
+/// No copy of a large dense slice on the way in or out: a push's optimizer
+/// reads the gradient where it lies in the request (when the host is
+/// little-endian and the values are aligned for float; else it copies them
+/// first), and a pull's reply shares each dense slice of at least
+/// share_min_bytes instead of copying it (reply_message: the reply keeps a
+/// handle to the slice's values until it is sent). Copy-on-write keeps a reply
+/// a snapshot: an update of a slice that a reply still holds first moves the
+/// slice to a fresh buffer (shard_stats::cow_copies), so the reply never sees
+/// half of an update; with no reply holding it, the slice is updated in place.
+///
 /// Checkpoints: save() writes the whole state to one file that a crash leaves
 /// old or new, never torn; restore() loads it (the format is in
 /// detail/shard_checkpoint.hpp).
@@ -50,6 +60,15 @@ struct shard_stats {
   std::uint64_t stale_pushes = 0;  ///< sync: pushes for a finished step, dropped
   std::uint64_t deferred = 0;      ///< sync: pulls that waited for their step
   std::uint64_t checkpoints = 0;   ///< checkpoint files written
+  /// Bytes of dense values that replies sent from the slices' own buffers, without a copy.
+  std::uint64_t shared_reply_bytes = 0;
+  /// Updates (a push, a sync step, a restore) of a dense slice that a reply
+  /// still held, so that it moved to a fresh buffer (copying its values,
+  /// except for a restore) before the update.
+  std::uint64_t cow_copies = 0;
+  /// Push entries whose gradient was copied out of the request before the
+  /// optimizer read it (its values not aligned for float, or a big-endian host).
+  std::uint64_t gradient_copies = 0;
 };
 
 /// One worker as a waiting sync step or barrier generation sees it (stall
@@ -92,7 +111,14 @@ struct wait_state {
 class shard {
  public:
   /// Sends `reply` to worker index `worker` (of server_options::worker_job).
-  using reply_fn = std::function<void(std::uint32_t worker, tensor_buffer reply)>;
+  /// It keeps `reply` (its owners) until the bytes were sent: a dense slice
+  /// it shares is copied before its next update while it is held.
+  using reply_fn = std::function<void(std::uint32_t worker, reply_message reply)>;
+
+  /// A pulled dense slice of at least this many bytes is sent from its own
+  /// buffer; a smaller one is copied into the reply (a copy that small costs
+  /// less than a scatter-gather segment and a shared handle).
+  static constexpr std::size_t share_min_bytes = 4096;
 
   /// Throws system_error(errc::invalid_argument) for a bad spec, ps_index >=
   /// num_ps, or sync with 0 replicas; restores from the checkpoint file when
@@ -144,11 +170,12 @@ class shard {
                                         : checkpoint_path(opts_.checkpoint_dir, index_, place_.num_ps());
   }
 
-  /// Values of dense variable `var`'s slice `slice` if this PS holds it, else empty.
+  /// Values of dense variable `var`'s slice `slice` if this PS holds it, else
+  /// empty; valid until the shard next updates the slice (copy-on-write may
+  /// move it to a new buffer) or is destroyed.
   std::span<const float> dense_values(std::uint32_t var, std::uint32_t slice) const {
     if (var >= dense_index_.size() || slice >= dense_index_[var].size() || dense_index_[var][slice] == npos) return {};
-    const dense_state& d = dense_[dense_index_[var][slice]];
-    return {d.data.data(), static_cast<std::size_t>(d.info.element_count)};
+    return dense_[dense_index_[var][slice]].values_view();
   }
   /// Embedding row `id` of `var` if it was created here, else empty.
   std::span<const float> row_values(std::uint32_t var, std::int64_t id) const {
@@ -207,9 +234,16 @@ class shard {
     std::uint32_t slice = 0;
     slice_info info;
     std::uint64_t updates = 0;
-    std::vector<float> data;  ///< values, then each optimizer slot
-    std::vector<float> acc;   ///< sync: gradient sum of the current step
+    /// info.element_count floats (64-byte aligned), shared by the replies
+    /// being sent: write them only through writable_values().
+    tensor_buffer values;
+    std::vector<float> slots;  ///< each optimizer slot, element_count floats each
+    std::vector<float> acc;    ///< sync: gradient sum of the current step
     bool touched = false;
+
+    std::span<const float> values_view() const noexcept {
+      return {reinterpret_cast<const float*>(values.data()), values.size() / sizeof(float)};
+    }
   };
 
   struct row_state {
@@ -236,6 +270,10 @@ class shard {
   void init_values();
   std::size_t row_width(std::uint32_t var) const;
   row_state& row(std::uint32_t var, std::int64_t id);
+  /// `d`'s values, to be updated. While a reply still holds them, they first
+  /// move to a fresh buffer — a copy of them if `keep`, else uninitialised —
+  /// and the reply keeps the old one (copy-on-write).
+  std::span<float> writable_values(dense_state& d, bool keep = true);
 
   // ---- requests (detail/shard_request.hpp) ----
   /// Empty if every entry is valid; else what is wrong (and `code`).
@@ -248,6 +286,9 @@ class shard {
   // ---- pushes (detail/shard_push.hpp) ----
   /// Applies (async) or accumulates (sync) one push entry.
   void apply_push(const entry_view& e, float scale, bool accumulate);
+  /// The gradient of push entry `e`: its values in the request itself when
+  /// detail::floats_in_place() allows, else a copy of them in grad_.
+  std::span<const float> gradient(const entry_view& e);
   /// sync: every replica pushed; average, apply once, advance, answer waiting pulls.
   void finish_step();
 
@@ -289,7 +330,7 @@ class shard {
   std::string step_blocked_by() const;
   void fail_blocked();
   std::vector<deferred_request> deferred_;
-  std::vector<float> grad_;
+  std::vector<float> grad_;  ///< a gradient that could not be read in place
   std::set<std::int64_t> seen_ids_;
 };
 

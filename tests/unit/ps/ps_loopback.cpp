@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -354,4 +356,65 @@ TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected span
   }
   CHECK(served == 4);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("loopback: large slices leave the PS without a copy; a pull sees each slice all before or all after a push") {
+  const auto spec = fw::test::loopback_cluster(2, 2);
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(0.125f);
+  m.min_slice_bytes = 256 * 1024;
+  m.add_dense("big", {256, 1024}, ps::initializer::constant(1.0f));  // 1 MiB: a 512 KiB slice per PS
+  m.add_dense("b", {4}, ps::initializer::constant(0.5f));
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options()});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options()});
+  const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
+  ps::client<fw::asio_tcp> pusher({"worker", 0}, spec, m, co);
+  ps::client<fw::asio_tcp> puller({"worker", 1}, spec, m, co);
+  constexpr int steps = 16;
+  const std::vector<float> g(256 * 1024, 1.0f);  // every value moves alike: a torn slice would not be uniform
+
+  std::thread push_thread([&] {
+    ps::batch b;
+    for (int i = 0; i < steps; ++i) {
+      b.clear();
+      b.push("big", g);
+      pusher.run(b);
+    }
+  });
+  std::vector<std::string> torn;
+  float previous[2] = {1.0f, 1.0f};  // per PS: a pull never sees an older state than the one before
+  ps::batch b;
+  for (int i = 0; i < steps; ++i) {
+    b.clear();
+    const auto hbig = b.pull("big");
+    const auto hb = b.pull("b");
+    puller.run(b);
+    const auto v = b.result(hbig);
+    REQUIRE(v.size() == 256 * 1024);
+    CHECK(std::vector<float>(b.result(hb).begin(), b.result(hb).end()) == std::vector<float>(4, 0.5f));
+    for (std::size_t half = 0; half < 2; ++half) {  // one slice per PS: each must be one step's values
+      const auto slice = v.subspan(half * 128 * 1024, 128 * 1024);
+      if (std::adjacent_find(slice.begin(), slice.end(), std::not_equal_to<>()) != slice.end()) {
+        torn.push_back("pull " + std::to_string(i) + ", slice " + std::to_string(half));
+      }
+      // Values only go down: exactly k pushes of 1.0 at lr 1/8 (exact in float).
+      const float k = (1.0f - slice[0]) * 8.0f;
+      CHECK(k == std::floor(k));
+      CHECK(k <= static_cast<float>(steps));
+      CHECK(slice[0] <= previous[half]);
+      previous[half] = slice[0];
+    }
+  }
+  push_thread.join();
+  CHECK(torn.empty());
+  b.clear();
+  const auto hbig = b.pull("big");
+  puller.run(b);
+  const auto final_values = b.result(hbig);
+  CHECK(std::all_of(final_values.begin(), final_values.end(), [](float x) { return x == 1.0f - 0.125f * steps; }));
+  ps0.stop();
+  ps1.stop();
+  const std::uint64_t shared = ps0.state().stats().shared_reply_bytes + ps1.state().stats().shared_reply_bytes;
+  CHECK(shared == (steps + 1) * 256 * 1024 * 4);  // every pull of "big", no byte of it copied
+  MESSAGE("copy-on-write copies: ", ps0.state().stats().cow_copies + ps1.state().stats().cow_copies);
 }

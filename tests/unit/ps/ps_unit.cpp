@@ -1,13 +1,16 @@
 // Unit tests of the ps layer without a network: model/placement, initializers,
 // optimizer math, the request/reply encoding, and a shard driven in-process.
 #include <fusewire/ps/ps.hpp>
+#include <fusewire/wire/frame.hpp>
 
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <fstream>
@@ -994,4 +997,225 @@ TEST_CASE("shard: a waiting barrier names the workers that arrived and those it 
   CHECK_FALSE(s.waiting);
   CHECK(s.number == 1);
   CHECK(s.missing().size() == 3);
+}
+
+namespace {
+
+/// One PS holding "big" (8 x 1024 floats: shared by replies), "b" (2 floats:
+/// copied into them) and the embedding "emb" (dim 4); SGD with lr 0.5.
+ps::model_spec big_model() {
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(0.5f);
+  m.min_slice_bytes = 1 << 20;  // one slice each
+  m.add_dense("big", {8, 1024}, ps::initializer::constant(1.0f));
+  m.add_dense("b", {2}, ps::initializer::constant(2.0f));
+  m.add_embedding("emb", 4, ps::initializer::constant(3.0f), 100);
+  return m;
+}
+constexpr std::size_t big_floats = 8 * 1024;
+constexpr std::size_t big_bytes = big_floats * 4;
+
+bool same_bytes(const fw::tensor_buffer& a, const fw::tensor_buffer& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("shard: a pull reply shares a large dense slice, copies small ones and rows, and decodes the same") {
+  static_assert(big_bytes >= ps::shard::share_min_bytes);
+  const auto m = big_model();
+  shard_harness h(m, 0, 1);
+  h.hold = true;
+  const std::vector<std::int64_t> ids{5, 7};
+  auto rb = request(m, 1, 1);
+  rb.pull_dense(0, 0);
+  rb.pull_dense(1, 0);
+  rb.pull_rows(2, ids);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  REQUIRE(!out[0].ec);
+  REQUIRE(out[0].reply.entries.size() == 3);
+  CHECK(out[0].values(0) == std::vector<float>(big_floats, 1.0f));
+  CHECK(out[0].values(1) == std::vector<float>(2, 2.0f));
+  CHECK(out[0].values(2) == std::vector<float>(8, 3.0f));
+  // The headers, "big"'s own buffer, then the rest (b's values and the rows copied in).
+  REQUIRE(h.held.size() == 1);
+  const ps::reply_message& r = h.held[0];
+  REQUIRE(r.sg.size() == 3);
+  CHECK(r.sg[0].size() == ps::reply_header_bytes + ps::reply_entry_header_bytes);
+  CHECK(r.sg[1].size() == big_bytes);
+  CHECK(r.sg[1].data() == reinterpret_cast<const std::byte*>(h.shard.dense_values(0, 0).data()));
+  CHECK(r.sg[2].size() == 2 * ps::reply_entry_header_bytes + (2 + 8) * 4);
+  CHECK(r.owners.size() == 2);
+  CHECK(h.shard.stats().shared_reply_bytes == big_bytes);
+  CHECK(h.shard.stats().cow_copies == 0);
+}
+
+TEST_CASE("shard: a reply being sent keeps its values byte for byte while pushes update the slice") {
+  const auto m = big_model();
+  shard_harness h(m, 0, 1);
+  h.hold = true;
+  auto rb = request(m, 1, 1);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  const fw::tensor_buffer before = std::move(out[0].bytes);
+
+  // The push finds the slice held by the reply: the slice moves to a copy, which it updates.
+  std::vector<float> g(big_floats);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 7);
+  rb = request(m, 1, 2);
+  rb.push_dense(0, 0, g);
+  out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply.status == 0);
+  CHECK(h.shard.stats().cow_copies == 1);
+  REQUIRE(h.held.size() == 2);  // the pull's reply and the push's
+  CHECK(same_bytes(h.held[0].gather(), before));
+  const auto now = h.shard.dense_values(0, 0);
+  for (std::size_t i = 0; i < now.size(); ++i) REQUIRE(now[i] == 1.0f - 0.5f * g[i]);
+
+  // Nothing holds the new buffer: the next push updates it in place.
+  rb = request(m, 1, 3);
+  rb.push_dense(0, 0, g);
+  h.send(0, rb);
+  CHECK(h.shard.stats().cow_copies == 1);
+  CHECK(same_bytes(h.held[0].gather(), before));
+  CHECK(h.shard.dense_values(0, 0)[1] == 1.0f - 2 * 0.5f);
+
+  // Once the replies are gone (sent), pulls and pushes copy nothing.
+  h.hold = false;
+  h.held.clear();
+  for (std::uint64_t seq = 4; seq < 8; ++seq) {
+    rb = request(m, 1, seq);
+    rb.push_dense(0, 0, g);
+    rb.pull_dense(0, 0);
+    out = h.send(0, rb);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].values(0)[1] == doctest::Approx(1.0f - static_cast<float>(seq - 1) * 0.5f));
+  }
+  CHECK(h.shard.stats().cow_copies == 1);
+  CHECK(h.shard.stats().shared_reply_bytes == 5 * big_bytes);
+}
+
+TEST_CASE("shard: sync: a pull that waited for step s keeps the state after s while step s + 1 is applied") {
+  const auto m = big_model();
+  ps::server_options so;
+  so.mode = ps::training_mode::sync;
+  shard_harness h(m, 0, 1, so, 2);
+  h.hold = true;
+  const std::uint32_t sync_push = ps::request_flags::sync | ps::request_flags::contributes;
+  const std::vector<float> g(big_floats, 1.0f);
+  auto step = [&](std::uint64_t s) {
+    auto rb = request(m, 1, s, sync_push, s - 1, s);
+    rb.push_dense(0, 0, g);
+    rb.pull_dense(0, 0);
+    CHECK(h.send(0, rb).empty());  // waits for worker 1
+    rb = request(m, 1, s, sync_push, s - 1, 0, 9);
+    rb.push_dense(0, 0, g);
+    return h.send(1, rb);
+  };
+  auto out = step(1);
+  REQUIRE(out.size() == 2);
+  const auto& pulled = out[0].worker == 0 ? out[0] : out[1];
+  CHECK(pulled.reply.step == 1);
+  CHECK(pulled.values(0) == std::vector<float>(big_floats, 0.5f));
+  const fw::tensor_buffer after_1 = pulled.bytes.share();
+  const std::size_t held_pull = out[0].worker == 0 ? 0 : 1;
+  CHECK(h.shard.stats().cow_copies == 0);
+  // Step 2 is applied while the step-1 reply is still being sent.
+  out = step(2);
+  REQUIRE(out.size() == 2);
+  CHECK(h.shard.stats().cow_copies == 1);
+  CHECK(h.shard.dense_values(0, 0)[0] == 0.0f);
+  CHECK(same_bytes(h.held[held_pull].gather(), after_1));
+}
+
+TEST_CASE("shard: a restore leaves a reply being sent as it was") {
+  const auto m = big_model();
+  const auto dir = temp_dir("restore_held");
+  ps::server_options so;
+  so.checkpoint_dir = dir;
+  shard_harness h(m, 0, 1, so);
+  const std::vector<float> g(big_floats, 1.0f);
+  h.shard.save(h.shard.checkpoint_file());
+  auto rb = request(m, 1, 1);
+  rb.push_dense(0, 0, g);
+  h.send(0, rb);
+  h.hold = true;
+  rb = request(m, 1, 2);
+  rb.pull_dense(0, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].values(0)[0] == 0.5f);
+  h.shard.restore(h.shard.checkpoint_file());
+  CHECK(h.shard.stats().cow_copies == 1);
+  CHECK(h.shard.dense_values(0, 0)[0] == 1.0f);
+  CHECK(same_bytes(h.held[0].gather(), out[0].bytes));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("shard: a push whose values are not aligned for float is copied, then applied alike") {
+  const auto m = big_model();
+  shard_harness aligned(m, 0, 1);
+  shard_harness odd(m, 0, 1);
+  std::vector<float> g(big_floats);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 5) - 2.0f;
+  const std::vector<std::int64_t> ids{3, 8, 3};
+  const std::vector<float> gr{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto rb = request(m, 1, 1);
+  rb.push_dense(0, 0, g);
+  rb.push_rows(2, ids, gr);
+  const fw::tensor_buffer req = rb.finish();
+  // The same bytes one byte off a float boundary.
+  const fw::tensor_buffer storage = fw::tensor_buffer::allocate(req.size() + 1);
+  std::memcpy(storage.data() + 1, req.data(), req.size());
+  const fw::tensor_buffer shifted = fw::tensor_buffer::view(storage.data() + 1, req.size());
+  REQUIRE(ps::detail::floats_in_place(req.data() + ps::request_header_bytes + ps::entry_header_bytes) != nullptr);
+  REQUIRE(ps::detail::floats_in_place(shifted.data() + ps::request_header_bytes + ps::entry_header_bytes) == nullptr);
+
+  aligned.shard.handle(0, req.share());
+  odd.shard.handle(0, shifted.share());
+  REQUIRE(aligned.replies.size() == 1);
+  REQUIRE(odd.replies.size() == 1);
+  CHECK(odd.replies[0].reply.status == 0);
+  CHECK(aligned.shard.stats().gradient_copies == 0);
+  CHECK(odd.shard.stats().gradient_copies == 2);  // both entries
+  const auto a = aligned.shard.dense_values(0, 0), o = odd.shard.dense_values(0, 0);
+  REQUIRE(a.size() == big_floats);
+  CHECK(std::equal(a.begin(), a.end(), o.begin(), o.end()));
+  CHECK(a[1] == 1.0f - 0.5f * g[1]);
+  for (std::int64_t id : {3, 8}) {
+    const auto ra = aligned.shard.row_values(2, id), ro = odd.shard.row_values(2, id);
+    REQUIRE(ra.size() == 4);
+    CHECK(std::equal(ra.begin(), ra.end(), ro.begin(), ro.end()));
+  }
+  // Id 3 twice: its two gradient rows summed, applied once.
+  CHECK(aligned.shard.row_values(2, 3)[0] == 3.0f - 0.5f * (1.0f + 9.0f));
+  CHECK(aligned.shard.row_values(2, 8)[3] == 3.0f - 0.5f * 8.0f);
+}
+
+TEST_CASE("shard: a pull of many large slices stays within a frame's scatter-gather segments") {
+  ps::model_spec m;
+  m.min_slice_bytes = 1 << 20;
+  const std::size_t vars = 600;  // more than max_segments / 2 slices of share_min_bytes
+  for (std::size_t v = 0; v < vars; ++v) {
+    m.add_dense("v" + std::to_string(v), {ps::shard::share_min_bytes / 4}, ps::initializer::constant(1.0f));
+  }
+  shard_harness h(m, 0, 1);
+  h.hold = true;
+  auto rb = request(m, 1, 1);
+  for (std::uint32_t v = 0; v < vars; ++v) rb.pull_dense(v, 0);
+  auto out = h.send(0, rb);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].reply.status == 0);
+  REQUIRE(out[0].reply.entries.size() == vars);
+  for (std::size_t v = 0; v < vars; ++v) {
+    REQUIRE(out[0].values(v) == std::vector<float>(ps::shard::share_min_bytes / 4, 1.0f));
+  }
+  const std::size_t max_shared = (fw::wire::limits{}.max_segments - 1) / 2;
+  REQUIRE(h.held.size() == 1);
+  CHECK(h.held[0].sg.size() <= fw::wire::limits{}.max_segments);
+  CHECK(h.held[0].owners.size() == 1 + max_shared);
+  CHECK(h.shard.stats().shared_reply_bytes == max_shared * ps::shard::share_min_bytes);
 }

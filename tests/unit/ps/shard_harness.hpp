@@ -1,6 +1,7 @@
 #pragma once
 /// A ps::shard driven in-process by the ps unit tests: requests go in by
-/// hand, the replies it sends are decoded and kept.
+/// hand, the replies it sends are flattened into one buffer (flatten()),
+/// decoded and kept.
 #include <fusewire/ps/message.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/shard.hpp>
@@ -13,6 +14,10 @@
 #include <vector>
 
 namespace fusewire::test {
+
+/// A reply's bytes in one buffer, for decode_reply (a copy: the reply's
+/// shared slices are released when `reply` is).
+inline fusewire::tensor_buffer flatten(const ps::reply_message& reply) { return reply.gather(); }
 
 /// A reply a shard sent, decoded.
 struct captured {
@@ -29,22 +34,27 @@ struct captured {
   }
 };
 
-/// A shard whose replies land in `replies`.
+/// A shard whose replies land in `replies`; with `hold` set, each reply as
+/// the shard made it is also kept in `held` (as a transport sending it
+/// would), so that it keeps the dense slices it shares.
 struct shard_harness {
   std::vector<captured> replies;
+  bool hold = false;
+  std::vector<ps::reply_message> held;
   ps::shard shard;
 
   shard_harness(ps::model_spec model, std::uint32_t index, std::size_t num_ps, ps::server_options opts = {},
                 std::size_t workers = 2)
       : shard(
             std::move(model), index, num_ps, std::move(opts), workers,
-            [this](std::uint32_t w, fusewire::tensor_buffer b) {
+            [this](std::uint32_t w, ps::reply_message m) {
               captured c;
               c.worker = w;
-              c.bytes = std::move(b);
+              c.bytes = flatten(m);
               std::string why;
               ps::decode_reply(c.bytes.bytes(), c.reply, c.ec, why);
               replies.push_back(std::move(c));
+              if (hold) held.push_back(std::move(m));
             },
             42) {}
 

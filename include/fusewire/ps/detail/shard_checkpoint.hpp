@@ -44,7 +44,7 @@ inline void shard::save(const std::filesystem::path& file) {
     std::byte* p = out.data() + at;
     detail::put(p, v);
   };
-  auto put_floats = [&out](const std::vector<float>& f) {
+  auto put_floats = [&out](std::span<const float> f) {
     const std::size_t at = out.size();
     out.resize(at + f.size() * 4);
     std::byte* p = out.data() + at;
@@ -60,8 +60,9 @@ inline void shard::save(const std::filesystem::path& file) {
     put(d.var);
     put(d.slice);
     put(d.updates);
-    put(static_cast<std::uint64_t>(d.data.size()));
-    put_floats(d.data);
+    put(static_cast<std::uint64_t>(d.values_view().size() + d.slots.size()));
+    put_floats(d.values_view());
+    put_floats(d.slots);
   }
   std::uint32_t tables = 0;
   for (std::uint32_t v = 0; v < model_.variables.size(); ++v)
@@ -132,7 +133,13 @@ inline void shard::restore(const std::filesystem::path& file) {
         std::to_string(index_) + " of " + std::to_string(place_.num_ps()));
   }
   const auto step = take(std::uint64_t{});
-  std::vector<dense_state> dense = dense_;
+  // Read into the side first: a bad file leaves the shard unchanged.
+  struct dense_read {
+    std::uint64_t updates = 0;
+    std::size_t at = 0;  ///< where its values+slots start in `in`
+    bool read = false;
+  };
+  std::vector<dense_read> dense(dense_.size());
   const auto nd = take(std::uint32_t{});
   if (nd != dense.size()) bad(std::to_string(nd) + " dense slices, expected " + std::to_string(dense.size()));
   for (std::uint32_t i = 0; i < nd; ++i) {
@@ -141,14 +148,18 @@ inline void shard::restore(const std::filesystem::path& file) {
     if (var >= dense_index_.size() || slice >= dense_index_[var].size() || dense_index_[var][slice] == npos) {
       bad("dense slice " + std::to_string(var) + "/" + std::to_string(slice) + " does not belong to this PS");
     }
-    dense_state& d = dense[dense_index_[var][slice]];
-    d.updates = take(std::uint64_t{});
+    const dense_state& d = dense_[dense_index_[var][slice]];
+    dense_read& r = dense[dense_index_[var][slice]];
+    if (r.read) bad("dense slice " + std::to_string(var) + "/" + std::to_string(slice) + " is in it twice");
+    r.read = true;
+    r.updates = take(std::uint64_t{});
     const auto n = take(std::uint64_t{});
-    if (n != d.data.size())
+    const std::size_t floats = d.values_view().size() + d.slots.size();
+    if (n != floats)
       bad("slice of '" + model_.variables[var].name + "' has " + std::to_string(n) + " floats, expected " +
-          std::to_string(d.data.size()));
+          std::to_string(floats));
     need(n * 4);
-    detail::get_array(in.data() + pos, d.data.data(), d.data.size());
+    r.at = pos;
     pos += n * 4;
   }
   std::vector<std::unordered_map<std::int64_t, row_state>> rows(model_.variables.size());
@@ -183,7 +194,14 @@ inline void shard::restore(const std::filesystem::path& file) {
   }
   if (pos != body) bad(std::to_string(body - pos) + " unexpected bytes before the checksum");
   workers_ = std::move(workers);
-  dense_ = std::move(dense);
+  for (std::size_t i = 0; i < dense_.size(); ++i) {
+    dense_state& d = dense_[i];
+    d.updates = dense[i].updates;
+    // A reply still sending the old values keeps them (a fresh buffer then).
+    const std::span<float> w = writable_values(d, false);
+    detail::get_array(in.data() + dense[i].at, w.data(), w.size());
+    detail::get_array(in.data() + dense[i].at + w.size() * 4, d.slots.data(), d.slots.size());
+  }
   rows_ = std::move(rows);
   global_step_ = step;
   restored_step_ = step;

@@ -2,8 +2,11 @@
 /// ps::shard's pushes: async mode applies each push as it arrives; sync mode
 /// sums the pushes of the current step and, once every replica pushed,
 /// applies their average once and answers the pulls that waited for the step.
+/// The optimizer reads a gradient where it lies in the request (shard::gradient)
+/// and writes a dense slice through writable_values() (copy-on-write).
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -22,27 +25,52 @@ namespace fusewire {
 inline namespace v0 {
 namespace ps {
 
+namespace detail {
+/// The little-endian f32 values at `p` read in place as floats, or nullptr
+/// when they cannot be: on a big-endian host, or when `p` is not aligned for
+/// float (then the caller copies them).
+inline const float* floats_in_place(const std::byte* p) noexcept {
+  if constexpr (std::endian::native != std::endian::little) {
+    (void)p;
+    return nullptr;
+  } else {
+    return reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0 ? reinterpret_cast<const float*>(p) : nullptr;
+  }
+}
+}  // namespace detail
+
+inline std::span<const float> shard::gradient(const entry_view& e) {
+  const auto n = static_cast<std::size_t>(e.value_count);
+  if (n == 0) return {};
+  // A request's values start at a 4-byte offset of a buffer from
+  // tensor_buffer::allocate, so they are aligned unless the buffer is a view
+  // the caller placed elsewhere.
+  if (const float* in_place = detail::floats_in_place(e.values)) return {in_place, n};
+  ++stats_.gradient_copies;
+  grad_.resize(n);
+  e.copy_values(grad_.data(), 0, n);
+  return {grad_.data(), n};
+}
+
 inline void shard::apply_push(const entry_view& e, float scale, bool accumulate) {
   const optimizer_config& opt = model_.optimizer_of(e.var);
+  const std::span<const float> grad = gradient(e);
   if (e.kind == op::push_dense) {
     dense_state& d = dense_[dense_index_[e.var][e.slice]];
-    const auto n = static_cast<std::size_t>(d.info.element_count);
-    grad_.resize(n);
-    e.copy_values(grad_.data(), 0, n);
     if (accumulate) {
       if (!d.touched) {
-        d.acc.assign(n, 0.0f);
+        d.acc.assign(grad.begin(), grad.end());
         d.touched = true;
+      } else {
+        for (std::size_t i = 0; i < grad.size(); ++i) d.acc[i] += grad[i];
       }
-      for (std::size_t i = 0; i < n; ++i) d.acc[i] += grad_[i];
       return;
     }
-    apply_update(opt, std::span<float>(d.data.data(), n), std::span<float>(d.data.data() + n, n * opt.slots()), grad_,
-                 d.updates, scale);
+    apply_update(opt, writable_values(d), d.slots, grad, d.updates, scale);
     return;
   }
   const auto dim = static_cast<std::size_t>(model_.variables[e.var].row_size());
-  grad_.resize(dim);
+  auto row_grad = [&](std::uint64_t k) { return grad.subspan(static_cast<std::size_t>(k) * dim, dim); };
   // Duplicate ids: their gradients are summed and applied once.
   std::unordered_map<std::int64_t, std::vector<float>> summed;
   bool has_dups = false;
@@ -57,22 +85,28 @@ inline void shard::apply_push(const entry_view& e, float scale, bool accumulate)
   }
   for (std::uint64_t k = 0; k < e.id_count; ++k) {
     const std::int64_t id = e.id(k);
-    e.copy_values(grad_.data(), k * dim, dim);
+    const std::span<const float> g = row_grad(k);
     if (accumulate) {
       auto [it, fresh] = acc_rows_[e.var].try_emplace(id);
-      if (fresh) it->second.assign(dim, 0.0f);
-      for (std::size_t c = 0; c < dim; ++c) it->second[c] += grad_[c];
+      if (fresh) {
+        it->second.assign(g.begin(), g.end());
+      } else {
+        for (std::size_t c = 0; c < dim; ++c) it->second[c] += g[c];
+      }
       continue;
     }
     if (has_dups) {
       auto [it, fresh] = summed.try_emplace(id);
-      if (fresh) it->second.assign(dim, 0.0f);
-      for (std::size_t c = 0; c < dim; ++c) it->second[c] += grad_[c];
+      if (fresh) {
+        it->second.assign(g.begin(), g.end());
+      } else {
+        for (std::size_t c = 0; c < dim; ++c) it->second[c] += g[c];
+      }
       continue;
     }
     row_state& r = row(e.var, id);
-    apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()),
-                 grad_, r.updates, scale);
+    apply_update(opt, std::span<float>(r.data.data(), dim), std::span<float>(r.data.data() + dim, dim * opt.slots()), g,
+                 r.updates, scale);
   }
   if (has_dups) {
     // Apply in first-occurrence order (deterministic).
@@ -92,9 +126,7 @@ inline void shard::finish_step() {
   for (dense_state& d : dense_) {
     if (!d.touched) continue;
     const optimizer_config& opt = model_.optimizer_of(d.var);
-    const auto n = static_cast<std::size_t>(d.info.element_count);
-    apply_update(opt, std::span<float>(d.data.data(), n), std::span<float>(d.data.data() + n, n * opt.slots()), d.acc,
-                 d.updates, scale);
+    apply_update(opt, writable_values(d), d.slots, d.acc, d.updates, scale);
     d.touched = false;
   }
   for (std::uint32_t v = 0; v < acc_rows_.size(); ++v) {

@@ -2,12 +2,17 @@
 /// ps::shard's values and optimizer slots: the dense slices this PS holds,
 /// filled at construction, and embedding rows, created on first touch — both
 /// from the variable's initializer, with each slot at its optimizer's initial value.
+/// A dense slice's values live in their own buffer, which replies share;
+/// writable_values() moves them to a fresh one when a reply still holds them.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <utility>
 
+#include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/ps/model.hpp>
 #include <fusewire/ps/optimizer.hpp>
 #include <fusewire/ps/shard.hpp>
@@ -35,19 +40,34 @@ inline void shard::init_values() {
       d.info = slices[s];
       const optimizer_config& opt = model_.optimizer_of(v);
       const auto n = static_cast<std::size_t>(slices[s].element_count);
-      d.data.resize(n * (1 + opt.slots()));
+      d.values = tensor_buffer::allocate(n * sizeof(float));
+      const std::span<float> w = writable_values(d, false);
       const std::uint64_t row_size = static_cast<std::uint64_t>(spec.row_size());
       for (std::size_t i = 0; i < n; ++i) {
         const std::uint64_t flat = static_cast<std::uint64_t>(slices[s].element_begin) + i;
-        d.data[i] = spec.init.value(spec.name, flat / row_size, flat % row_size);
+        w[i] = spec.init.value(spec.name, flat / row_size, flat % row_size);
       }
+      d.slots.resize(n * opt.slots());
       for (std::size_t k = 0; k < opt.slots(); ++k) {
-        std::fill_n(d.data.begin() + static_cast<std::ptrdiff_t>(n * (1 + k)), n, initial_slot_value(opt, k));
+        std::fill_n(d.slots.begin() + static_cast<std::ptrdiff_t>(n * k), n, initial_slot_value(opt, k));
       }
       dense_.push_back(std::move(d));
       dense_values_ += n;
     }
   }
+}
+
+inline std::span<float> shard::writable_values(dense_state& d, bool keep) {
+  const auto n = static_cast<std::size_t>(d.info.element_count);
+  if (n != 0 && !d.values.sole()) {
+    // A reply being sent still holds these bytes: it keeps them as they are.
+    tensor_buffer fresh = tensor_buffer::allocate(n * sizeof(float));
+    if (keep) std::memcpy(fresh.data(), d.values.data(), n * sizeof(float));
+    d.values = std::move(fresh);
+    ++stats_.cow_copies;
+  }
+  // operator new's bytes hold floats once written as floats (implicit object creation).
+  return {reinterpret_cast<float*>(d.values.data()), d.values.size() / sizeof(float)};
 }
 
 inline std::size_t shard::row_width(std::uint32_t var) const {
