@@ -28,6 +28,7 @@
 #include <fusewire/core/version.hpp>
 
 #include "common/launcher.hpp"
+#include "common/options.hpp"
 #include "common/ports.hpp"
 #include "common/result_line.hpp"
 #include "common/transport.hpp"
@@ -265,10 +266,21 @@ cell_result run_cell(const cli_options& o, const cell_spec& c, std::size_t index
     return out;
   }
   if (!ok || workers.size() != s.workers) {
+    // Name what went wrong: the processes killed at the deadline, those that
+    // failed on their own (not the ones the launcher stopped because of them).
+    std::string why;
+    for (const auto& k : kids) {
+      const bool clean = WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0;
+      if (k.killed) {
+        why += (why.empty() ? "" : "; ") + k.name + " killed after " + std::to_string(deadline) + " s (--timeout)";
+      } else if (!clean && !k.stop_sent) {
+        why += (why.empty() ? "" : "; ") + k.name + " ended with " + example::describe_status(k.status);
+      }
+    }
     out.rep.ok = false;
-    out.rep.error =
-        !ok ? "a process failed or was killed (see the lines above)"
-            : "only " + std::to_string(workers.size()) + " of " + std::to_string(s.workers) + " workers reported";
+    out.rep.error = !why.empty() ? why
+                                 : "only " + std::to_string(workers.size()) + " of " + std::to_string(s.workers) +
+                                       " workers reported";
     return out;
   }
   std::sort(workers.begin(), workers.end(), [](const auto& a, const auto& b) { return a.task < b.task; });
@@ -382,6 +394,11 @@ cell_spec role_cell(const cli_options& o) {
 }
 
 int launch(const cli_options& o, int argc, char** argv) {
+  // The environment's knobs, checked once before any process starts.
+  example::option_choices mode;
+  if (!o.run.reactor_mode.empty()) mode.mode = fusewire::reactor_mode_from_string(o.run.reactor_mode);
+  (void)example::task_options(fusewire::role::ps, mode);
+  (void)example::task_options(fusewire::role::worker, mode);
   std::vector<cell_spec> cells;
   if (!o.main_job_only) cells = plan_cells(o);
   std::vector<cell_result> results;

@@ -82,7 +82,11 @@ class step_maker {
       for (auto& batch_ids : ids_) {
         std::vector<unsigned> have(num_ps_, 0);
         std::size_t missing = static_cast<std::size_t>(num_ps_) * c.rows;
-        while (missing > 0) {
+        for (std::size_t draws = 0; missing > 0; ++draws) {
+          if (draws > 1000 * static_cast<std::size_t>(num_ps_) * c.rows) {
+            throw_error(errc::invalid_argument, "ps_bench: --id-range " + std::to_string(c.id_range) +
+                                                    " gives some PS no ids; use a larger range");
+          }
           const std::int64_t x = id(rng);
           unsigned& n = have[client_.place().ps_of_id(x)];
           if (n == c.rows) continue;

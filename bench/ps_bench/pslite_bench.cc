@@ -125,7 +125,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double warmup_s = std::atof(argv[3]), time_s = std::atof(argv[4]);
-  ps::Start(0, argv[0]);
+  // Start without the start-up barrier, register the server's handle, then
+  // meet: otherwise a worker released first can send before the server's
+  // KVServer exists, and the server's receive thread, waiting for it, holds
+  // back the barrier release that would let it be made.
+  ps::StartAsync(0, argv[0]);
   store st;
   ps::KVServer<float>* server = nullptr;
   if (ps::IsServer()) {
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
       handle(st, static_cast<std::size_t>(floats), meta, req, srv);
     });
   }
+  ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup + ps::kServerGroup + ps::kScheduler);
   int rc = 0;
   if (ps::IsWorker()) rc = run_worker(static_cast<std::size_t>(floats), op, warmup_s, time_s);
   ps::Finalize(0, true);
