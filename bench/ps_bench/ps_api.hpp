@@ -118,8 +118,6 @@ class step_maker {
 
   /// Waits for every worker (all of them measure at once); throws on timeout.
   void barrier(std::chrono::milliseconds timeout) { client_.barrier(timeout); }
-  /// Every PS stops serving (worker 0, at the end).
-  void shutdown_servers() { client_.shutdown_servers(); }
   unsigned num_ps() const noexcept { return num_ps_; }
 
  private:
@@ -133,8 +131,8 @@ class step_maker {
   std::size_t next_ = 0;
 };
 
-/// Serves as PS `task` until a worker calls shutdown_servers() or `stop`
-/// becomes true; returns the requests it received.
+/// Serves as PS `task` until `stop` becomes true (or a worker calls
+/// client::shutdown_servers); returns the requests it received.
 template <class Transport>
 std::uint64_t serve_ps(const ::fusewire::cluster_spec& spec, unsigned task, unsigned num_ps, const cell_spec& c,
                        ps::server_config<Transport> config, const std::atomic<bool>& stop) {

@@ -47,8 +47,8 @@ ps::training_mode training(const run_settings& s) {
 }
 
 /// The PS's log, less the line it writes when a worker's connection closes:
-/// workers leave as soon as the last barrier passes, before worker 0's
-/// shutdown reaches every PS. A worker that dies mid-measurement fails its
+/// workers leave when their window ends, before the launcher stops the PS.
+/// A worker that dies mid-measurement fails its
 /// own exit status, which the launcher reports.
 void quiet_losses(std::string_view line) {
   if (line.find(" lost: ") == std::string_view::npos)
@@ -145,9 +145,9 @@ int run_worker_role(const run_settings& s, const cell_spec& c, const std::string
         static_cast<unsigned long long>(net_after.tx_bytes - net_before.tx_bytes),
         static_cast<unsigned long long>(net_after.rx_bytes - net_before.rx_bytes));
     std::fflush(stdout);
-    // Nobody shuts the PS down while another worker still measures.
-    steps.barrier(barrier_timeout);
-    if (task == 0) steps.shutdown_servers();
+    // The launcher stops the PS (SIGTERM) once every worker has exited: a
+    // worker's shutdown_servers() could stop a PS while its replies to the
+    // others are still on their way.
     return 0;
   });
 }

@@ -11,12 +11,11 @@
 
 namespace fusewire::bench::psb {
 
-/// Serves as PS `task` of `cluster` until worker 0 shuts the PS down or
-/// SIGTERM/SIGINT arrives; returns the exit code. Throws on setup errors.
+/// Serves as PS `task` of `cluster` until SIGTERM/SIGINT (the launcher's,
+/// once every worker has exited); returns the exit code. Throws on setup errors.
 int run_ps_role(const run_settings& s, const cell_spec& c, const std::string& cluster, unsigned task);
 
-/// Warm-up, barrier, the measured window, barrier (worker 0 then stops the
-/// PS); returns the exit code. Throws std::system_error when a step fails.
+/// Warm-up, barrier, the measured window; returns the exit code. Throws std::system_error when a step fails.
 int run_worker_role(const run_settings& s, const cell_spec& c, const std::string& cluster, unsigned task);
 
 }  // namespace fusewire::bench::psb

@@ -79,7 +79,11 @@ run_fusewire() {  # floats op transport
   python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["results"][0]["rpc_per_s"])' "$json"
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# The median of the rounds that ran (a failed one gave 0, and is left out; "-" when none ran).
+median() {
+  tr ' ' '\n' | grep -v '^0*$' | sort -n |
+    awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
 
 declare -A got
 for ((round = 1; round <= ROUNDS; ++round)); do
@@ -95,7 +99,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
 done
 
 echo
-echo "RPC/s (median of $ROUNDS alternating rounds), $P PS x $W workers on loopback, ${TIME} s each; one RPC = one"
+echo "RPC/s (median of the rounds that ran, of $ROUNDS alternating), $P PS x $W workers on loopback, ${TIME} s each; one RPC = one"
 echo "request a server answered (one key / slice of FLOATS floats); ps-lite over ZeroMQ TCP"
 header=$(printf "%-10s %-5s %10s" floats op ps-lite)
 for t in $TRANSPORTS; do header+=$(printf " %12s %8s" "fw-$t" "ratio"); done
@@ -106,7 +110,7 @@ for f in $FLOATS; do
     line=$(printf "%-10s %-5s %10s" "$f" "$op" "$base")
     for t in $TRANSPORTS; do
       fw=$(echo "${got[$t,$f,$op]}" | median)
-      ratio=$(awk -v a="$fw" -v b="$base" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+      ratio=$(awk -v a="$fw" -v b="$base" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }')
       line+=$(printf " %12s %8s" "$fw" "$ratio")
     done
     echo "$line"
