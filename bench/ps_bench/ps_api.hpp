@@ -99,19 +99,22 @@ class step_maker {
     } else {
       grads_.assign(static_cast<std::size_t>(num_ps_) * c.floats, 1e-6f);
     }
+    var_ = client_.variable(c.embedding ? embedding_name : dense_name);
+    out_.resize(c.embedding ? ids_.front().size() * c.dim : grads_.size());
   }
 
   /// One step; throws std::system_error (naming the PS) on failure.
   void run() {
     batch_.clear();
     const bool push = cell_.op != op_kind::pull, pull = cell_.op != op_kind::push;
+    // By handle, pulled values straight into out_, as a trainer would.
     if (cell_.embedding) {
       const std::vector<std::int64_t>& ids = ids_[next_++ % ids_.size()];
-      if (push) batch_.push_rows(embedding_name, ids, grads_);
-      if (pull) batch_.pull_rows(embedding_name, ids);
+      if (push) batch_.push_rows(var_, ids, grads_);
+      if (pull) batch_.pull_rows_into(var_, ids, out_);
     } else {
-      if (push) batch_.push(dense_name, grads_);
-      if (pull) batch_.pull(dense_name);
+      if (push) batch_.push(var_, grads_);
+      if (pull) batch_.pull_into(var_, out_);
     }
     client_.run(batch_);
   }
@@ -126,7 +129,8 @@ class step_maker {
   unsigned num_ps_;
   ps::client<Transport> client_;
   ps::batch batch_;
-  std::vector<float> grads_;
+  ps::variable_handle var_;
+  std::vector<float> grads_, out_;
   std::vector<std::vector<std::int64_t>> ids_;
   std::size_t next_ = 0;
 };
