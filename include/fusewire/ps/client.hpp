@@ -37,6 +37,7 @@
 #include <mutex>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -92,15 +93,10 @@ class client {
     if (copts_.step_timeout.count() <= 0 || copts_.retry_interval.count() <= 0) {
       throw_error(errc::invalid_argument, "ps client: step_timeout and retry_interval must be > 0 ms");
     }
-    place_ = placement(model_, num_ps);
-    fingerprint_ = model_.fingerprint(num_ps);
+    num_tasks_ = num_ps;
+    base_fingerprint_ = model_.fingerprint(num_ps);
     for (std::uint32_t i = 0; i < model_.variables.size(); ++i) names_.emplace(model_.variables[i].name, i);
-    for (std::uint32_t p = 0; p < num_ps; ++p) ps_tasks_.push_back({copts_.ps_job, p});
-    seq_.assign(num_ps, 0);
-    ps_step_.assign(num_ps, 0);
-    ps_incarnation_.assign(num_ps, 0);
-    want_.assign(num_ps, 0);
-    recv_outstanding_.assign(num_ps, false);
+    set_lanes(1);  // lane 0 of each PS until the hello says how many they run
     std::random_device rd;
     incarnation_ =
         (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
@@ -166,7 +162,7 @@ class client {
     }
     const variable_spec& v = model_.variables[found->second];
     const auto size = static_cast<std::size_t>(v.kind == variable_kind::dense ? v.num_elements() : v.row_size());
-    return variable_handle(found->second, v.kind, size, fingerprint_);
+    return variable_handle(found->second, v.kind, size, base_fingerprint_);
   }
 
   /// Waits until every PS answers (each is up, serves this model and PS
@@ -225,11 +221,19 @@ class client {
 
   /// The highest global step a PS reported so far.
   std::uint64_t global_step() const noexcept { return *std::max_element(ps_step_.begin(), ps_step_.end()); }
-  /// The global step PS `p` reported last.
-  std::uint64_t global_step(std::uint32_t p) const { return ps_step_.at(p); }
+  /// The global step PS `p` reported last (the most any of its lanes reported).
+  std::uint64_t global_step(std::uint32_t p) const {
+    if (p >= num_tasks_) throw std::out_of_range("ps client: global_step(" + std::to_string(p) + ")");
+    const auto first = ps_step_.begin() + static_cast<std::ptrdiff_t>(p * lanes_);
+    return *std::max_element(first, first + lanes_);
+  }
   const model_spec& model() const noexcept { return model_; }
+  /// Where the variables live: over num_ps() x lanes() places, place p * lanes() + l
+  /// being lane l of PS p (before the first exchange, lanes() is 1).
   const placement& place() const noexcept { return place_; }
-  std::size_t num_ps() const noexcept { return ps_tasks_.size(); }
+  std::size_t num_ps() const noexcept { return num_tasks_; }
+  /// Lanes each PS runs, as its hello said; 1 until the first run(), wait_ready() or barrier().
+  std::uint32_t lanes() const noexcept { return lanes_; }
   const client_stats& stats() const noexcept { return stats_; }
   endpoint_type& endpoint() noexcept { return *ep_; }
 
@@ -332,7 +336,7 @@ class client {
   /// PS `p` answered from a new process at `step`, `fresh` if it restored no
   /// checkpoint. Returns whether training may go on (logging what happened).
   bool ps_restarted(std::uint32_t p, std::uint64_t step, bool fresh) {
-    const std::string who = ps_tasks_[p].to_string();
+    const std::string who = target_name(p);
     // Lost only if it had state: a PS that restarts before any step loses nothing.
     if (fresh && ps_step_[p] > 0) {
       if (!copts_.allow_reinitialized_ps) return false;
@@ -365,6 +369,17 @@ class client {
   /// Logs which PS tasks (and variables) the exchange begun at `start` still waits for.
   void report_stall(const std::vector<attempt>& attempts, clock::time_point start, clock::time_point now);
 
+  // ---- lanes (detail/client_control.hpp) ----
+  /// The request targets become lane l of PS p at index p * lanes + l, with
+  /// their keys; placement and fingerprint follow. Only with no receive posted.
+  void set_lanes(std::uint32_t lanes);
+  /// Before the first request: asks every PS its lane count (request_flags::hello).
+  bool ensure_lanes(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why);
+  /// "ps:1", or "ps:1 lane 2" when the PS runs lanes.
+  std::string target_name(std::size_t t) const {
+    return lanes_ == 1 ? ps_tasks_[t].to_string() : ps_tasks_[t].to_string() + " lane " + std::to_string(t % lanes_);
+  }
+
   // ---- control requests (detail/client_control.hpp) ----
   /// save_checkpoint() and shutdown_servers(): a request with `flags` to every PS.
   void control(std::uint32_t flags);
@@ -376,7 +391,13 @@ class client {
   placement place_;
   std::uint64_t fingerprint_ = 0;
   std::unordered_map<std::string, std::uint32_t> names_;
+  std::size_t num_tasks_ = 0;           ///< PS tasks
+  std::uint32_t lanes_ = 1;             ///< lanes per PS task
+  bool lanes_known_ = false;            ///< a hello was answered
+  std::uint64_t base_fingerprint_ = 0;  ///< the model's for num_tasks_ (hello, handles)
+  /// Per request target (lane l of PS p at p * lanes_ + l): its task and keys.
   std::vector<task_id> ps_tasks_;
+  std::vector<std::string> req_keys_, rep_keys_;
   std::vector<std::uint64_t> seq_, ps_step_, want_;
   std::vector<std::uint64_t> ps_incarnation_;  ///< each PS's process as last seen; 0 = no reply yet
   rendezvous::log_sink log_;                   ///< a copy of the endpoint's

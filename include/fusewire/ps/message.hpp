@@ -55,6 +55,20 @@ inline constexpr std::size_t reply_header_bytes = 48;
 inline constexpr std::size_t entry_header_bytes = 32;
 inline constexpr std::size_t reply_entry_header_bytes = 24;
 
+/// Rendezvous key of requests (worker -> PS).
+inline constexpr std::string_view request_key = "fusewire.ps/req";
+/// Rendezvous key of replies (PS -> worker).
+inline constexpr std::string_view reply_key = "fusewire.ps/rep";
+
+/// The request key of lane `lane`: request_key for lane 0, else request_key + "/" + lane.
+inline std::string request_key_of(std::uint32_t lane) {
+  return lane == 0 ? std::string(request_key) : std::string(request_key) + "/" + std::to_string(lane);
+}
+/// The reply key of lane `lane`, likewise.
+inline std::string reply_key_of(std::uint32_t lane) {
+  return lane == 0 ? std::string(reply_key) : std::string(reply_key) + "/" + std::to_string(lane);
+}
+
 /// What one entry of a request asks.
 enum class op : std::uint8_t { pull_dense = 1, push_dense = 2, pull_rows = 3, push_rows = 4 };
 
@@ -82,7 +96,11 @@ inline constexpr std::uint32_t save = 1u << 2;         ///< write a checkpoint a
 inline constexpr std::uint32_t shutdown = 1u << 3;     ///< stop serving after replying
 /// Arrive at barrier generation push_step; PS 0 replies once every worker arrived.
 inline constexpr std::uint32_t barrier = 1u << 4;
-inline constexpr std::uint32_t all = 0x1f;
+/// Ask a PS (on its first lane) how many lanes it runs; the fingerprint is the
+/// model's for the PS count alone (model_spec::fingerprint(num_ps)), and the
+/// request carries no entries. The reply says it in its flags (reply_flags::lanes).
+inline constexpr std::uint32_t hello = 1u << 5;
+inline constexpr std::uint32_t all = 0x3f;
 }  // namespace request_flags
 
 /// Reply flags.
@@ -91,6 +109,11 @@ inline constexpr std::uint32_t stale = 1u << 0;  ///< sync: the pushes were for 
 /// The PS process did not restore a checkpoint: its values are the initial
 /// ones plus what it applied since it started.
 inline constexpr std::uint32_t fresh = 1u << 1;
+/// A hello's reply: bits 8-15 hold the PS's lane count minus one.
+inline constexpr unsigned lanes_shift = 8;
+inline constexpr std::uint32_t lanes_mask = 0xffu << lanes_shift;
+constexpr std::uint32_t lanes(std::uint32_t count) noexcept { return ((count - 1) << lanes_shift) & lanes_mask; }
+constexpr std::uint32_t lanes_of(std::uint32_t flags) noexcept { return ((flags & lanes_mask) >> lanes_shift) + 1; }
 }  // namespace reply_flags
 
 namespace detail {

@@ -5,16 +5,26 @@
 /// a worker's requests are handled in the order it sent them) and replies
 /// leave on key reply_key.
 ///
-/// Threads: the shard (values, optimizer slots, sync step) is touched only on
-/// the endpoint's reactor thread, inside its completion handlers — no lock on
-/// the request path. A small housekeeping thread re-posts the receive of a
-/// worker whose connection broke (the endpoint fails receives from a
-/// disconnected peer at once until it connects again), every 20 ms; it never
-/// touches the shard. Checkpoints are written on the reactor thread (between
-/// requests), so the file is a consistent cut.
+/// Lanes: a PS task runs server_config::lanes shards, share-nothing: each
+/// holds the slices and rows that placement gives it as one PS of num_ps x
+/// lanes (lane l of PS p is placement index p * lanes + l), and is touched
+/// only on its own reactor of the endpoint (lane l on reactor l % reactors()),
+/// inside completion handlers — no lock on the request path. A worker learns
+/// the lane count from its first request (request_flags::hello) and sends
+/// each lane its own request, on key request_key (lane 0) or
+/// "fusewire.ps/req/<l>"; replies come back on reply_key or "fusewire.ps/rep/<l>".
+/// A request arrives on the reactor of its worker's connection and is handed
+/// to its lane's reactor when that is another one.
 ///
-/// Stall reports (options.stall_report, FUSEWIRE_STALL_MS; 0 = off): a sync
-/// step or a barrier generation that has waited that long for some workers
+/// A small housekeeping thread re-posts the receive of a worker whose
+/// connection broke (the endpoint fails receives from a disconnected peer at
+/// once until it connects again), every 20 ms; it never touches a shard. Each
+/// lane writes its own checkpoint file on its reactor (between requests), so
+/// each file is a consistent cut of its lane.
+///
+/// Stall reports (options.stall_report, FUSEWIRE_STALL_MS; 0 = off), kept by
+/// lane 0 (every sync step has a request on every lane; the barrier is lane
+/// 0's): a sync step or a barrier generation that has waited that long for some workers
 /// is logged (the log sink, else stderr) as one block naming the workers it
 /// waits for, those that arrived, and what the PS knows of each missing one;
 /// again each time the wait doubles. SIGUSR1 (rendezvous::request_report())
@@ -23,6 +33,7 @@
 /// stall reports are off, for snapshots only), running from the first
 /// request on (detail/server_stall.hpp).
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -54,11 +65,6 @@
 namespace fusewire {
 inline namespace v0 {
 namespace ps {
-
-/// Rendezvous key of requests (worker -> PS).
-inline constexpr std::string_view request_key = "fusewire.ps/req";
-/// Rendezvous key of replies (PS -> worker).
-inline constexpr std::string_view reply_key = "fusewire.ps/rep";
 
 /// Counters of a running server; any thread (approximate while it runs).
 struct server_stats {
@@ -93,24 +99,48 @@ class server {
       throw_error(errc::invalid_argument,
                   "ps server: the cluster spec has no tasks in worker job '" + sopts.worker_job + "'");
     }
+    lanes_ = config.lanes != 0 ? config.lanes : default_lanes(opts, workers_.size());
+    if (lanes_ > max_lanes) {
+      throw_error(errc::invalid_argument, "ps server: lanes = " + std::to_string(lanes_) + " (allowed: 1 to " +
+                                              std::to_string(max_lanes) + ", 0 = automatic)");
+    }
+    sopts.lanes = lanes_;
     last_request_.resize(workers_.size());
     std::random_device rd;
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
-    down_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
-    shard_ = std::make_unique<shard>(
-        std::move(model), self.index, num_ps, std::move(sopts), workers_.size(),
-        [this](std::uint32_t w, reply_message reply) { send_reply(w, std::move(reply)); }, incarnation);
-    step_.store(shard_->global_step());
-    // One reactor: the shard is touched without a lock, so every worker's
-    // handlers must run on the same thread (NETWORK_PS_CORE_NUMBER does not apply).
+    down_ = std::make_unique<std::atomic<bool>[]>(workers_.size() * lanes_);
+    lane_steps_ = std::make_unique<std::atomic<std::uint64_t>[]>(lanes_);
+    lane_shut_ = std::make_unique<std::atomic<bool>[]>(lanes_);
+    for (std::uint32_t l = 0; l < lanes_; ++l) {
+      shards_.push_back(std::make_unique<shard>(
+          model, self.index * lanes_ + l, num_ps * lanes_, sopts, workers_.size(),
+          [this, l](std::uint32_t w, reply_message reply) { send_reply(l, w, std::move(reply)); }, incarnation));
+      lane_steps_[l].store(shards_.back()->global_step());
+    }
+    shard_ = shards_[0].get();
+    std::vector<std::string> idle;
+    for (std::uint32_t l = 0; l < lanes_; ++l) idle.push_back(request_key_of(l));
+    // One reactor per lane (the endpoint caps it by its peers); lanes share
+    // reactors round-robin when there are fewer.
     ep_ = std::make_unique<endpoint_type>(
         std::move(self), std::move(spec),
         rendezvous::endpoint_config<Transport>{.options = std::move(opts),
-                                               .tuning = {.reactors = 1, .idle_keys = {std::string(request_key)}},
+                                               .tuning = {.reactors = lanes_, .idle_keys = std::move(idle)},
                                                .transport = std::move(t),
                                                .log = std::move(log)});
-    for (std::uint32_t w = 0; w < workers_.size(); ++w) post_recv(w);
+    for (std::uint32_t w = 0; w < workers_.size(); ++w) {
+      for (std::uint32_t l = 0; l < lanes_; ++l) post_recv(w, l);
+    }
     housekeeping_ = std::thread([this] { housekeep(); });
+  }
+
+  /// Lanes when server_config::lanes is 0: options.cores (NETWORK_PS_CORE_NUMBER)
+  /// capped by the workers (a lane per connection at most, as the endpoint caps
+  /// its reactors), else 1: a PS often shares its host with workers, and each
+  /// lane is a reactor thread that may poll.
+  static std::uint32_t default_lanes(const options& o, std::size_t workers) {
+    if (o.cores == 0) return 1;
+    return static_cast<std::uint32_t>(std::clamp<std::size_t>(std::min<std::size_t>(o.cores, workers), 1, max_lanes));
   }
 
   server(const server&) = delete;
@@ -147,40 +177,72 @@ class server {
     if (ep_) ep_->close();
   }
 
-  /// The shard, for inspection and save() once the server stopped (stop() first:
-  /// while it runs, only the reactor thread may touch it).
-  shard& state() noexcept { return *shard_; }
-  /// Steps the shard applied (any thread).
-  std::uint64_t global_step() const noexcept { return step_.load(std::memory_order_relaxed); }
+  /// Lane `lane`'s shard, for inspection and save() once the server stopped
+  /// (stop() first: while it runs, only its reactor thread may touch it).
+  shard& state(std::uint32_t lane = 0) { return *shards_.at(lane); }
+  /// Lanes (shards) this PS task runs.
+  std::uint32_t lanes() const noexcept { return lanes_; }
+  /// Steps applied (any thread): the most any lane applied (async: push
+  /// requests; sync: completed steps, the same on every lane).
+  std::uint64_t global_step() const noexcept {
+    std::uint64_t n = 0;
+    for (std::uint32_t l = 0; l < lanes_; ++l) n = std::max(n, lane_steps_[l].load(std::memory_order_relaxed));
+    return n;
+  }
   server_stats stats() const noexcept {
     return {requests_.load(std::memory_order_relaxed), replies_failed_.load(std::memory_order_relaxed), global_step()};
   }
   endpoint_type& endpoint() noexcept { return *ep_; }
 
  private:
-  void post_recv(std::uint32_t w) {
-    ep_->recv(workers_[w], std::string(request_key), [this, w](std::error_code ec, tensor_buffer request) {
+  void post_recv(std::uint32_t w, std::uint32_t l) {
+    ep_->recv(workers_[w], request_key_of(l), [this, w, l](std::error_code ec, tensor_buffer request) {
       if (ec) {
         // cancelled: shutting down. Anything else: the worker's connection broke; housekeeping re-posts.
         if (ec != make_error_code(errc::cancelled)) {
-          if (!shard_->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + ec.message());
-          shard_->worker_lost(w, ec.message());
-          down_[w].store(true, std::memory_order_release);
-          note_waits(util::coarse_now());
-          start_checks();
+          on_lane(l, [this, w, l, why = ec.message()] { lost(w, l, why); });
         }
         return;
       }
       requests_.fetch_add(1, std::memory_order_relaxed);
-      post_recv(w);
-      shard_->handle(w, std::move(request));
-      step_.store(shard_->global_step(), std::memory_order_relaxed);
-      // Also with stall reports off: SIGUSR1 snapshots still say what waits.
-      const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
-      last_request_[w] = now;
-      note_waits(now);
-      start_checks();
+      post_recv(w, l);
+      on_lane(l, [this, w, l, request = std::move(request)]() mutable { handle(w, l, std::move(request)); });
     });
+  }
+
+  /// Runs `fn` on lane `l`'s reactor (l % the endpoint's reactors): now when
+  /// the calling reactor is it, else handed over. Called from the endpoint's
+  /// completion handlers, so on one of its reactors, whose group is the
+  /// endpoint's (reactor index = the endpoint's reactor number).
+  template <class F>
+  void on_lane(std::uint32_t l, F&& fn) {
+    reactor_type* here = reactor_type::current();
+    auto& group = here->group();
+    const unsigned r = l % group.size();
+    if (here->index() == r) return fn();
+    (void)group.submit_to(r, std::forward<F>(fn));  // refused only while closing: the request goes with it
+  }
+
+  /// Lane `l`'s reactor: one request of worker `w`.
+  void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
+    shards_[l]->handle(w, std::move(request));
+    lane_steps_[l].store(shards_[l]->global_step(), std::memory_order_relaxed);
+    if (l != 0) return;
+    // Also with stall reports off: SIGUSR1 snapshots still say what waits.
+    const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
+    last_request_[w] = now;
+    note_waits(now);
+    start_checks();
+  }
+
+  /// Lane `l`'s reactor: worker `w`'s connection broke.
+  void lost(std::uint32_t w, std::uint32_t l, const std::string& why) {
+    if (l == 0 && !shards_[0]->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + why);
+    shards_[l]->worker_lost(w, why);
+    down_[w * lanes_ + l].store(true, std::memory_order_release);
+    if (l != 0) return;
+    note_waits(util::coarse_now());
+    start_checks();
   }
 
   // ---- stall reports (detail/server_stall.hpp); reactor thread ----
@@ -206,36 +268,57 @@ class server {
   // holds every part (the slices' values among them) until the bytes were
   // handed to the transport, and drops them when it runs, so that the shard
   // updates those slices in place again (copy-on-write while they are held).
-  void send_reply(std::uint32_t w, reply_message reply) {
-    const bool last = shard_->shutdown_requested();
-    auto done = [this, last](std::error_code ec) {
+  void send_reply(std::uint32_t l, std::uint32_t w, reply_message reply) {
+    const bool last = shards_[l]->shutdown_requested();
+    replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    auto done = [this, l, last](std::error_code ec) {
       if (ec) replies_failed_.fetch_add(1, std::memory_order_relaxed);
-      if (last) {
-        std::lock_guard lock(mutex_);
-        stopping_ = true;
-        cv_.notify_all();
-      }
+      if (last) lane_shut_[l].store(true, std::memory_order_release);
+      replies_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      maybe_stop(false);
     };
     if (reply.owners.size() == 1 && reply.sg.size() == 1 && reply.sg[0].size() == reply.owners[0].size()) {
-      ep_->send(workers_[w], std::string(reply_key), std::move(reply.owners.front()), std::move(done));
+      ep_->send(workers_[w], reply_key_of(l), std::move(reply.owners.front()), std::move(done));
       return;
     }
     // The endpoint copies the list itself before send() returns.
     const std::vector<const_buffer> sg = std::move(reply.sg);
-    ep_->send(workers_[w], std::string(reply_key), std::span<const const_buffer>(sg),
+    ep_->send(workers_[w], reply_key_of(l), std::span<const const_buffer>(sg),
               [done = std::move(done), owners = std::move(reply.owners)](std::error_code ec) mutable {
                 owners.clear();
                 done(ec);
               });
   }
 
+  /// Stops serving once every lane answered a shutdown request and no other
+  /// reply is still being sent (a barrier's reply to another worker, sent
+  /// just before, must not be cut off by closing the endpoint) — or, with
+  /// `late`, when replies are still in flight shutdown_grace after the lanes
+  /// answered (a worker that is gone does not keep the PS up).
+  void maybe_stop(bool late) {
+    for (std::uint32_t i = 0; i < lanes_; ++i) {
+      if (!lane_shut_[i].load(std::memory_order_acquire)) return;
+    }
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    const auto now = clock::now();
+    if (shut_at_ == clock::time_point{}) shut_at_ = now;
+    if (replies_in_flight_.load(std::memory_order_acquire) != 0 && (!late || now - shut_at_ < shutdown_grace)) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  static constexpr std::chrono::seconds shutdown_grace{2};
+
   void housekeep() {
     using namespace std::chrono_literals;
     std::unique_lock lock(mutex_);
     while (!cv_.wait_for(lock, 20ms, [this] { return stopping_; })) {
       lock.unlock();
+      maybe_stop(true);
       for (std::uint32_t w = 0; w < workers_.size(); ++w) {
-        if (down_[w].exchange(false, std::memory_order_acq_rel)) post_recv(w);
+        for (std::uint32_t l = 0; l < lanes_; ++l) {
+          if (down_[w * lanes_ + l].exchange(false, std::memory_order_acq_rel)) post_recv(w, l);
+        }
       }
       lock.lock();
     }
@@ -243,14 +326,20 @@ class server {
 
   std::vector<task_id> workers_;
   rendezvous::log_sink log_;  ///< a copy of the endpoint's
-  std::unique_ptr<std::atomic<bool>[]> down_;
-  std::unique_ptr<shard> shard_;
-  std::atomic<std::uint64_t> requests_{0}, replies_failed_{0}, step_{0};
+  std::uint32_t lanes_ = 1;
+  std::unique_ptr<std::atomic<bool>[]> down_;   ///< [worker * lanes + lane]: its receive needs posting again
+  std::vector<std::unique_ptr<shard>> shards_;  ///< one per lane
+  shard* shard_ = nullptr;                      ///< lane 0's: the barrier and the stall reports
+  std::unique_ptr<std::atomic<std::uint64_t>[]> lane_steps_;
+  std::unique_ptr<std::atomic<bool>[]> lane_shut_;  ///< the lane answered a shutdown request
+  std::atomic<std::uint64_t> requests_{0}, replies_failed_{0};
+  std::atomic<std::uint64_t> replies_in_flight_{0};
+  clock::time_point shut_at_{};  ///< when every lane had answered a shutdown (mutex_)
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stopping_ = false;
   std::chrono::milliseconds stall_{};  ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
-  // Reactor thread only:
+  // Lane 0's reactor thread only:
   reactor_type* reactor_ = nullptr;  ///< the endpoint's reactor, once a handler ran (its timers)
   wait_clock step_clock_, barrier_clock_;
   std::vector<clock::time_point> last_request_;  ///< per worker; epoch = none yet

@@ -34,7 +34,14 @@ struct server_options {
   /// more are refused (a worker normally has one; its resends of a waiting
   /// request count as that one).
   std::size_t max_waiting_per_worker = 4;
+  /// Lanes of the PS task this shard is one lane of (1 to 256): the shard's
+  /// index and num_ps are then a lane's (ps index * lanes + lane, num_ps *
+  /// lanes), and a hello names this count (request_flags::hello).
+  std::uint32_t lanes = 1;
 };
+
+/// Most lanes one PS task runs.
+inline constexpr std::uint32_t max_lanes = 256;
 
 /// "<dir>/ps-<index>-of-<num_ps>.ckpt".
 inline std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::uint32_t ps_index,

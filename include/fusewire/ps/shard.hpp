@@ -140,6 +140,11 @@ class shard {
       throw_error(errc::invalid_argument,
                   "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
     }
+    if (opts_.lanes == 0 || opts_.lanes > max_lanes || num_ps % opts_.lanes != 0) {
+      throw_error(errc::invalid_argument, "shard: lanes = " + std::to_string(opts_.lanes) + " (allowed: 1 to " +
+                                              std::to_string(max_lanes) + ", dividing num_ps " +
+                                              std::to_string(num_ps) + ")");
+    }
     if (opts_.replicas == 0) opts_.replicas = num_workers;
     if (opts_.mode == training_mode::sync && opts_.replicas == 0) {
       throw_error(errc::invalid_argument, "sync training needs replicas >= 1 (there are no workers)");
@@ -295,6 +300,8 @@ class shard {
   // ---- replies (detail/shard_reply.hpp) ----
   void answer(std::uint32_t worker, const request_view& req, std::uint32_t flags);
   void fail(std::uint32_t worker, std::uint64_t seq, errc e, std::string why);
+  /// request_flags::hello: checks the model and mode, answers with the lane count.
+  void hello(std::uint32_t worker, const request_view& req);
   /// Flags every reply carries.
   std::uint32_t base_flags() const noexcept { return restored_ ? 0 : reply_flags::fresh; }
   /// client::barrier(): see detail::barrier_tally.

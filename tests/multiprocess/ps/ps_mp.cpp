@@ -84,6 +84,9 @@ fw::options mp_options() {
   o.mode = fw::reactor_mode::block;
   o.pool_size = 4u << 20;
   o.connect_timeout = 20000ms;
+  // The ps_mp_lanes_* variants: every PS runs lanes (a reactor each, one per
+  // worker), and the workers' endpoints as many reactors.
+  if (const char* lanes = std::getenv("FUSEWIRE_PS_MP_LANES")) o.cores = static_cast<unsigned>(std::atoi(lanes));
   setup::adjust(o);
   return o;
 }
@@ -150,7 +153,8 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
     b.push_rows("emb", ids, ge);
     cl.run(b);
   }
-  EXPECT(cl.stats().requests == semantics_steps * 2);  // one fused request per PS per step
+  // One fused request per PS (per lane: "w" has a slice on each) per step.
+  EXPECT(cl.stats().requests == semantics_steps * 2 * cl.lanes());
   if (w != 0) return 0;
   // Wait until both workers' pushes are in (each push request is one step on each PS).
   std::vector<float> wv, bv, ev;

@@ -288,6 +288,94 @@ TEST_CASE("handles, pull_into, gathered pushes, repeated ids summed on the worke
   cl.shutdown_servers();
 }
 
+TEST_CASE("lanes: PS tasks with more lanes than cores serve async and sync steps as one PS would") {
+  const auto spec = fw::test::loopback_cluster(2, 2);
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(0.5f);
+  m.min_slice_bytes = 64;
+  m.add_dense("w", {12, 4}, ps::initializer::constant(1.0f));  // 192 bytes: 3 slices over 6 lanes
+  m.add_dense("b", {4}, ps::initializer::constant(2.0f));
+  m.add_embedding("emb", 2, ps::initializer::constant(0.0f), 1000);
+  const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_lanes_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  for (const ps::training_mode mode : {ps::training_mode::async, ps::training_mode::sync}) {
+    CAPTURE(ps::to_string(mode));
+    ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m,
+                                 {.options = test_options(), .mode = mode, .checkpoint_dir = dir, .lanes = 3});
+    ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m,
+                                 {.options = test_options(), .mode = mode, .checkpoint_dir = dir, .lanes = 3});
+    CHECK(ps0.lanes() == 3);
+    const ps::client_config<fw::asio_tcp> co{.options = test_options(), .mode = mode, .step_timeout = 20000ms};
+    ps::client<fw::asio_tcp> w0({"worker", 0}, spec, m, co), w1({"worker", 1}, spec, m, co);
+    CHECK(w0.lanes() == 1);  // not asked yet
+    w0.wait_ready(20s);
+    CHECK(w0.lanes() == 3);
+    CHECK(w0.place().num_ps() == 6);
+    const auto w = w0.variable("w"), b = w0.variable("b"), emb = w0.variable("emb");
+    std::vector<float> gw(48), gb(4, 1.0f), grows{1, 1, 2, 2, 3, 3};
+    for (std::size_t i = 0; i < gw.size(); ++i) gw[i] = static_cast<float>(i % 5);
+    const std::vector<std::int64_t> ids{7, 300, 999};
+    // Both workers push once (sync: one step of their average; async: two steps).
+    auto push = [&](ps::client<fw::asio_tcp>& c) {
+      ps::batch s;
+      s.push(w, gw);
+      s.push(b, gb);
+      s.push_rows(emb, ids, grows);
+      c.run(s);
+    };
+    std::thread other([&] { push(w1); });
+    push(w0);
+    other.join();
+    std::vector<float> wv(48), bv(4), rv(6);
+    ps::batch s;
+    s.pull_into(w, wv);
+    s.pull_into(b, bv);
+    s.pull_rows_into(emb, ids, rv);
+    w0.run(s);
+    const float times = mode == ps::training_mode::sync ? 1.0f : 2.0f;  // sync applies the average once
+    for (std::size_t i = 0; i < wv.size(); ++i) CHECK(wv[i] == doctest::Approx(1.0f - 0.5f * times * gw[i]));
+    CHECK(bv == std::vector<float>(4, 2.0f - 0.5f * times));
+    for (std::size_t i = 0; i < rv.size(); ++i) CHECK(rv[i] == doctest::Approx(-0.5f * times * grows[i]));
+    // Each slice lives on exactly one lane of one PS.
+    w0.save_checkpoint();
+    for (std::uint32_t v = 0; v < 6; ++v) CHECK(std::filesystem::exists(ps::checkpoint_path(dir, v, 6)));
+    std::thread meet([&] { w1.barrier(20s); });
+    w0.barrier(20s);  // kept by lane 0 of PS 0
+    meet.join();
+    w1.shutdown_servers();  // every lane answers before a server stops
+    CHECK(ps0.wait_for(10s));
+    CHECK(ps1.wait_for(10s));
+    ps0.stop();
+    ps1.stop();
+    std::size_t slices = 0;
+    for (ps::server<fw::asio_tcp>* srv : {&ps0, &ps1}) {
+      for (std::uint32_t l = 0; l < 3; ++l) {
+        for (std::uint32_t sl = 0; sl < 3; ++sl) slices += srv->state(l).dense_values(0, sl).empty() ? 0 : 1;
+      }
+    }
+    CHECK(slices == 3);
+    CHECK(ps0.global_step() == (mode == ps::training_mode::sync ? 1u : 2u));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("lanes: a worker refuses PS tasks that run different lane counts") {
+  const auto spec = fw::test::loopback_cluster(2, 1);
+  const auto m = model();
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .lanes = 2});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options(), .lanes = 3});
+  ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
+  CHECK(error_of([&] { (void)cl.pull("b"); }) ==
+        "the PS tasks run different lane counts (ps:0: 2, ps:1: 3): every PS of a job needs the same "
+        "server_config::lanes (NETWORK_PS_CORE_NUMBER): invalid argument");
+  CHECK(error_of([&] {
+          ps::server<fw::asio_tcp> bad({"ps", 0}, fw::test::loopback_cluster(1, 1), m,
+                                       {.options = test_options(), .lanes = 300});
+        }) == "ps server: lanes = 300 (allowed: 1 to 256, 0 = automatic): invalid argument");
+  ps0.stop();
+  ps1.stop();
+}
+
 TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected spans") {
   const auto spec = fw::test::loopback_cluster(1, 1);
   const auto m = model();
@@ -346,15 +434,15 @@ TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected span
     }
   }
   CHECK(steps == 3);
-  CHECK(requests == 4);  // 3 steps and the shutdown
-  CHECK(replies == 4);
+  CHECK(requests == 5);  // the hello (how many lanes), 3 steps and the shutdown
+  CHECK(replies == 5);
   for (const auto& e : ps["traceEvents"]) {
     if (e["ph"] == "X" && e["cat"] == "recv" && e["args"]["key"] == "fusewire.ps/req" && e["args"]["ok"] == true) {
       CHECK(e["args"]["peer"] == "worker:0");
       ++served;
     }
   }
-  CHECK(served == 4);
+  CHECK(served == 5);
   std::filesystem::remove_all(dir);
 }
 

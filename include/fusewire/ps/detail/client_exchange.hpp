@@ -86,7 +86,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       for (const attempt& a : attempts) {
         if (a.done) continue;
         ec = make_error_code(errc::timed_out);
-        why = ps_tasks_[a.ps].to_string() + " did not answer within " + std::to_string(timeout.count()) + " ms" +
+        why = target_name(a.ps) + " did not answer within " + std::to_string(timeout.count()) + " ms" +
               (a.last_error ? " (last error: " + a.last_error.message() + ")" : std::string());
         return false;
       }
@@ -105,7 +105,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
         ++a.sending;
         if (a.request.segments.size() == 1 && a.request.segments[0].size() == a.request.head.size()) {
           ep_->send(
-              ps_tasks_[a.ps], std::string(request_key), a.request.head.share(),
+              ps_tasks_[a.ps], req_keys_[a.ps], a.request.head.share(),
               [q, i, seq = a.seq](std::error_code e) {
                 q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
               },
@@ -113,7 +113,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
         } else {
           // The header buffer lives as long as the send; the gradients until settle_sends().
           ep_->send(
-              ps_tasks_[a.ps], std::string(request_key), std::span<const const_buffer>(a.request.segments),
+              ps_tasks_[a.ps], req_keys_[a.ps], std::span<const const_buffer>(a.request.segments),
               [q, i, seq = a.seq, head = a.request.head.share()](std::error_code e) {
                 q->push({true, static_cast<std::uint32_t>(i), seq, e, {}});
               },
@@ -133,7 +133,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       auto q = events_;
       const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
       ep_->recv(
-          ps_tasks_[p], std::string(reply_key),
+          ps_tasks_[p], rep_keys_[p],
           [q, p](std::error_code e, tensor_buffer buf) {
             q->push({false, p, 0, e, std::move(buf)});
           },
@@ -156,13 +156,13 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
         a.last_error = e.ec;
         if (e.ec == make_error_code(errc::cancelled)) {
           ec = e.ec;
-          why = "ps client closed while sending to " + ps_tasks_[a.ps].to_string();
+          why = "ps client closed while sending to " + target_name(a.ps);
           return false;
         }
         // Permanent: sending again would be refused again.
         if (e.ec == make_error_code(errc::auth_failed) || e.ec == make_error_code(errc::handshake_failed)) {
           ec = e.ec;
-          why = ps_tasks_[a.ps].to_string() +
+          why = target_name(a.ps) +
                 (e.ec == make_error_code(errc::auth_failed)
                      ? " refused our cluster token (FUSEWIRE_CLUSTER_TOKEN or FUSEWIRE_CLUSTER_TOKEN_FILE must be "
                        "the same on every task)"
@@ -179,7 +179,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       if (e.ec) {
         if (e.ec == make_error_code(errc::cancelled)) {
           ec = e.ec;
-          why = "ps client closed while waiting for " + ps_tasks_[p].to_string();
+          why = "ps client closed while waiting for " + target_name(p);
           return false;
         }
         const bool reset = e.ec != make_error_code(errc::timed_out);
@@ -232,7 +232,7 @@ void client<Transport>::report_stall(const std::vector<attempt>& attempts, clock
   // The endpoint's view of each PS connection (asked once, from this thread).
   const std::vector<rendezvous::pending_operation> ops = ep_->pending();
   for (const attempt& a : attempts) {
-    const std::string who = ps_tasks_[a.ps].to_string();
+    const std::string who = target_name(a.ps), peer = ps_tasks_[a.ps].to_string();
     s += "\n  " + who + ": ";
     if (a.done) {
       s += "answered";
@@ -257,7 +257,7 @@ void client<Transport>::report_stall(const std::vector<attempt>& attempts, clock
          age(now - a.last_send) + " ago";
     if (a.last_error) s += ", last error: " + a.last_error.message();
     for (const rendezvous::pending_operation& o : ops) {
-      if (o.peer != who) continue;
+      if (o.peer != peer) continue;
       s += "; connection " + o.connection + (o.last_error.empty() ? "" : " (last error: " + o.last_error + ")");
       break;
     }

@@ -55,7 +55,7 @@ bool client<Transport>::plan(batch& b, std::size_t first_item, std::size_t last_
                         "' (model has: " + known_names() + ")");
       }
       var = found->second;
-    } else if (it.model != fingerprint_ || var >= model_.variables.size()) {
+    } else if (it.model != base_fingerprint_ || var >= model_.variables.size()) {
       return fail(b, ec, errc::invalid_argument,
                   std::string(to_string(it.kind)) +
                       (it.model == 0 ? ": an empty variable handle (make handles with client::variable(name))"

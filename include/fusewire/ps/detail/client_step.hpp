@@ -30,6 +30,13 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
   ec.clear();
   b.error_.clear();
   ++stats_.runs;
+  {
+    std::string why;
+    if (!ensure_lanes(timeout, ec, why)) {
+      b.error_ = std::move(why);
+      return;
+    }
+  }
   const std::size_t num_ps = ps_tasks_.size();
   // Fused: one group (one request per PS). Unfused: a group per pull/push.
   std::deque<std::vector<ps_plan>> groups;
@@ -74,7 +81,7 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
   const bool answered = exchange(attempts, timeout, ec, why);
   if (ep_->tracing()) {
     std::string to;
-    for (const attempt& a : attempts) to += (to.empty() ? "" : ", ") + ps_tasks_[a.ps].to_string();
+    for (const attempt& a : attempts) to += (to.empty() ? "" : ", ") + target_name(a.ps);
     ep_->trace_mark(control_flags == 0 && !ping ? "ps step" : "ps control", step_begin, clock::now(),
                     "requests to " + to + (answered ? std::string() : "; failed: " + why));
   }
@@ -91,7 +98,7 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
     std::error_code dec;
     std::string dwhy;
     decode_reply(a.reply.bytes(), r, dec, dwhy);
-    const std::string who = ps_tasks_[p].to_string();
+    const std::string who = target_name(p);
     if (dec) {
       if (!first_ec) first_ec = dec, first_why = who + ": bad reply: " + dwhy;
       continue;

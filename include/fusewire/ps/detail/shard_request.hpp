@@ -33,6 +33,7 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
     why = "worker index " + std::to_string(worker) + " >= " + std::to_string(num_workers_);
   }
   if (ec) return fail(worker, req.seq, static_cast<errc>(ec.value()), "malformed request: " + why);
+  if ((req.flags & request_flags::hello) != 0) return hello(worker, req);
   if (req.fingerprint != fingerprint_) {
     return fail(worker, req.seq, errc::invalid_argument,
                 "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
@@ -119,6 +120,24 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
     answer(worker, req, reply_flags_value);
   }
   if (opts_.mode == training_mode::sync && contributors_.size() >= opts_.replicas) finish_step();
+}
+
+inline void shard::hello(std::uint32_t worker, const request_view& req) {
+  const std::size_t tasks = place_.num_ps() / opts_.lanes;
+  if (req.fingerprint != model_.fingerprint(tasks)) {
+    return fail(worker, req.seq, errc::invalid_argument,
+                "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
+  }
+  const bool sync_req = (req.flags & request_flags::sync) != 0;
+  if (sync_req != (opts_.mode == training_mode::sync)) {
+    return fail(worker, req.seq, errc::invalid_argument,
+                std::string("training mode mismatch: the worker trains ") + (sync_req ? "sync" : "async") +
+                    ", this PS " + std::string(to_string(opts_.mode)));
+  }
+  if (!req.entries.empty()) return fail(worker, req.seq, errc::invalid_argument, "a hello carries entries");
+  reply_builder rb(req.seq, global_step_, incarnation_);
+  rb.set_flags(base_flags() | reply_flags::lanes(opts_.lanes));
+  reply_(worker, reply_message::of(rb.finish()));
 }
 
 inline void shard::worker_lost(std::uint32_t worker, const std::string& why) {
