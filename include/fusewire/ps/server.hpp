@@ -23,8 +23,7 @@
 /// each file is a consistent cut of its lane.
 ///
 /// Stall reports (options.stall_report, FUSEWIRE_STALL_MS; 0 = off), kept by
-/// lane 0 (every sync step has a request on every lane; the barrier is lane
-/// 0's): a sync step or a barrier generation that has waited that long for some workers
+/// each lane for its own shard (the barrier is lane 0's): a sync step or a barrier generation that has waited that long for some workers
 /// is logged (the log sink, else stderr) as one block naming the workers it
 /// waits for, those that arrived, and what the PS knows of each missing one;
 /// again each time the wait doubles. SIGUSR1 (rendezvous::request_report())
@@ -90,7 +89,6 @@ class server {
     rendezvous::log_sink& log = config.log;
     log_ = log;
     stall_ = opts.stall_report;
-    seen_reports_ = rendezvous::detail::report_requests().load(std::memory_order_relaxed);  // requests from now on
     if (!spec.contains(self))
       throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
@@ -105,7 +103,11 @@ class server {
                                               std::to_string(max_lanes) + ", 0 = automatic)");
     }
     sopts.lanes = lanes_;
-    last_request_.resize(workers_.size());
+    watch_.resize(lanes_);
+    for (lane_watch& lw : watch_) {
+      lw.last_request.resize(workers_.size());
+      lw.seen_reports = rendezvous::detail::report_requests().load(std::memory_order_relaxed);  // from now on
+    }
     std::random_device rd;
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size() * lanes_);
@@ -227,12 +229,11 @@ class server {
   void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
     shards_[l]->handle(w, std::move(request));
     lane_steps_[l].store(shards_[l]->global_step(), std::memory_order_relaxed);
-    if (l != 0) return;
     // Also with stall reports off: SIGUSR1 snapshots still say what waits.
     const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
-    last_request_[w] = now;
-    note_waits(now);
-    start_checks();
+    watch_[l].last_request[w] = now;
+    note_waits(l, now);
+    start_checks(l);
   }
 
   /// Lane `l`'s reactor: worker `w`'s connection broke.
@@ -240,9 +241,8 @@ class server {
     if (l == 0 && !shards_[0]->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + why);
     shards_[l]->worker_lost(w, why);
     down_[w * lanes_ + l].store(true, std::memory_order_release);
-    if (l != 0) return;
-    note_waits(util::coarse_now());
-    start_checks();
+    note_waits(l, util::coarse_now());
+    start_checks(l);
   }
 
   // ---- stall reports (detail/server_stall.hpp); reactor thread ----
@@ -255,12 +255,22 @@ class server {
     clock::time_point since{};    ///< when it began (its first push, waiting pull or arrival)
     clock::duration report_at{};  ///< the wait at which it is reported next
   };
-  /// Starts or ends the clocks of the step and the barrier from the shard's state.
-  void note_waits(clock::time_point now);
-  /// Arms the periodic check on the calling reactor thread, once.
-  void start_checks();
-  void arm_check();
-  void check_stalls();
+  /// Lane `l`'s stall watch: the clocks of its sync step and barrier, its
+  /// workers' last requests, its timer; touched only on its reactor. A lane
+  /// may wait for a step the others completed (a worker stopped between its
+  /// requests to two lanes), so each lane watches its own.
+  struct lane_watch {
+    reactor_type* reactor = nullptr;  ///< the lane's reactor, once a handler ran (its timers)
+    wait_clock step_clock, barrier_clock;
+    std::vector<clock::time_point> last_request;  ///< per worker; epoch = none yet
+    unsigned seen_reports = 0;                    ///< rendezvous::detail::report_requests() answered
+  };
+  /// Starts or ends lane `l`'s clocks of the step and the barrier from its shard's state.
+  void note_waits(std::uint32_t l, clock::time_point now);
+  /// Arms lane `l`'s periodic check on the calling reactor thread, once.
+  void start_checks(std::uint32_t l);
+  void arm_check(std::uint32_t l);
+  void check_stalls(std::uint32_t l);
 
   void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
@@ -329,7 +339,7 @@ class server {
   std::uint32_t lanes_ = 1;
   std::unique_ptr<std::atomic<bool>[]> down_;   ///< [worker * lanes + lane]: its receive needs posting again
   std::vector<std::unique_ptr<shard>> shards_;  ///< one per lane
-  shard* shard_ = nullptr;                      ///< lane 0's: the barrier and the stall reports
+  shard* shard_ = nullptr;                      ///< lane 0's: the barrier
   std::unique_ptr<std::atomic<std::uint64_t>[]> lane_steps_;
   std::unique_ptr<std::atomic<bool>[]> lane_shut_;  ///< the lane answered a shutdown request
   std::atomic<std::uint64_t> requests_{0}, replies_failed_{0};
@@ -339,11 +349,7 @@ class server {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::chrono::milliseconds stall_{};  ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
-  // Lane 0's reactor thread only:
-  reactor_type* reactor_ = nullptr;  ///< the endpoint's reactor, once a handler ran (its timers)
-  wait_clock step_clock_, barrier_clock_;
-  std::vector<clock::time_point> last_request_;  ///< per worker; epoch = none yet
-  unsigned seen_reports_ = 0;                    ///< rendezvous::detail::report_requests() answered
+  std::vector<lane_watch> watch_;      ///< per lane; each touched only on its lane's reactor
   std::unique_ptr<endpoint_type> ep_;
   std::thread housekeeping_;
 };

@@ -684,7 +684,13 @@ int sync_stall_ps(const fw::cluster_spec& spec, const signal_pipe& stopped, cons
     std::chrono::steady_clock::time_point first_at, second_at, snap_at;
     const std::size_t first = wait_for("ps server ps:0: stall report: sync step ", 0, first_at);
     EXPECT(first != std::string::npos);
-    const std::size_t second = wait_for("ps server ps:0: stall report: sync step ", first + 1, second_at);
+    // The same step (and lane: with lanes, each that waits reports) once the wait doubled.
+    std::string same;
+    {
+      std::lock_guard lock(mu);
+      same = lines[first].second.substr(0, lines[first].second.find(" has waited"));
+    }
+    const std::size_t second = wait_for(same, first + 1, second_at);
     EXPECT(second != std::string::npos);
     fw::rendezvous::request_report();
     const std::size_t snap = wait_for("ps server ps:0: snapshot (SIGUSR1): sync step ", second + 1, snap_at);

@@ -36,6 +36,8 @@ struct wait_context {
   std::chrono::milliseconds threshold{};      ///< options.stall_report
   /// Per worker: how long ago its last request arrived (none yet: nullopt).
   std::vector<std::optional<std::chrono::steady_clock::duration>> last_request;
+  /// A sync step's " on lane <l>" when the PS runs lanes, else empty.
+  std::string lane{};
 };
 
 /// "1.234 s".
@@ -67,7 +69,7 @@ inline std::string format_wait(const wait_state& s, const wait_context& c) {
   const std::vector<std::uint32_t> arrived = s.arrived();
   const std::vector<std::uint32_t> missing = s.missing();
   std::string out = "ps server " + c.self + ": " + (c.snapshot ? "snapshot (SIGUSR1)" : "stall report") + ": " +
-                    (step ? "sync step " : "barrier ") + std::to_string(s.number) + " has waited " +
+                    (step ? "sync step " : "barrier ") + std::to_string(s.number) + c.lane + " has waited " +
                     seconds_text(c.age);
   if (!c.snapshot) out += " (FUSEWIRE_STALL_MS = " + std::to_string(c.threshold.count()) + ")";
   out += step ? " for pushes: " + std::to_string(arrived.size()) + " of " + std::to_string(s.needed) + " in"
@@ -105,7 +107,7 @@ inline std::string format_wait(const wait_state& s, const wait_context& c) {
 }  // namespace detail
 
 template <transport Transport>
-void server<Transport>::note_waits(clock::time_point now) {
+void server<Transport>::note_waits(std::uint32_t l, clock::time_point now) {
   auto note = [&](wait_clock& c, bool waiting, std::uint64_t number) {
     if (!waiting) {
       c.active = false;
@@ -113,49 +115,54 @@ void server<Transport>::note_waits(clock::time_point now) {
       c = {true, number, now, stall_};
     }
   };
-  note(step_clock_, shard_->step_waiting(), shard_->global_step() + 1);
-  note(barrier_clock_, shard_->barrier_waiting(), shard_->barrier_generation());
+  const shard& sh = *shards_[l];
+  note(watch_[l].step_clock, sh.step_waiting(), sh.global_step() + 1);
+  note(watch_[l].barrier_clock, sh.barrier_waiting(), sh.barrier_generation());
 }
 
 template <transport Transport>
-void server<Transport>::start_checks() {
-  if (reactor_ != nullptr) return;
-  reactor_ = reactor_type::current();
-  if (reactor_ != nullptr) arm_check();
+void server<Transport>::start_checks(std::uint32_t l) {
+  if (watch_[l].reactor != nullptr) return;
+  watch_[l].reactor = reactor_type::current();
+  if (watch_[l].reactor != nullptr) arm_check(l);
 }
 
 template <transport Transport>
-void server<Transport>::arm_check() {
+void server<Transport>::arm_check(std::uint32_t l) {
   // As the endpoint's own check: a stall is named within the threshold plus one interval.
   const clock::duration every =
       stall_.count() == 0
           ? clock::duration(std::chrono::seconds(1))
           : std::clamp<clock::duration>(stall_ / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
-  reactor_->run_after(every, [this](std::error_code ec) {
+  watch_[l].reactor->run_after(every, [this, l](std::error_code ec) {
     if (ec) return;  // the reactor stops
-    check_stalls();
-    arm_check();
+    check_stalls(l);
+    arm_check(l);
   });
 }
 
 template <transport Transport>
-void server<Transport>::check_stalls() {
+void server<Transport>::check_stalls(std::uint32_t l) {
   const auto now = util::coarse_now();  // as the request path's stamps
-  note_waits(now);
+  note_waits(l, now);
+  lane_watch& lw = watch_[l];
+  const shard& sh = *shards_[l];
   const unsigned asked = rendezvous::detail::report_requests().load(std::memory_order_relaxed);
-  const bool snapshot = asked != seen_reports_;
-  seen_reports_ = asked;
+  const bool snapshot = asked != lw.seen_reports;
+  lw.seen_reports = asked;
+  const std::string lane = lanes_ == 1 ? std::string() : " on lane " + std::to_string(l);
   auto check = [&](wait_clock& c, bool is_step) {
     if (!c.active) return false;
     const bool due = stall_.count() != 0 && now - c.since >= c.report_at;
     if (!due && !snapshot) return true;
     detail::wait_context ctx{
-        ep_->self().to_string(), shard_->options().worker_job, false, !is_step, now - c.since, stall_, {}};
-    ctx.last_request.resize(last_request_.size());
-    for (std::size_t w = 0; w < last_request_.size(); ++w) {
-      if (last_request_[w] != clock::time_point{}) ctx.last_request[w] = now - last_request_[w];
+        ep_->self().to_string(),       sh.options().worker_job, false, !is_step, now - c.since, stall_, {},
+        is_step ? lane : std::string()};  // the barrier is lane 0's alone
+    ctx.last_request.resize(lw.last_request.size());
+    for (std::size_t w = 0; w < lw.last_request.size(); ++w) {
+      if (lw.last_request[w] != clock::time_point{}) ctx.last_request[w] = now - lw.last_request[w];
     }
-    const wait_state s = is_step ? shard_->step_wait() : shard_->barrier_wait();
+    const wait_state s = is_step ? sh.step_wait() : sh.barrier_wait();
     if (due) {
       say(detail::format_wait(s, ctx));
       while (c.report_at <= now - c.since) c.report_at *= 2;
@@ -166,12 +173,12 @@ void server<Transport>::check_stalls() {
     }
     return true;
   };
-  const bool step = check(step_clock_, true);
-  const bool barrier = check(barrier_clock_, false);
+  const bool step = check(lw.step_clock, true);
+  const bool barrier = check(lw.barrier_clock, false);
   if (snapshot && !step && !barrier) {
-    say("ps server " + ep_->self().to_string() + ": snapshot (SIGUSR1): nothing waits; " +
-        std::to_string(shard_->global_step()) + " steps applied (" + std::string(to_string(shard_->options().mode)) +
-        "), barrier generation " + std::to_string(shard_->barrier_generation()));
+    say("ps server " + ep_->self().to_string() + lane + ": snapshot (SIGUSR1): nothing waits; " +
+        std::to_string(sh.global_step()) + " steps applied (" + std::string(to_string(sh.options().mode)) +
+        "), barrier generation " + std::to_string(sh.barrier_generation()));
   }
 }
 
