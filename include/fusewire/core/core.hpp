@@ -5,6 +5,7 @@
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/env.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/log.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/core/tensor_descriptor.hpp>

@@ -5,12 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <fusewire/core/log.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/transport/concepts.hpp>
 
@@ -139,21 +138,10 @@ struct endpoint_tuning {
   std::vector<std::string> idle_keys{};
 };
 
-/// Receives the endpoint's log lines (refused peers, bad frames); called on the reactor thread.
-using log_sink = std::function<void(std::string_view)>;
-
-/// Gives `line` to `sink`, or writes it to stderr when `sink` is empty. A sink
-/// that throws loses the line: logging never fails the caller.
-inline void write_log(const log_sink& sink, const std::string& line) noexcept {
-  if (!sink) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    return;
-  }
-  try {
-    sink(line);
-  } catch (...) {
-  }
-}
+/// Receives the endpoint's log lines (refused peers, bad frames); called on the
+/// reactor thread. The same sink type as every other layer's (core/log.hpp).
+using fusewire::log_sink;
+using fusewire::write_log;
 
 /// Everything a rendezvous::endpoint<Transport> is made with besides its task
 /// and the cluster, one aggregate with designated initializers:

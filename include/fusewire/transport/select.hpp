@@ -31,8 +31,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdio>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -45,6 +43,7 @@
 
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/core/log.hpp>
 #include <fusewire/core/options.hpp>
 #include <fusewire/core/security.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
@@ -71,10 +70,6 @@ inline namespace v0 {
 
 /// Every name with_transport() takes, "auto" first.
 inline constexpr std::array<std::string_view, 5> transport_names{"auto", "uring", "asio", "shm", "verbs"};
-
-/// Receives the one line "auto" logs when it falls back (the same type as
-/// rendezvous::log_sink); empty: the line goes to stderr.
-using transport_log = std::function<void(std::string_view)>;
 
 /// What the choice "auto" knows about this machine; probe_machine() fills it,
 /// a test can make one up.
@@ -219,17 +214,6 @@ inline std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
-inline void write_transport_log(const transport_log& log, const std::string& line) noexcept {
-  if (!log) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    return;
-  }
-  try {
-    log(line);
-  } catch (...) {
-  }
-}
-
 }  // namespace detail
 
 /// The transports this build has and this machine can run, in the order
@@ -318,7 +302,7 @@ inline transport_choice choose_transport(const options& o, const cluster_spec& s
 /// fallback, one line goes to `log` (stderr when empty), once per process for
 /// each distinct line: "fusewire: transport auto: using uring: worker:1 at
 /// ... is not on this host ...".
-inline transport_choice auto_transport(const options& o, const cluster_spec& spec, const transport_log& log = {}) {
+inline transport_choice auto_transport(const options& o, const cluster_spec& spec, const log_sink& log = {}) {
   transport_choice choice = choose_transport(o, spec, probe_machine(o));
   if (choice.fallback) {
     static std::mutex mutex;
@@ -330,7 +314,7 @@ inline transport_choice auto_transport(const options& o, const cluster_spec& spe
       fresh = std::find(said.begin(), said.end(), line) == said.end();
       if (fresh) said.push_back(line);
     }
-    if (fresh) detail::write_transport_log(log, line);
+    if (fresh) write_log(log, line);
   }
   return choice;
 }
@@ -349,7 +333,7 @@ using with_transport_result = std::invoke_result_t<F&, asio_tcp>;
 /// cannot run.
 template <class F>
 with_transport_result<F> with_transport(std::string_view name, const options& o, const cluster_spec& spec, F&& f,
-                                        const transport_log& log = {}) {
+                                        const log_sink& log = {}) {
   using result = with_transport_result<F>;
   if (auto problem = transport_problem(name)) {
     throw std::invalid_argument("transport '" + std::string(name) + "': " + *problem);

@@ -156,7 +156,7 @@ TEST_CASE("auto on this machine: chosen per cluster, one log line per distinct f
   if (!here.verbs) CHECK(contains(expect.reason, "TF_RDMA_ENABLED is true but RDMA is unusable ("));
 
   std::vector<std::string> lines;
-  const fw::transport_log log = [&](std::string_view l) { lines.emplace_back(l); };
+  const fw::log_sink log = [&](std::string_view l) { lines.emplace_back(l); };
   const std::string first = fw::with_transport(
       "auto", rdma(true), remote, [](auto t) { return std::string(t.name()); }, log);
   CHECK(first.starts_with(expect.name));
