@@ -9,6 +9,7 @@
 /// handles to the same bytes may live and die on different threads.
 
 #include <algorithm>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -132,6 +133,85 @@ class small_blocks {
 inline thread_local small_blocks::list small_blocks::list_;
 inline thread_local bool small_blocks::exited_ = false;
 
+/// Large heap buffers a thread freed, kept whole for its next allocation of
+/// the same size class. A receive of a big tensor (or a PS request carrying a
+/// big gradient) otherwise gets memory the allocator has just handed back to
+/// the kernel, and the kernel then faults in and zeroes every page while it
+/// copies the bytes in. Bounded per thread by `max_blocks` and `max_bytes`
+/// (the oldest block is freed first); freed when the thread exits. Off under
+/// AddressSanitizer, like small_blocks.
+class large_blocks {
+ public:
+  static constexpr std::size_t min_size = std::size_t{256} << 10;  ///< smaller ones use the allocator
+  static constexpr std::size_t max_blocks = 4;
+  static constexpr std::size_t max_bytes = std::size_t{32} << 20;  ///< per thread
+  static constexpr std::size_t alignment = small_blocks::alignment;
+  static constexpr bool enabled = small_blocks::enabled;
+
+  /// The capacity `size` bytes are allocated with: rounded up to a quarter of
+  /// its power of two, so that sizes close together share blocks.
+  static constexpr std::size_t size_class(std::size_t size) noexcept {
+    std::size_t p = std::size_t{1} << (std::bit_width(size - 1) - 1);  // largest power of two < size
+    const std::size_t step = std::max<std::size_t>(p / 4, 4096);
+    return (size + step - 1) / step * step;
+  }
+
+  /// A free block of this thread with exactly `capacity` bytes, or nullptr.
+  static void* take(std::size_t capacity) noexcept {
+    if (exited_) return nullptr;
+    cache& c = cache_;
+    for (std::size_t i = c.count; i-- > 0;) {  // newest first: its pages are warmest
+      if (c.blocks[i].capacity != capacity) continue;
+      void* p = c.blocks[i].ptr;
+      c.bytes -= capacity;
+      for (std::size_t j = i + 1; j < c.count; ++j) c.blocks[j - 1] = c.blocks[j];
+      --c.count;
+      return p;
+    }
+    return nullptr;
+  }
+
+  /// Keeps `block` of `capacity` bytes for this thread, freeing the oldest
+  /// blocks to make room; false if it is not kept (the caller frees it).
+  static bool give(void* block, std::size_t capacity) noexcept {
+    if (exited_ || capacity > max_bytes) return false;
+    cache& c = cache_;
+    while (c.count == max_blocks || c.bytes + capacity > max_bytes) c.drop_oldest();
+    c.blocks[c.count++] = {block, capacity};
+    c.bytes += capacity;
+    return true;
+  }
+
+ private:
+  struct entry {
+    void* ptr = nullptr;
+    std::size_t capacity = 0;
+  };
+  struct cache {
+    entry blocks[max_blocks];
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+    cache() = default;
+    cache(const cache&) = delete;
+    cache& operator=(const cache&) = delete;
+    void drop_oldest() noexcept {
+      ::operator delete(blocks[0].ptr, std::align_val_t{alignment});
+      bytes -= blocks[0].capacity;
+      for (std::size_t j = 1; j < count; ++j) blocks[j - 1] = blocks[j];
+      --count;
+    }
+    ~cache() {
+      exited_ = true;
+      while (count > 0) drop_oldest();
+    }
+  };
+  static thread_local cache cache_;
+  static thread_local bool exited_;
+};
+
+inline thread_local large_blocks::cache large_blocks::cache_;
+inline thread_local bool large_blocks::exited_ = false;
+
 /// One allocation holds this control block followed by the bytes.
 class heap_owner final : public buffer_owner {
  public:
@@ -147,6 +227,13 @@ class heap_owner final : public buffer_owner {
       if (raw == nullptr) raw = ::operator new(small_blocks::block_size, std::align_val_t{alignment});
       return ::new (raw) heap_owner(true);
     }
+    if (large_blocks::enabled && size >= large_blocks::min_size &&
+        size <= static_cast<std::size_t>(-1) / 2 - header_size) {
+      const std::size_t capacity = large_blocks::size_class(header_size + size);
+      void* raw = large_blocks::take(capacity);
+      if (raw == nullptr) raw = ::operator new(capacity, std::align_val_t{alignment});
+      return ::new (raw) heap_owner(false, capacity);
+    }
     void* raw = ::operator new(header_size + size, std::align_val_t{alignment});
     return ::new (raw) heap_owner(false);
   }
@@ -154,16 +241,20 @@ class heap_owner final : public buffer_owner {
   std::byte* bytes() noexcept { return reinterpret_cast<std::byte*>(this) + header_size; }
 
  private:
-  explicit heap_owner(bool small) noexcept : small_(small) {}
+  explicit heap_owner(bool small, std::size_t large_capacity = 0) noexcept
+      : small_(small), large_capacity_(large_capacity) {}
 
   void destroy() noexcept override {
     const bool small = small_;
+    const std::size_t large_capacity = large_capacity_;
     this->~heap_owner();
     if (small && small_blocks::give(this)) return;
+    if (large_capacity != 0 && large_blocks::give(this, large_capacity)) return;
     ::operator delete(static_cast<void*>(this), std::align_val_t{alignment});
   }
 
   bool small_;
+  std::size_t large_capacity_;  ///< bytes of a large_blocks block; 0: not one
 };
 
 static_assert(sizeof(heap_owner) <= heap_owner::header_size);

@@ -210,6 +210,27 @@ TEST_CASE("wrap takes any movable callable, including move-only ones") {
 }
 
 TEST_SUITE("thread") {
+  TEST_CASE("large buffers freed on other threads join those threads' caches, freed when they exit") {
+    using fusewire::detail::large_blocks;
+    for (int round = 0; round < 4; ++round) {
+      std::vector<std::thread> workers;
+      for (int t = 0; t < 2; ++t) {
+        std::vector<tensor_buffer> mine;
+        for (std::size_t i = 0; i < large_blocks::max_blocks + 1; ++i) {
+          mine.push_back(tensor_buffer::allocate(large_blocks::min_size << (i % 3)));
+          std::memset(mine.back().data(), t + 1, mine.back().size());
+        }
+        workers.emplace_back([mine = std::move(mine), t]() mutable {
+          for (tensor_buffer& b : mine) CHECK(b.bytes()[b.size() / 2] == static_cast<std::byte>(t + 1));
+          mine.clear();  // into this thread's cache, freed at its exit
+          tensor_buffer reused = tensor_buffer::allocate(large_blocks::min_size);
+          std::memset(reused.data(), 0, reused.size());
+        });
+      }
+      for (auto& w : workers) w.join();
+    }
+  }
+
   TEST_CASE("aliases released on many threads run the deleter exactly once") {
     constexpr int rounds = 200;
     constexpr int threads = 4;
@@ -273,6 +294,47 @@ TEST_CASE("small buffers reuse the blocks their thread freed, and keep their byt
     }
     CHECK(reused == sizes.size() - 1);
   }
+}
+
+TEST_CASE("large buffers reuse the block their thread freed last, within the cache's bounds") {
+  using fusewire::detail::large_blocks;
+  CHECK(large_blocks::size_class(large_blocks::min_size) == large_blocks::min_size);
+  CHECK(large_blocks::size_class((std::size_t{6} << 20) + 1) == (std::size_t{7} << 20));
+  CHECK(large_blocks::size_class(5'000'000) >= 5'000'000);
+  const std::size_t n = (std::size_t{6} << 20) - 4096;  // header and bytes: within the 6 MiB class
+  const std::byte* first = nullptr;
+  {
+    tensor_buffer b = tensor_buffer::allocate(n);
+    REQUIRE(b.size() == n);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 64 == 0);
+    first = b.data();
+  }
+  {
+    // The same size class: the block just freed, and its bytes are this buffer's to write.
+    tensor_buffer again = tensor_buffer::allocate(n - 1000);
+    if constexpr (large_blocks::enabled) CHECK(again.data() == first);
+    std::memset(again.data(), 0x5a, again.size());
+    // A different class never gets it while it is live, nor later a smaller block.
+    tensor_buffer other = tensor_buffer::allocate(n / 2);
+    CHECK(other.data() != again.data());
+    std::memset(other.data(), 0x33, other.size());
+    CHECK(again.bytes().back() == std::byte{0x5a});
+  }
+  // More than the cache holds, all freed at once: the cache keeps at most
+  // max_blocks (and max_bytes); the rest go back to the allocator. Under
+  // AddressSanitizer the cache is off and LeakSanitizer sees every block freed.
+  std::vector<tensor_buffer> many;
+  for (std::size_t i = 0; i < 2 * large_blocks::max_blocks; ++i) {
+    many.push_back(tensor_buffer::allocate(large_blocks::min_size + i));
+    std::memset(many.back().data(), static_cast<int>(i), many.back().size());
+  }
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    CHECK(many[i].bytes().front() == static_cast<std::byte>(i));
+    CHECK(many[i].bytes().back() == static_cast<std::byte>(i));
+  }
+  many.clear();
+  tensor_buffer too_big = tensor_buffer::allocate(large_blocks::max_bytes + 1);  // never cached
+  CHECK(too_big.size() == large_blocks::max_bytes + 1);
 }
 
 TEST_SUITE("thread") {
