@@ -300,6 +300,9 @@ class shard {
   // ---- replies (detail/shard_reply.hpp) ----
   void answer(std::uint32_t worker, const request_view& req, std::uint32_t flags);
   void fail(std::uint32_t worker, std::uint64_t seq, errc e, std::string why);
+  /// Why a request of this model fingerprint and its training-mode flag
+  /// cannot be served here; empty when it can.
+  std::string mismatch(const request_view& req, std::uint64_t fingerprint) const;
   /// request_flags::hello: checks the model and mode, answers with the lane count.
   void hello(std::uint32_t worker, const request_view& req);
   /// Flags every reply carries.

@@ -18,7 +18,6 @@
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/ps/client.hpp>
 #include <fusewire/ps/message.hpp>
-#include <fusewire/ps/server.hpp>
 #include <fusewire/transport/concepts.hpp>
 
 namespace fusewire {

@@ -34,16 +34,7 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   }
   if (ec) return fail(worker, req.seq, static_cast<errc>(ec.value()), "malformed request: " + why);
   if ((req.flags & request_flags::hello) != 0) return hello(worker, req);
-  if (req.fingerprint != fingerprint_) {
-    return fail(worker, req.seq, errc::invalid_argument,
-                "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
-  }
-  const bool sync_req = (req.flags & request_flags::sync) != 0;
-  if (sync_req != (opts_.mode == training_mode::sync)) {
-    return fail(worker, req.seq, errc::invalid_argument,
-                std::string("training mode mismatch: the worker trains ") + (sync_req ? "sync" : "async") +
-                    ", this PS " + std::string(to_string(opts_.mode)));
-  }
+  if (why = mismatch(req, fingerprint_); !why.empty()) return fail(worker, req.seq, errc::invalid_argument, why);
   errc bad = errc::ok;
   why = validate(req, bad);
   if (!why.empty()) return fail(worker, req.seq, bad, why);
@@ -122,17 +113,22 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   if (opts_.mode == training_mode::sync && contributors_.size() >= opts_.replicas) finish_step();
 }
 
-inline void shard::hello(std::uint32_t worker, const request_view& req) {
-  const std::size_t tasks = place_.num_ps() / opts_.lanes;
-  if (req.fingerprint != model_.fingerprint(tasks)) {
-    return fail(worker, req.seq, errc::invalid_argument,
-                "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's");
+inline std::string shard::mismatch(const request_view& req, std::uint64_t fingerprint) const {
+  if (req.fingerprint != fingerprint) {
+    return "model fingerprint mismatch: the worker's model_spec (or PS count) differs from this PS's";
   }
   const bool sync_req = (req.flags & request_flags::sync) != 0;
   if (sync_req != (opts_.mode == training_mode::sync)) {
-    return fail(worker, req.seq, errc::invalid_argument,
-                std::string("training mode mismatch: the worker trains ") + (sync_req ? "sync" : "async") +
-                    ", this PS " + std::string(to_string(opts_.mode)));
+    return std::string("training mode mismatch: the worker trains ") + (sync_req ? "sync" : "async") + ", this PS " +
+           std::string(to_string(opts_.mode));
+  }
+  return {};
+}
+
+inline void shard::hello(std::uint32_t worker, const request_view& req) {
+  const std::size_t tasks = place_.num_ps() / opts_.lanes;
+  if (const std::string why = mismatch(req, model_.fingerprint(tasks)); !why.empty()) {
+    return fail(worker, req.seq, errc::invalid_argument, why);
   }
   if (!req.entries.empty()) return fail(worker, req.seq, errc::invalid_argument, "a hello carries entries");
   reply_builder rb(req.seq, global_step_, incarnation_);
