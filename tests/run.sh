@@ -90,7 +90,10 @@ meson_tests() {
   fi
   failed=$((failed + ${fl:-0} + ${to:-0} + ${up:-0}))
   if [ $(( ${fl:-0} + ${to:-0} + ${up:-0} )) -gt 0 ]; then
-    failures+=("$name: $((${fl:-0} + ${to:-0} + ${up:-0})) test(s), see $dir/meson-logs/testlog.txt")
+    local names
+    names=$(grep -E "^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|UNEXPECTEDPASS) " "$log" |
+      sed 's|^ *[0-9]*/[0-9]* [^ ]* / \([^ ]*\) .*|\1|' | sort -u | tr '\n' ' ')
+    failures+=("$name: $((${fl:-0} + ${to:-0} + ${up:-0})) test(s): ${names% }; see $dir/meson-logs/testlog.txt")
     # what the failing tests printed (--print-errorlogs), then meson's summary
     grep -v -E "^ *[0-9]+/[0-9]+ " "$log" | sed '/^Summary of Failures/q' | grep -v '^Summary of Failures' | tail -150
     sed -n '/^Summary of Failures/,$p' "$log"
