@@ -4,7 +4,7 @@
 // steps. Prints, per mode, the messages, tensors and bytes one step sends
 // (measured on the wire, all processes together) and the step time.
 //
-//   graph_bench [--transport asio|uring] [--modes LIST] [--steps N] [--warmup N]
+//   graph_bench [--transport NAME] [--modes LIST] [--steps N] [--warmup N]
 //               [--features N] [--batch N] [--dim N] [--rows N] [--hidden N]
 //               [--reactor block|adaptive|poll]
 #include <fusewire/core/cluster_spec.hpp>
@@ -14,10 +14,7 @@
 #include <fusewire/graph/partition.hpp>
 #include <fusewire/graph/rendezvous_channel.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
+#include <fusewire/transport/select.hpp>
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -53,7 +50,7 @@ constexpr std::string_view usage_text =
     "partition mode. Prints messages, tensors and bytes per step and the step time.\n"
     "\n"
     "options:\n"
-    "  --transport NAME   asio or uring (default uring when built, else asio)\n"
+    "  --transport NAME   auto, uring, asio, shm or verbs (default auto: shm on one host)\n"
     "  --modes LIST       comma-separated, from send_recv, send_recv_fuse, star_server,\n"
     "                     star_server_single_call, star_server_lite (default: all)\n"
     "  --steps N          timed steps per mode, 1 to 100000 (default 200)\n"
@@ -105,11 +102,7 @@ std::optional<fg::partition_options> mode_options(std::string_view mode) {
 
 settings parse_args(int argc, char** argv) {
   settings s;
-#if FUSEWIRE_HAS_URING
-  s.transport = "uring";
-#else
-  s.transport = "asio";
-#endif
+  s.transport = "auto";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     if (arg == "--help" || arg == "-h") {
@@ -125,7 +118,7 @@ settings parse_args(int argc, char** argv) {
       value = argv[++i];
     }
     if (arg == "--transport") {
-      if (value != "asio" && value != "uring") throw usage_error{"--transport " + value + ": expected asio or uring"};
+      if (auto problem = fw::transport_problem(value)) throw usage_error{"--transport " + value + ": " + *problem};
       s.transport = value;
     } else if (arg == "--modes") {
       s.modes.clear();
@@ -441,13 +434,9 @@ int main(int argc, char** argv) {
   }
   ::signal(SIGPIPE, SIG_IGN);
   try {
-    if (s.transport == "asio") return run<fw::asio_tcp>(s);
-#if FUSEWIRE_HAS_URING
-    return run<fw::uring_tcp>(s);
-#else
-    std::fprintf(stderr, "graph_bench: this build has no uring transport; use --transport asio\n");
-    return 2;
-#endif
+    // Every task runs on loopback: "auto" picks shm when this machine can run it.
+    const auto loopback = fw::cluster_spec::from_string("worker=127.0.0.1:1;ps=127.0.0.1:2,127.0.0.1:3");
+    return fw::with_transport(s.transport, fw::options{}, loopback, [&]<class T>(T) { return run<T>(s); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "graph_bench: %s\n", e.what());
     return 1;
