@@ -204,21 +204,35 @@ TEST_CASE("optimizer math: exact values of the first steps") {
 }
 
 TEST_CASE("optimizers agree with the independent reference over many steps") {
+  // 19 elements: the four-lane loops and their scalar tails.
+  constexpr std::size_t n = 19;
   for (const auto& cfg : {ps::optimizer_config::sgd(0.05f), ps::optimizer_config::momentum_sgd(0.05f, 0.9f),
                           ps::optimizer_config::momentum_sgd(0.05f, 0.8f, true), ps::optimizer_config::adagrad(0.1f),
                           ps::optimizer_config::adam(0.01f)}) {
     CAPTURE(ps::to_string(cfg.kind));
-    std::vector<float> w(16, 0.25f), slots(32, ps::initial_slot_value(cfg, 0));
-    if (cfg.kind == ps::optimizer_kind::adam) std::fill(slots.begin(), slots.end(), 0.0f);
+    std::vector<float> w(n, 0.25f), slots(n * cfg.slots(), ps::initial_slot_value(cfg, 0));
     fw::test::reference_optimizer ref(cfg, w);
+    // The same rule one element at a time (never the four-lane loop).
+    std::vector<float> w1(n, 0.25f), slots1(n * cfg.slots(), ps::initial_slot_value(cfg, 0));
+    std::vector<std::uint64_t> t1(n, 0);
     std::uint64_t t = 0;
     for (int s = 0; s < 20; ++s) {
-      std::vector<float> g(16);
-      for (std::size_t i = 0; i < 16; ++i) g[i] = fw::test::grad_at(s, i);
-      ps::apply_update(cfg, w, std::span<float>(slots.data(), 16 * cfg.slots()), g, t);
+      std::vector<float> g(n);
+      for (std::size_t i = 0; i < n; ++i) g[i] = fw::test::grad_at(s, i);
+      ps::apply_update(cfg, w, slots, g, t, 0.5f);
+      for (float& x : g) x *= 0.5f;
       ref.step(g);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<float> one_slot(cfg.slots());
+        for (std::size_t k = 0; k < cfg.slots(); ++k) one_slot[k] = slots1[k * n + i];
+        ps::apply_update(cfg, std::span<float>(&w1[i], 1), one_slot, std::span<const float>(&g[i], 1), t1[i]);
+        for (std::size_t k = 0; k < cfg.slots(); ++k) slots1[k * n + i] = one_slot[k];
+      }
     }
-    for (std::size_t i = 0; i < 16; ++i) CHECK(w[i] == doctest::Approx(ref.w[i]).epsilon(1e-4));
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(w[i] == doctest::Approx(ref.w[i]).epsilon(1e-4));
+      CHECK(w[i] == doctest::Approx(w1[i]).epsilon(1e-6));
+    }
   }
 }
 
