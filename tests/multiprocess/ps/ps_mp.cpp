@@ -155,8 +155,12 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
   }
   // One fused request per PS (per lane: "w" has a slice on each) per step.
   EXPECT(cl.stats().requests == semantics_steps * 2 * cl.lanes());
+  // Once both workers pass the barrier, every push of both was answered by
+  // every lane, hence applied. (global_step(p) alone is not enough with
+  // lanes: it is the most any lane of p applied, and another lane may still
+  // be one push behind.)
+  cl.barrier();
   if (w != 0) return 0;
-  // Wait until both workers' pushes are in (each push request is one step on each PS).
   std::vector<float> wv, bv, ev;
   std::vector<std::int64_t> all_ids;
   for (int s = 0; s < semantics_steps; ++s) {
@@ -164,20 +168,17 @@ int semantics_worker(const fw::cluster_spec& spec, unsigned w) {
       for (auto id : semantics_ids(s, k)) all_ids.push_back(id);
     }
   }
-  for (int attempt = 0;; ++attempt) {
+  {
     b.clear();
     const auto hw = b.pull("w");
     const auto hb = b.pull("b");
     const auto he = b.pull_rows("emb", all_ids);
     cl.run(b);
-    if (cl.global_step(0) == 2 * semantics_steps && cl.global_step(1) == 2 * semantics_steps) {
-      wv = b.take(hw);
-      bv = b.take(hb);
-      ev = b.take(he);
-      break;
-    }
-    EXPECT(attempt < 1000);
-    std::this_thread::sleep_for(10ms);
+    // Each push request is one step on each PS (lane) it went to.
+    EXPECT(cl.global_step(0) == 2 * semantics_steps && cl.global_step(1) == 2 * semantics_steps);
+    wv = b.take(hw);
+    bv = b.take(hb);
+    ev = b.take(he);
   }
   // Reference: SGD is a sum, so the order of the two workers' pushes does not matter.
   std::vector<double> rw(512), rb(8);
