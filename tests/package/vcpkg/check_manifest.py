@@ -18,9 +18,11 @@ import pathlib
 import re
 import sys
 
-# Headers with no directory part that belong to the C and POSIX system.
+# Headers with no directory part that belong to the C and POSIX system, or to
+# the compiler (x86 intrinsics).
 SYSTEM_HEADERS = {"fcntl.h", "netdb.h", "pthread.h", "sched.h", "signal.h", "time.h", "unistd.h", "errno.h",
-                  "poll.h", "string.h", "stdlib.h", "stdio.h", "stdint.h", "ifaddrs.h"}
+                  "poll.h", "string.h", "stdlib.h", "stdio.h", "stdint.h", "ifaddrs.h",
+                  "emmintrin.h"}
 SYSTEM_DIRS = ("sys/", "netinet/", "arpa/", "linux/", "net/")
 # Port -> the manifest feature it belongs to (None: the core dependencies).
 FEATURE_OF = {"liburing": "uring", "rdma-core": "rdma", "openssl": "crypto"}
