@@ -321,10 +321,11 @@ TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
     });
     const std::uint16_t port = fp.get();
     for (int i = 0; i < 5; ++i) {
-      std::promise<void> echoed;
+      std::promise<void> echoed, took;
       group.submit_to(0, [&, listener, accepted] {
-        listener->async_accept([accepted](std::error_code ec, fw::shm_connection c) {
+        listener->async_accept([accepted, &took](std::error_code ec, fw::shm_connection c) {
           if (!ec) accepted->push_back(std::move(c));
+          took.set_value();
         });
       });
       group.submit_to(1, [&] {
@@ -342,6 +343,9 @@ TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
                           });
       });
       REQUIRE(echoed.get_future().wait_for(10s) == std::future_status::ready);
+      // The accept may complete after the client's write: an accepted
+      // connection pushed after the clear below would outlive its reactor.
+      REQUIRE(took.get_future().wait_for(10s) == std::future_status::ready);
     }
     CHECK(count_segment_mappings() > 0);  // the accepted ones, still open
     auto fc = group.submit(0, [&, listener, accepted] {
