@@ -402,6 +402,26 @@ class endpoint {
                        recv_handler(std::forward<H>(h)), timeout));
   }
 
+  /// As above with a split destination: a tensor of head.size() + tail.size()
+  /// bytes lands in `head` (its first bytes) and `tail` (the rest), straight
+  /// from the connection where it can; `h` then gets an alias of `head`. A
+  /// tensor of any other size is handed to `h` as a buffer of its own, with no
+  /// error, and neither part is written. So a caller tells the two apart by
+  /// the data pointer. Both parts must be non-empty (else
+  /// errc::invalid_argument) and `tail` must stay valid until `h` ran. Over
+  /// RDMA the tensor takes the frame path (it is not placed directly).
+  template <recv_completion H>
+  void recv(const task_id& peer, std::string key, tensor_buffer head, mutable_buffer tail, H&& h,
+            clock::duration timeout = no_deadline) {
+    auto op = std::make_shared<recv_op>();
+    const bool valid = !head.empty() && !tail.empty();
+    op->tail = tail;
+    pending_op p = prepare_recv(std::move(op), resolve(peer), std::move(key), std::move(head), true,
+                                recv_handler(std::forward<H>(h)), timeout);
+    if (!valid) p.error = make_error_code(errc::invalid_argument);
+    start(std::move(p));
+  }
+
   /// Blocking send; errc::invalid_argument if called on the endpoint's reactor thread.
   std::error_code send_sync(const task_id& peer, std::string key, tensor_buffer tensor,
                             clock::duration timeout = no_deadline) {

@@ -4,9 +4,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,6 +90,80 @@ TEST_CASE_TEMPLATE_DEFINE("64 MiB tensors, chunked over 1-3 lanes or whole, land
   }
 }
 TEST_CASE_TEMPLATE_APPLY(chunked_64mib_tensors, tcp_transports);
+
+TEST_CASE_TEMPLATE_DEFINE("a split destination takes a tensor of its size in two parts, any other as it came", T,
+                          split_destinations) {
+  // 1 MiB + 5 bytes, split where no chunk boundary falls (chunks of 64 KiB).
+  constexpr std::size_t n = (std::size_t{1} << 20) + 5, head_bytes = 300001;
+  const fw::tensor_buffer whole = pattern(n, 21);
+  struct config {
+    bool chunking;
+    unsigned stripes;
+  };
+  for (const config c : {config{true, 1}, config{true, 2}, config{false, 1}}) {
+    CAPTURE(c.chunking);
+    CAPTURE(c.stripes);
+    auto spec = loopback_cluster(1, 1);
+    fw::options o = test_options();
+    o.chunking = c.chunking;
+    o.chunk_size = 64 * 1024;
+    rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = {.stripes = c.stripes}});
+    rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = {.stripes = c.stripes}});
+    std::vector<std::byte> tail(n - head_bytes);
+    auto split_recv = [&](const std::string& key, fw::tensor_buffer head, fw::mutable_buffer t) {
+      auto got = std::make_shared<std::promise<rv::recv_result>>();
+      auto fut = got->get_future();
+      ps.recv(
+          w0, key, std::move(head), t,
+          [got](std::error_code ec, fw::tensor_buffer b) {
+            got->set_value({ec, std::move(b)});
+          },
+          60s);
+      return wait(fut);
+    };
+    auto landed = [&](const rv::recv_result& r, const fw::tensor_buffer& head) {
+      REQUIRE_FALSE(r.ec);
+      CHECK(r.buffer.data() == head.data());
+      CHECK(r.buffer.size() == head_bytes);
+      CHECK(std::memcmp(head.data(), whole.data(), head_bytes) == 0);
+      CHECK(std::memcmp(tail.data(), whole.data() + head_bytes, tail.size()) == 0);
+    };
+
+    SUBCASE("posted first: read straight into both parts") {
+      auto head = fw::tensor_buffer::allocate(head_bytes);
+      auto fut = std::async(std::launch::async, [&] { return split_recv("big", head.share(), tail); });
+      std::this_thread::sleep_for(50ms);  // usually posted before the tensor comes; either order must land
+      REQUIRE_FALSE(worker.send_sync(ps0, "big", whole.share(), 60s));
+      landed(fut.get(), head);
+      CHECK(ps.counters().front().bytes_received == n);
+    }
+    SUBCASE("the tensor came first: copied into both parts") {
+      REQUIRE_FALSE(worker.send_sync(ps0, "early", whole.share(), 60s));
+      std::this_thread::sleep_for(50ms);
+      auto head = fw::tensor_buffer::allocate(head_bytes);
+      landed(split_recv("early", head.share(), tail), head);
+    }
+    SUBCASE("another size: handed over whole, neither part written") {
+      std::fill(tail.begin(), tail.end(), std::byte{0xEE});
+      auto head = fw::tensor_buffer::allocate(head_bytes + 1);
+      std::memset(head.data(), 0xEE, head.size());
+      auto fut = std::async(std::launch::async, [&] { return split_recv("other", head.share(), tail); });
+      REQUIRE_FALSE(worker.send_sync(ps0, "other", whole.share(), 60s));
+      const rv::recv_result r = fut.get();
+      REQUIRE_FALSE(r.ec);
+      CHECK(r.buffer.data() != head.data());
+      REQUIRE(r.buffer.size() == n);
+      CHECK(std::memcmp(r.buffer.data(), whole.data(), n) == 0);
+      CHECK(std::all_of(tail.begin(), tail.end(), [](std::byte b) { return b == std::byte{0xEE}; }));
+      CHECK(std::all_of(head.data(), head.data() + head.size(), [](std::byte b) { return b == std::byte{0xEE}; }));
+    }
+    SUBCASE("an empty part is refused") {
+      const rv::recv_result r = split_recv("none", fw::tensor_buffer::allocate(16), {});
+      CHECK(r.ec == fw::make_error_code(fw::errc::invalid_argument));
+    }
+  }
+}
+TEST_CASE_TEMPLATE_APPLY(split_destinations, tcp_transports);
 
 TEST_CASE_TEMPLATE_DEFINE("per-key FIFO holds across chunked, striped, fused and plain frames", T,
                           fifo_across_frame_kinds) {

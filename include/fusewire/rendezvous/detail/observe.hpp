@@ -531,7 +531,7 @@ inline void endpoint<Transport>::shard::snapshot(clock::time_point now, std::vec
     pending_operation& o = out.emplace_back();
     o.peer = op->peer;
     o.key = op->key;
-    o.bytes = op->has_dst ? op->dst.size() : 0;
+    o.bytes = op->has_dst ? op->dst_size() : 0;
     o.age = age_of(op->started);
     o.connection = connection_state(op->peer, o.last_error);
     if (op->xfer) {

@@ -82,12 +82,18 @@ struct endpoint<Transport>::recv_op {
     prev = next = nullptr;
   }
 
+  /// Bytes its destination takes (head and tail of a split one).
+  std::size_t dst_size() const noexcept { return dst.size() + tail.size(); }
+
   std::weak_ptr<recv_op> self;  ///< its own owner, for RDMA transports only (see shard::owner_of)
   std::uint64_t slot_hash = 0;  ///< detail::slot_hash_of(peer, key), computed by the starting thread
   std::string peer;
   std::string key;
   tensor_buffer dst;
   bool has_dst = false;
+  /// A split destination's second part (recv with a head and a tail): the
+  /// tensor's first dst.size() bytes land in dst, the rest here.
+  mutable_buffer tail;
   recv_handler h;
   timer_id timer;
   std::shared_ptr<channel_type> bound;  ///< the channel reading into dst, if any
@@ -200,6 +206,8 @@ struct endpoint<Transport>::incoming {
   bool starved = false;  ///< its buffer waits for the receive budget (in shard::starved_)
   std::error_code error;
   tensor_buffer buf;
+  /// With buf a split destination's head: where the bytes past buf.size() go.
+  mutable_buffer tail;
   std::shared_ptr<recv_op> op;
   recv_account* account = nullptr;
   held_ref held{};                 ///< set while buf is the endpoint's own (not a receive's destination)

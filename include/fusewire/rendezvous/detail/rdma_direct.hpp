@@ -143,7 +143,10 @@ class rdma_direct {
   /// A recv about to wait alone on its (peer, key): advertise its destination if it qualifies.
   template <class Shard>
   void advertise(Shard& shard, RecvOp& op) {
-    if (!op.has_dst || op.dst.size() <= shard.ep_.opts_.acc_size || op.dst.reg() == nullptr) return;
+    // A split destination (head and tail) is not one region: it takes the frame path.
+    if (!op.has_dst || !op.tail.empty() || op.dst.size() <= shard.ep_.opts_.acc_size || op.dst.reg() == nullptr) {
+      return;
+    }
     auto pit = rx_.find(std::string_view(op.peer));
     if (pit == rx_.end() || !pit->second.ordered || !pit->second.ordered->is_open()) return;
     rx_peer& rx = pit->second;

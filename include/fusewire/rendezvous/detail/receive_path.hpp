@@ -78,21 +78,24 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
     auto& waiting = s->waiting;
     while (!waiting.empty() && waiting.front()->done) waiting.pop_front();
     wanted = !waiting.empty();
-    if (!waiting.empty() && waiting.front()->has_dst && waiting.front()->dst.size() == n) {
-      // Zero copy: the payload goes from the socket into the posted destination.
+    if (!waiting.empty() && waiting.front()->has_dst && waiting.front()->dst_size() == n) {
+      // Zero copy: the payload goes from the socket into the posted destination
+      // (a split one's head, then its tail).
       std::shared_ptr<recv_op> op = std::move(waiting.front());
       waiting.pop_front();
       const mutable_buffer dst = op->dst.bytes();
+      const mutable_buffer tail = op->tail;
       // The destination is handed over as is (moved, not shared: complete()
       // would drop the op's reference right away): on the way from the
       // frame's arrival to the handler, reference counts cost atomics.
-      if (ch->try_read_payload(dst)) {  // it arrived with the head: done in this step
+      const bool head_read = ch->try_read_payload(dst);
+      if (head_read && (tail.empty() || ch->try_read_payload(tail))) {  // it arrived with the head: done now
         complete(*op, {}, std::move(op->dst));
         if (!closing_) read_next(ch);
         return;
       }
       op->bound = ch;
-      ch->read_payload(dst, [this, ch = ch, op](std::error_code e) {
+      auto finish = [this, ch = ch, op](std::error_code e) {
         if (e || op->timed_out) {
           complete(*op,
                    make_error_code(op->timed_out ? errc::timed_out
@@ -104,7 +107,15 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
         }
         complete(*op, {}, std::move(op->dst));
         if (!closing_) read_next(ch);
-      });
+      };
+      if (head_read || tail.empty()) {
+        ch->read_payload(head_read ? tail : dst, std::move(finish));
+      } else {
+        ch->read_payload(dst, [ch = ch, tail, finish = std::move(finish)](std::error_code e) mutable {
+          if (e) return finish(e);
+          ch->read_payload(tail, std::move(finish));
+        });
+      }
       return;
     }
   }
@@ -236,8 +247,9 @@ template <transport Transport>
 inline void endpoint<Transport>::shard::read_parked_chunks(const std::shared_ptr<incoming>& x) {
   if (x->failed) return;
   if (x->buf.empty() && x->total != 0) {
-    if (x->op && x->op->has_dst && x->op->dst.size() == x->total) {
+    if (x->op && x->op->has_dst && x->op->dst_size() == x->total) {
       x->buf = x->op->dst.share();
+      x->tail = x->op->tail;
     } else {
       // A receive that waits for it (with no destination) takes it whatever the budget.
       held_ref held = charge(*x->account, static_cast<std::size_t>(x->total) + arrival_cost(x->key), x->op != nullptr,
@@ -261,29 +273,52 @@ inline void endpoint<Transport>::shard::read_parked_chunks(const std::shared_ptr
 }
 
 // Reads one chunk's payload into the transfer's buffer (the recv's
-// destination when it has one of the right size), then the lane's next frame.
+// destination when it has one of the right size; with a split one, the part
+// of the chunk past its head goes to its tail), then the lane's next frame.
 template <transport Transport>
 inline void endpoint<Transport>::shard::read_chunk(const std::shared_ptr<channel_type>& ch,
                                                    const std::shared_ptr<incoming>& x, std::uint64_t offset,
                                                    std::uint64_t len) {
   if (x->failed || !ch->is_open()) return;
-  const mutable_buffer dst = x->buf.bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(len));
+  const auto off = static_cast<std::size_t>(offset), n = static_cast<std::size_t>(len);
+  const std::size_t head = x->buf.size();
+  mutable_buffer first, second;
+  if (off + n <= head) {
+    first = x->buf.bytes().subspan(off, n);
+  } else if (off >= head) {
+    first = x->tail.subspan(off - head, n);
+  } else {
+    first = x->buf.bytes().subspan(off);
+    second = x->tail.first(off + n - head);
+  }
   ++x->reads;
-  ch->read_payload(dst, [this, ch = ch, x = x](std::error_code e) {
-    --x->reads;
-    if (e && !x->failed) {
-      x->failed = true;
-      x->error = make_error_code(closing_ ? errc::cancelled : errc::connection_reset);
-    }
-    if (!e) {
-      --x->chunks_left;
-      x->last_chunk = util::coarse_now();
-    }
-    finish_transfer(x);
-    if (closing_) return;
-    if (e) return inbound_failed(ch, e);
-    read_next(ch);
-  });
+  if (!second.empty()) {
+    ch->read_payload(first, [this, ch = ch, x = x, second](std::error_code e) {
+      if (e) return chunk_read(ch, x, e);
+      ch->read_payload(second, [this, ch = ch, x = x](std::error_code e2) { chunk_read(ch, x, e2); });
+    });
+    return;
+  }
+  ch->read_payload(first, [this, ch = ch, x = x](std::error_code e) { chunk_read(ch, x, e); });
+}
+
+// A chunk's payload was read (or failed): the transfer's count, then the lane's next frame.
+template <transport Transport>
+inline void endpoint<Transport>::shard::chunk_read(const std::shared_ptr<channel_type>& ch,
+                                                   const std::shared_ptr<incoming>& x, std::error_code e) {
+  --x->reads;
+  if (e && !x->failed) {
+    x->failed = true;
+    x->error = make_error_code(closing_ ? errc::cancelled : errc::connection_reset);
+  }
+  if (!e) {
+    --x->chunks_left;
+    x->last_chunk = util::coarse_now();
+  }
+  finish_transfer(x);
+  if (closing_) return;
+  if (e) return inbound_failed(ch, e);
+  read_next(ch);
 }
 
 // Chunk 0 travels on the sender's ordered lane: matching it to a recv here
@@ -296,7 +331,10 @@ inline void endpoint<Transport>::shard::bind_transfer(const std::shared_ptr<inco
   if (!s.waiting.empty()) {
     std::shared_ptr<recv_op> op = std::move(s.waiting.front());
     s.waiting.pop_front();
-    if (x->buf.empty() && op->has_dst && op->dst.size() == x->total) x->buf = op->dst.share();
+    if (x->buf.empty() && op->has_dst && op->dst_size() == x->total) {
+      x->buf = op->dst.share();
+      x->tail = op->tail;
+    }
     op->xfer = x;
     x->op = std::move(op);
   } else {
@@ -411,8 +449,15 @@ inline void endpoint<Transport>::shard::deliver_late(const std::shared_ptr<chann
 template <transport Transport>
 inline void endpoint<Transport>::shard::hand_over(recv_op& op, tensor_buffer b) {
   if (!op.has_dst) return complete(op, {}, std::move(b));
-  if (op.dst.size() != b.size()) return complete(op, make_error_code(errc::size_mismatch), tensor_buffer());
-  if (b.size() != 0) std::memcpy(op.dst.data(), b.data(), b.size());
+  if (!op.tail.empty()) {
+    // A split destination takes a tensor of its size; any other is handed over as it came.
+    if (op.dst_size() != b.size()) return complete(op, {}, std::move(b));
+    if (!op.dst.empty()) std::memcpy(op.dst.data(), b.data(), op.dst.size());
+    std::memcpy(op.tail.data(), b.data() + op.dst.size(), op.tail.size());
+  } else {
+    if (op.dst.size() != b.size()) return complete(op, make_error_code(errc::size_mismatch), tensor_buffer());
+    if (b.size() != 0) std::memcpy(op.dst.data(), b.data(), b.size());
+  }
   tensor_buffer out = op.dst.share();
   complete(op, {}, std::move(out));
 }

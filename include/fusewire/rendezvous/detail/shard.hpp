@@ -225,20 +225,25 @@ class endpoint<Transport>::shard {
     op.done = true;
     if (op.timer) reactor_->cancel(op.timer);
     if (op.list_head != nullptr) {  // started on this reactor: counted
+      // A split destination that took the tensor: `b` is its head (moved out of
+      // op.dst by the zero-copy path, shared from it by the others), the tail holds the rest.
+      const bool split = !ec && !op.tail.empty() && !b.empty() && (op.dst.empty() || b.data() == op.dst.data());
+      const std::size_t got = b.size() + (split ? op.tail.size() : 0);
       if (peer_cells* c = ep_.cells(op.peer_index)) {
         if (ec) {
           bump(c->recv_errors);
         } else {
           bump(c->recvs);
-          bump(c->bytes_received, b.size());
+          bump(c->bytes_received, got);
         }
       }
-      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, b.size(), 'r', !ec});
+      if (tracing_) trace_.add({op.started, clock::now(), op.key, op.peer, {}, got, 'r', !ec});
     }
     op.bound.reset();
     op.xfer.reset();
     op.unlink();
     op.dst.reset();
+    op.tail = {};
     recv_handler h = std::move(op.h);
     if (initiating_ != 0) {
       return reactor_->post(
@@ -347,6 +352,7 @@ class endpoint<Transport>::shard {
   void read_parked_chunks(const std::shared_ptr<incoming>& x);
   void read_chunk(const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::uint64_t offset,
                   std::uint64_t len);
+  void chunk_read(const std::shared_ptr<channel_type>& ch, const std::shared_ptr<incoming>& x, std::error_code e);
   void bind_transfer(const std::shared_ptr<incoming>& x);
   void finish_transfer(const std::shared_ptr<incoming>& x);
   void drop_arrival(const std::shared_ptr<incoming>& x);
