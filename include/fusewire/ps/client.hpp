@@ -68,6 +68,9 @@ struct client_stats {
   std::uint64_t bytes_sent = 0;      ///< request bytes, first attempts
   std::uint64_t bytes_received = 0;  ///< reply bytes accepted
   std::uint64_t stale = 0;           ///< sync: pushes a PS dropped as stale
+  /// Pulled dense slices received straight into their destination (a reply
+  /// whose last slice has at least 64 KiB), with no copy.
+  std::uint64_t direct_pulls = 0;
 };
 
 /// A worker's connection to every PS task; see the file comment.
@@ -246,19 +249,45 @@ class client {
     std::uint64_t seq = 0;
     std::error_code ec;
     tensor_buffer buffer;
+    bool landed = false;  ///< receive: a split receive's tail took the reply's last values
   };
 
+  /// Completions from the reactor threads to the thread in run(). A send that
+  /// completed without error changes nothing the exchange acts on, so it wakes
+  /// that thread only while settle_sends() waits for it: a small step then
+  /// costs one wake-up per reply, not two.
   struct event_queue {
     std::mutex mutex;
     std::condition_variable cv;
     std::deque<event> events;
+    std::size_t wakeful = 0;  ///< events in `events` that someone waits for
+    bool settling = false;    ///< settle_sends() waits for send completions
 
     void push(event e) {
+      bool wake;
       {
         std::lock_guard lock(mutex);
+        wake = settling || !e.is_send || e.ec;
         events.push_back(std::move(e));
+        if (wake) ++wakeful;
       }
-      cv.notify_one();
+      if (wake) cv.notify_one();
+    }
+    /// Waits until an event wakes us (or `until`), then moves every queued event into `got`.
+    void take(std::deque<event>& got, std::chrono::steady_clock::time_point until) {
+      std::unique_lock lock(mutex);
+      cv.wait_until(lock, until, [this] { return wakeful != 0; });
+      got.swap(events);
+      wakeful = 0;
+    }
+    /// Waits for any event, send completions included, then moves them into `got`.
+    void take_any(std::deque<event>& got) {
+      std::unique_lock lock(mutex);
+      settling = true;
+      cv.wait(lock, [this] { return !events.empty(); });
+      settling = false;
+      got.swap(events);
+      wakeful = 0;
     }
   };
 
@@ -307,6 +336,12 @@ class client {
     clock::time_point last_send{};
     std::error_code last_error;
     tensor_buffer reply;
+    /// A pull whose reply ends in one large dense slice receives it split: the
+    /// first split_head bytes into a buffer, the slice's values straight into
+    /// their destination (`tail`), when the reply has the size expected.
+    std::size_t split_head = 0;
+    mutable_buffer tail;
+    bool landed = false;  ///< the reply came split: its last values are in `tail`
   };
 
   // ---- routing (detail/client_plan.hpp) ----
@@ -320,6 +355,12 @@ class client {
   /// (a scatter-gather send); smaller ones are copied into the request's
   /// header buffer, where a copy costs less than another buffer to the kernel.
   static constexpr std::size_t gather_from = 16 * 1024;
+  /// A pulled dense slice of at least this many bytes at the end of a reply
+  /// is received straight into its destination (attempt::tail); a smaller
+  /// one is copied there from the reply, which costs less than a second read.
+  static constexpr std::size_t split_from = 64 * 1024;
+  /// Sets a's split receive up when its reply qualifies (see split_from).
+  static void plan_split(attempt& a);
 
   // ---- one step (detail/client_step.hpp) ----
   /// Plans `b` (fused: one request per PS; else one per pull/push), exchanges
@@ -403,6 +444,9 @@ class client {
   rendezvous::log_sink log_;                   ///< a copy of the endpoint's
   std::chrono::milliseconds stall_{};          ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
   std::vector<bool> recv_outstanding_;
+  /// A split receive is outstanding on this PS: it may still write into a
+  /// caller's destination, so run() does not return before it completed.
+  std::vector<bool> split_outstanding_;
   std::uint64_t incarnation_ = 0;
   std::uint64_t barrier_generation_ = 0;
   client_stats stats_;

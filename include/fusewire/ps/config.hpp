@@ -48,9 +48,9 @@ struct server_config {
   /// request count as that one).
   std::size_t max_waiting_per_worker = 4;
   /// Lanes: share-nothing shards of this PS task, each on its own reactor
-  /// (server.hpp), 1 to max_lanes. 0 = options.cores (NETWORK_PS_CORE_NUMBER)
-  /// capped by the number of workers, else 1. Every PS task of a job must run
-  /// the same number (a worker refuses a mix).
+  /// (server.hpp), 1 to max_lanes. 0 = options.cores (NETWORK_PS_CORE_NUMBER,
+  /// default 16) capped by the number of workers. Every PS task of a job must
+  /// run the same number (a worker refuses a mix).
   std::uint32_t lanes = 0;
   Transport transport{};
   /// Where the endpoint's diagnostics go; empty = nowhere.

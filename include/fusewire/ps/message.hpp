@@ -184,8 +184,16 @@ namespace detail {
 /// count is checked against the bytes left before they are touched.
 class message_reader {
  public:
-  message_reader(const_buffer bytes, std::error_code& ec, std::string& why) noexcept
-      : p_(bytes.data()), end_(bytes.size()), ec_(ec), why_(why) {
+  /// `tail`: the bytes after `bytes` when the message arrived in two parts
+  /// (a split receive); only one run of items may start exactly at the
+  /// split, everything else lies in `bytes`.
+  message_reader(const_buffer bytes, std::error_code& ec, std::string& why, const_buffer tail = {}) noexcept
+      : p_(bytes.data()),
+        tail_(tail.data()),
+        end_(bytes.size() + tail.size()),
+        head_(bytes.size()),
+        ec_(ec),
+        why_(why) {
     ec_.clear();
     why_.clear();
   }
@@ -199,7 +207,7 @@ class message_reader {
   /// What every PS message starts with: its `header_bytes`-byte header fits,
   /// magic 'FWPS', version 1, message type `type` (1 request, 2 reply).
   bool preamble(std::size_t header_bytes, std::uint16_t type, const char* what) {
-    if (end_ < header_bytes) {
+    if (head_ < header_bytes) {
       return fail(errc::truncated_frame, std::string(what) + " of " + std::to_string(end_) +
                                              " bytes is shorter than its " + std::to_string(header_bytes) +
                                              "-byte header");
@@ -233,6 +241,7 @@ class message_reader {
   bool entry_header(std::size_t bytes, std::initializer_list<std::size_t> zero_at, const std::string& where,
                     const std::byte*& e, op& kind) {
     if (left() < bytes) return fail(errc::truncated_frame, where + ": header truncated");
+    if (pos_ + bytes > head_) return split_at(where + ": header");
     e = p_ + pos_;
     const auto raw_op = get<std::uint8_t>(e);
     if (raw_op < 1 || raw_op > 4) return fail(errc::malformed_frame, where + ": unknown op " + std::to_string(raw_op));
@@ -251,8 +260,14 @@ class message_reader {
       return fail(errc::truncated_frame, where + ": " + std::to_string(count) + " " + what + " do not fit in the " +
                                              std::to_string(left()) + " bytes left");
     }
-    out = p_ + pos_;
-    pos_ += static_cast<std::size_t>(count) * item_bytes;
+    const std::size_t n = static_cast<std::size_t>(count) * item_bytes;
+    if (pos_ + n > head_) {
+      if (pos_ != head_) return split_at(where + ": " + what);
+      out = tail_;
+    } else {
+      out = p_ + pos_;
+    }
+    pos_ += n;
     return true;
   }
 
@@ -263,9 +278,16 @@ class message_reader {
   }
 
  private:
+  bool split_at(const std::string& what) {
+    return fail(errc::malformed_frame, what + " crosses byte " + std::to_string(head_) +
+                                           ", where the receiver split the message (its last values start there)");
+  }
+
   const std::byte* p_;
+  const std::byte* tail_;
   std::size_t pos_ = 0;
   std::size_t end_;
+  std::size_t head_;  ///< bytes at p_; the rest (end_ - head_) at tail_
   std::error_code& ec_;
   std::string& why_;
 };
@@ -487,9 +509,12 @@ struct reply_view {
 };
 
 /// Decodes a reply; on failure sets `ec` and `why` like decode_request().
-inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& ec, std::string& why) {
+/// `tail`: where the reply's last bytes landed when it was received in two
+/// parts (they must be the last entry's values, starting right after `bytes`).
+inline void decode_reply(const_buffer bytes, reply_view& out, std::error_code& ec, std::string& why,
+                         const_buffer tail = {}) {
   out = {};
-  detail::message_reader in(bytes, ec, why);
+  detail::message_reader in(bytes, ec, why, tail);
   if (!in.preamble(reply_header_bytes, 2, "reply")) return;
   const std::byte* p = in.header();
   out.seq = detail::get<std::uint64_t>(p + 8);

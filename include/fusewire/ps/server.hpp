@@ -136,13 +136,11 @@ class server {
     housekeeping_ = std::thread([this] { housekeep(); });
   }
 
-  /// Lanes when server_config::lanes is 0: options.cores (NETWORK_PS_CORE_NUMBER)
-  /// capped by the workers (a lane per connection at most, as the endpoint caps
-  /// its reactors), else 1: a PS often shares its host with workers, and each
-  /// lane is a reactor thread that may poll.
+  /// Lanes when server_config::lanes is 0: as many as the endpoint would run
+  /// reactors for one connection per worker (options::reactor_count):
+  /// min(NETWORK_PS_CORE_NUMBER, workers), or min(16, workers) when it is unset.
   static std::uint32_t default_lanes(const options& o, std::size_t workers) {
-    if (o.cores == 0) return 1;
-    return static_cast<std::uint32_t>(std::clamp<std::size_t>(std::min<std::size_t>(o.cores, workers), 1, max_lanes));
+    return static_cast<std::uint32_t>(std::clamp<std::size_t>(o.reactor_count(workers), 1, max_lanes));
   }
 
   server(const server&) = delete;

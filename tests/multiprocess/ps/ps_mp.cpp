@@ -84,8 +84,8 @@ fw::options mp_options() {
   o.mode = fw::reactor_mode::block;
   o.pool_size = 4u << 20;
   o.connect_timeout = 20000ms;
-  // The ps_mp_lanes_* variants: every PS runs lanes (a reactor each, one per
-  // worker), and the workers' endpoints as many reactors.
+  // By default every PS runs a lane (and a reactor) per worker; the ps_mp_*
+  // variants without "lanes" in their name set 1 here: one lane per PS.
   if (const char* lanes = std::getenv("FUSEWIRE_PS_MP_LANES")) o.cores = static_cast<unsigned>(std::atoi(lanes));
   setup::adjust(o);
   return o;

@@ -59,8 +59,9 @@ TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors
   const auto m = model();
   const auto dir = std::filesystem::temp_directory_path() / ("fusewire_ps_loopback_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
-  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options(), .checkpoint_dir = dir});
+  // One lane each: the request counts and checkpoint names below are a PS's, not a lane's.
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .checkpoint_dir = dir, .lanes = 1});
+  ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options(), .checkpoint_dir = dir, .lanes = 1});
   const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
   ps::client<fw::asio_tcp> cl({"worker", 0}, spec, m, co);
 
@@ -247,6 +248,26 @@ TEST_CASE("handles, pull_into, gathered pushes, repeated ids summed on the worke
   CHECK(row(1) == std::vector<float>{-1.0f, -2.5f});
   CHECK(row(4) == row(1));
   CHECK(row(3) == std::vector<float>{-0.5f, -1.5f});
+
+  // A large dense slice that ends a reply is received straight into its
+  // destination (pull_into's, or the batch's own); what comes before it in
+  // the reply (here: small, on one of the PS) is copied as usual.
+  {
+    std::vector<float> direct(32768, -1.0f), small2(3, -1.0f);
+    b.clear();
+    b.pull_into(small, small2);
+    b.pull_into(big, direct);
+    const std::uint64_t direct_before = cl.stats().direct_pulls;
+    cl.run(b);
+    CHECK(cl.stats().direct_pulls - direct_before == 2);  // one slice per PS
+    CHECK(direct == big_out);
+    CHECK(small2 == small_out);
+    b.clear();
+    const auto hb = b.pull(big);
+    cl.run(b);
+    CHECK(cl.stats().direct_pulls - direct_before == 4);
+    CHECK(std::equal(b.result(hb).begin(), b.result(hb).end(), big_out.begin(), big_out.end()));
+  }
 
   // Handles and names mix in one batch; a handle from another model is refused.
   b.clear();
@@ -450,15 +471,18 @@ TEST_CASE("loopback: large slices leave the PS without a copy; a pull sees each 
   const auto spec = fw::test::loopback_cluster(2, 2);
   ps::model_spec m;
   m.optimizer = ps::optimizer_config::sgd(0.125f);
-  m.min_slice_bytes = 256 * 1024;
-  m.add_dense("big", {256, 1024}, ps::initializer::constant(1.0f));  // 1 MiB: a 512 KiB slice per PS
+  m.min_slice_bytes = 128 * 1024;
+  m.add_dense("big", {256, 1024}, ps::initializer::constant(1.0f));  // 1 MiB: a slice per PS lane
   m.add_dense("b", {4}, ps::initializer::constant(0.5f));
+  // The default lanes: one per worker, so two per PS and a slice of 256 KiB each.
   ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options()});
   ps::server<fw::asio_tcp> ps1({"ps", 1}, spec, m, {.options = test_options()});
+  REQUIRE(ps0.lanes() == 2);
   const ps::client_config<fw::asio_tcp> co{.options = test_options(), .step_timeout = 20000ms};
   ps::client<fw::asio_tcp> pusher({"worker", 0}, spec, m, co);
   ps::client<fw::asio_tcp> puller({"worker", 1}, spec, m, co);
   constexpr int steps = 16;
+  constexpr std::size_t slices = 4, slice_floats = 256 * 1024 / slices;
   const std::vector<float> g(256 * 1024, 1.0f);  // every value moves alike: a torn slice would not be uniform
 
   std::thread push_thread([&] {
@@ -470,7 +494,7 @@ TEST_CASE("loopback: large slices leave the PS without a copy; a pull sees each 
     }
   });
   std::vector<std::string> torn;
-  float previous[2] = {1.0f, 1.0f};  // per PS: a pull never sees an older state than the one before
+  float previous[slices] = {1.0f, 1.0f, 1.0f, 1.0f};  // per slice: a pull never sees an older state than the one before
   ps::batch b;
   for (int i = 0; i < steps; ++i) {
     b.clear();
@@ -480,29 +504,39 @@ TEST_CASE("loopback: large slices leave the PS without a copy; a pull sees each 
     const auto v = b.result(hbig);
     REQUIRE(v.size() == 256 * 1024);
     CHECK(std::vector<float>(b.result(hb).begin(), b.result(hb).end()) == std::vector<float>(4, 0.5f));
-    for (std::size_t half = 0; half < 2; ++half) {  // one slice per PS: each must be one step's values
-      const auto slice = v.subspan(half * 128 * 1024, 128 * 1024);
+    for (std::size_t k = 0; k < slices; ++k) {  // one slice per PS lane: each must be one step's values
+      const auto slice = v.subspan(k * slice_floats, slice_floats);
       if (std::adjacent_find(slice.begin(), slice.end(), std::not_equal_to<>()) != slice.end()) {
-        torn.push_back("pull " + std::to_string(i) + ", slice " + std::to_string(half));
+        torn.push_back("pull " + std::to_string(i) + ", slice " + std::to_string(k));
       }
       // Values only go down: exactly k pushes of 1.0 at lr 1/8 (exact in float).
-      const float k = (1.0f - slice[0]) * 8.0f;
-      CHECK(k == std::floor(k));
-      CHECK(k <= static_cast<float>(steps));
-      CHECK(slice[0] <= previous[half]);
-      previous[half] = slice[0];
+      const float pushes = (1.0f - slice[0]) * 8.0f;
+      CHECK(pushes == std::floor(pushes));
+      CHECK(pushes <= static_cast<float>(steps));
+      CHECK(slice[0] <= previous[k]);
+      previous[k] = slice[0];
     }
   }
   push_thread.join();
   CHECK(torn.empty());
+  CHECK(puller.place().slices(0).size() == slices);
   b.clear();
   const auto hbig = b.pull("big");
   puller.run(b);
   const auto final_values = b.result(hbig);
   CHECK(std::all_of(final_values.begin(), final_values.end(), [](float x) { return x == 1.0f - 0.125f * steps; }));
+  // A reply that ends in its slice of "big" was received straight into the
+  // batch: three of the four lanes' (the one that holds b too ends in b's values).
+  CHECK(puller.stats().direct_pulls >= (steps + 1) * 3);
   ps0.stop();
   ps1.stop();
-  const std::uint64_t shared = ps0.state().stats().shared_reply_bytes + ps1.state().stats().shared_reply_bytes;
+  std::uint64_t shared = 0, cow = 0;
+  for (ps::server<fw::asio_tcp>* srv : {&ps0, &ps1}) {
+    for (std::uint32_t l = 0; l < srv->lanes(); ++l) {
+      shared += srv->state(l).stats().shared_reply_bytes;
+      cow += srv->state(l).stats().cow_copies;
+    }
+  }
   CHECK(shared == (steps + 1) * 256 * 1024 * 4);  // every pull of "big", no byte of it copied
-  MESSAGE("copy-on-write copies: ", ps0.state().stats().cow_copies + ps1.state().stats().cow_copies);
+  MESSAGE("copy-on-write copies: ", cow);
 }

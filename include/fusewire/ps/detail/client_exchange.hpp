@@ -34,19 +34,20 @@ bool client<Transport>::exchange(std::vector<attempt>& attempts, std::chrono::mi
 
 template <transport Transport>
 void client<Transport>::settle_sends(std::vector<attempt>& attempts) {
+  // Sends may read the caller's gradients, split receives write into the
+  // caller's destinations: both end before run() returns. (A split receive is
+  // only outstanding here after a failed step; its deadline is near.)
   auto in_flight = [&] {
-    return std::any_of(attempts.begin(), attempts.end(), [](const attempt& a) { return a.sending != 0; });
+    return std::any_of(attempts.begin(), attempts.end(), [](const attempt& a) { return a.sending != 0; }) ||
+           std::find(split_outstanding_.begin(), split_outstanding_.end(), true) != split_outstanding_.end();
   };
   std::deque<event> got;
   while (in_flight()) {
-    {
-      std::unique_lock lock(events_->mutex);
-      events_->cv.wait(lock, [this] { return !events_->events.empty(); });
-      got.swap(events_->events);
-    }
+    events_->take_any(got);
     for (event& e : got) {
       if (!e.is_send) {
         recv_outstanding_[e.ps] = false;  // a reply after the step ended: nobody waits for it
+        split_outstanding_[e.ps] = false;
         continue;
       }
       if (e.ps < attempts.size() && attempts[e.ps].seq == e.seq && attempts[e.ps].sending != 0) {
@@ -131,6 +132,28 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       recv_outstanding_[p] = true;
       auto q = events_;
       const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
+      const attempt* split = nullptr;
+      if (pending[p] == 1) {
+        for (const attempt& a : attempts) {
+          if (a.ps == p && !a.done) {
+            if (!a.tail.empty()) split = &a;
+            break;
+          }
+        }
+      }
+      if (split != nullptr) {
+        tensor_buffer head = tensor_buffer::allocate(split->split_head);
+        const std::byte* at = head.data();
+        split_outstanding_[p] = true;
+        ep_->recv(
+            ps_tasks_[p], rep_keys_[p], std::move(head), split->tail,
+            [q, p, at](std::error_code e, tensor_buffer buf) {
+              const bool landed = !e && buf.data() == at;
+              q->push({false, p, 0, e, std::move(buf), landed});
+            },
+            limit);
+        continue;
+      }
       ep_->recv(
           ps_tasks_[p], rep_keys_[p],
           [q, p](std::error_code e, tensor_buffer buf) {
@@ -138,11 +161,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
           },
           limit);
     }
-    {
-      std::unique_lock lock(events_->mutex);
-      events_->cv.wait_until(lock, wake, [this] { return !events_->events.empty(); });
-      got.swap(events_->events);
-    }
+    events_->take(got, wake);
     now = clock::now();
     for (event& e : got) {
       if (e.is_send) {
@@ -174,6 +193,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       }
       const std::uint32_t p = e.ps;
       recv_outstanding_[p] = false;
+      split_outstanding_[p] = false;
       if (pending[p] == 0) continue;
       if (e.ec) {
         if (e.ec == make_error_code(errc::cancelled)) {
@@ -205,6 +225,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
         if (!a.done && a.ps == p && a.seq == seq) {
           a.done = true;
           a.reply = std::move(e.buffer);
+          a.landed = e.landed;
           --pending[p];
           --left;
           break;

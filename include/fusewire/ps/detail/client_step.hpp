@@ -5,6 +5,7 @@
 /// values are scattered into the batch.
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -23,6 +24,19 @@
 namespace fusewire {
 inline namespace v0 {
 namespace ps {
+
+template <transport Transport>
+void client<Transport>::plan_split(attempt& a) {
+  if constexpr (std::endian::native != std::endian::little) return;  // values arrive little-endian
+  const std::vector<sink>& sinks = a.plan->sinks;
+  if (sinks.empty() || sinks.back().kind != op::pull_dense || sinks.back().count * 4 < split_from) return;
+  std::size_t values = 0;
+  for (const sink& s : sinks) values += s.count;
+  const sink& last = sinks.back();
+  a.split_head = reply_header_bytes + sinks.size() * reply_entry_header_bytes + (values - last.count) * 4;
+  // Floats are written as bytes (the reply's little-endian f32 is their representation here).
+  a.tail = mutable_buffer(reinterpret_cast<std::byte*>(last.out + last.offset), last.count * 4);
+}
 
 template <transport Transport>
 void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all_ps, std::error_code& ec,
@@ -74,6 +88,8 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
       a.request = plans[p].rb.finish_gathered(gather_from);
       stats_.bytes_sent += a.request.bytes;
       ++stats_.requests;
+      // One request per PS: its reply has a receive of its own.
+      if (fused) plan_split(a);
     }
   }
   std::string why;
@@ -97,7 +113,7 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
     reply_view r;
     std::error_code dec;
     std::string dwhy;
-    decode_reply(a.reply.bytes(), r, dec, dwhy);
+    decode_reply(a.reply.bytes(), r, dec, dwhy, a.landed ? const_buffer(a.tail) : const_buffer());
     const std::string who = target_name(p);
     if (dec) {
       if (!first_ec) first_ec = dec, first_why = who + ": bad reply: " + dwhy;
@@ -115,7 +131,8 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
     }
     ps_step_[p] = sync ? r.step : std::max(ps_step_[p], r.step);
     if ((r.flags & reply_flags::stale) != 0) ++stats_.stale;
-    stats_.bytes_received += a.reply.size();
+    stats_.bytes_received += a.reply.size() + (a.landed ? a.tail.size() : 0);
+    if (a.landed) ++stats_.direct_pulls;
     if (r.status != 0) {
       if (!first_ec) first_ec = make_error_code(static_cast<errc>(r.status)), first_why = r.message;
       continue;
@@ -140,7 +157,9 @@ void client<Transport>::run_impl(batch& b, std::uint32_t control_flags, bool all
         break;
       }
       if (s.kind == op::pull_dense) {
-        e.copy_values(s.out + s.offset, 0, s.count);
+        // Values a split receive put in place are there already.
+        if (e.values != reinterpret_cast<const std::byte*>(s.out + s.offset))
+          e.copy_values(s.out + s.offset, 0, s.count);
       } else {
         const auto& pos = *s.positions;
         for (const auto& [at, row] : pos) e.copy_values(s.out + at * s.dim, row * s.dim, s.dim);
