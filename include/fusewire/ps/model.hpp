@@ -12,8 +12,11 @@
 /// d0 into slices (TensorFlow's min_max_variable_partitioner idea): a variable
 /// of B bytes gets min(num_ps, d0, max(1, B / min_slice_bytes)) slices of
 /// near-equal row counts (the first d0 % n slices get one row more), each on a
-/// different PS, choosing the least-loaded PS (bytes so far; ties: lowest
-/// index) slice by slice in spec order. An embedding row `id` lives on PS
+/// different PS, choosing the least-loaded PS (bytes so far; ties: the one
+/// whose task holds the fewest bytes, then the lowest index) slice by slice in
+/// spec order. With lanes, each lane is a PS here (lane l of task p is PS
+/// p * lanes + l), and the tie rule spreads a variable's slices over the
+/// tasks before it puts two on one task. An embedding row `id` lives on PS
 /// `hash_id(id) % num_ps` (hash_id = splitmix64's finaliser, below).
 ///
 /// Initial values are a function of (variable name, seed, row, column) only,
@@ -363,11 +366,22 @@ class placement {
  public:
   placement() = default;
 
-  /// Throws system_error(errc::invalid_argument) if num_ps is 0 or the spec is invalid.
-  placement(const model_spec& model, std::size_t num_ps) : num_ps_(num_ps) {
+  /// `num_ps` places, `lanes` to a PS task (place p * lanes + l). Throws
+  /// system_error(errc::invalid_argument) if num_ps is 0 or not a multiple of
+  /// lanes, or the spec is invalid.
+  placement(const model_spec& model, std::size_t num_ps, std::size_t lanes = 1) : num_ps_(num_ps) {
     if (num_ps == 0) throw_error(errc::invalid_argument, "placement: num_ps = 0 (allowed: >= 1)");
+    if (lanes == 0 || num_ps % lanes != 0) {
+      throw_error(errc::invalid_argument, "placement: " + std::to_string(num_ps) +
+                                              " places are not a whole number of " + std::to_string(lanes) +
+                                              "-lane PS tasks");
+    }
     model.validate();
-    std::vector<std::uint64_t> load(num_ps, 0);
+    std::vector<std::uint64_t> load(num_ps, 0), task_load(num_ps / lanes, 0);
+    auto better = [&](std::size_t a, std::size_t b) {
+      if (load[a] != load[b]) return load[a] < load[b];
+      return task_load[a / lanes] < task_load[b / lanes];
+    };
     slices_.resize(model.variables.size());
     for (std::size_t i = 0; i < model.variables.size(); ++i) {
       const variable_spec& v = model.variables[i];
@@ -383,7 +397,7 @@ class placement {
                                    (static_cast<std::int64_t>(s) < rows % static_cast<std::int64_t>(n) ? 1 : 0);
         std::size_t best = num_ps;
         for (std::size_t p = 0; p < num_ps; ++p) {
-          if (!used[p] && (best == num_ps || load[p] < load[best])) best = p;
+          if (!used[p] && (best == num_ps || better(p, best))) best = p;
         }
         used[best] = true;
         slice_info si;
@@ -393,6 +407,7 @@ class placement {
         si.element_begin = row * v.row_size();
         si.element_count = count * v.row_size();
         load[best] += static_cast<std::uint64_t>(si.element_count) * sizeof(float);
+        task_load[best / lanes] += static_cast<std::uint64_t>(si.element_count) * sizeof(float);
         slices_[i].push_back(si);
         row += count;
       }

@@ -126,7 +126,7 @@ class shard {
   shard(model_spec model, std::uint32_t ps_index, std::size_t num_ps, server_options opts, std::size_t num_workers,
         reply_fn reply, std::uint64_t incarnation = 0)
       : model_(std::move(model)),
-        place_(model_, num_ps),
+        place_(model_, num_ps, opts.lanes),
         index_(ps_index),
         opts_(std::move(opts)),
         num_workers_(num_workers),

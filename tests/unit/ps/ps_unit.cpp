@@ -90,6 +90,25 @@ TEST_CASE("model_spec validation names the bad variable") {
   CHECK(error_of([&] { ps::placement(m, 0); }) == "placement: num_ps = 0 (allowed: >= 1): invalid argument");
 }
 
+TEST_CASE("placement with lanes: a variable's slices go to different tasks before two share one") {
+  ps::model_spec m;
+  m.min_slice_bytes = 4096;
+  m.add_dense("two", {2, 1024});   // 8 KiB: 2 slices
+  m.add_dense("four", {4, 1024});  // 16 KiB: 4 slices
+  const ps::placement p(m, 6, 3);  // 2 tasks x 3 lanes: places 0-2 on task 0, 3-5 on task 1
+  const auto two = p.slices(0);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].ps / 3 != two[1].ps / 3);
+  const auto four = p.slices(1);
+  REQUIRE(four.size() == 4);
+  int per_task[2] = {0, 0};
+  for (const auto& s : four) ++per_task[s.ps / 3];
+  CHECK(per_task[0] == 2);
+  CHECK(per_task[1] == 2);
+  CHECK(error_of([&] { ps::placement(m, 5, 3); }) ==
+        "placement: 5 places are not a whole number of 3-lane PS tasks: invalid argument");
+}
+
 TEST_CASE("placement: min-slice partitioning, least-loaded PS, rows split evenly") {
   ps::model_spec m;
   m.min_slice_bytes = 256 * 1024;

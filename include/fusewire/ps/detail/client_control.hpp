@@ -51,7 +51,7 @@ void client<Transport>::set_lanes(std::uint32_t lanes) {
       ps_incarnation_[p * lanes + l] = inc[p];
     }
   }
-  place_ = placement(model_, targets);
+  place_ = placement(model_, targets, lanes);
   fingerprint_ = model_.fingerprint(targets);
 }
 
