@@ -8,12 +8,15 @@
 /// synchronised: one handle is used by one thread at a time, but different
 /// handles to the same bytes may live and die on different threads.
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -133,19 +136,26 @@ class small_blocks {
 inline thread_local small_blocks::list small_blocks::list_;
 inline thread_local bool small_blocks::exited_ = false;
 
-/// Large heap buffers a thread freed, kept whole for its next allocation of
-/// the same size class. A receive of a big tensor (or a PS request carrying a
-/// big gradient) otherwise gets memory the allocator has just handed back to
-/// the kernel, and the kernel then faults in and zeroes every page while it
-/// copies the bytes in. Bounded per thread by `max_blocks` and `max_bytes`
-/// (the oldest block is freed first); freed when the thread exits. Off under
+/// Large heap buffers freed in this process, kept whole for the next
+/// allocation of the same size class. A receive of a big tensor (or a PS
+/// request carrying a big gradient) otherwise gets memory the kernel must
+/// fault in and zero while it copies the bytes in. One cache for the process,
+/// under a mutex: a big buffer is often made by one thread (the reactor that
+/// received it) and freed by another (the one that used it), and a lock per
+/// buffer of 256 KiB or more costs nothing next to its bytes. Bounded by
+/// `max_blocks` and `max_bytes` (the oldest block is freed first). Off under
 /// AddressSanitizer, like small_blocks.
+///
+/// Blocks are mapped from the kernel directly, not taken from malloc, so that
+/// one this cache does not keep goes back to the kernel when it is freed:
+/// glibc keeps large freed chunks in the freeing thread's arena once its mmap
+/// threshold has risen, and every reactor thread would then hold its own
+/// share of each burst of big tensors for the life of the process.
 class large_blocks {
  public:
   static constexpr std::size_t min_size = std::size_t{256} << 10;  ///< smaller ones use the allocator
-  static constexpr std::size_t max_blocks = 4;
-  static constexpr std::size_t max_bytes = std::size_t{32} << 20;  ///< per thread
-  static constexpr std::size_t alignment = small_blocks::alignment;
+  static constexpr std::size_t max_blocks = 8;
+  static constexpr std::size_t max_bytes = std::size_t{64} << 20;  ///< per process
   static constexpr bool enabled = small_blocks::enabled;
 
   /// The capacity `size` bytes are allocated with: rounded up to a quarter of
@@ -156,61 +166,69 @@ class large_blocks {
     return (size + step - 1) / step * step;
   }
 
-  /// A free block of this thread with exactly `capacity` bytes, or nullptr.
-  static void* take(std::size_t capacity) noexcept {
-    if (exited_) return nullptr;
-    cache& c = cache_;
-    for (std::size_t i = c.count; i-- > 0;) {  // newest first: its pages are warmest
-      if (c.blocks[i].capacity != capacity) continue;
-      void* p = c.blocks[i].ptr;
-      c.bytes -= capacity;
-      for (std::size_t j = i + 1; j < c.count; ++j) c.blocks[j - 1] = c.blocks[j];
-      --c.count;
-      return p;
+  /// A block of exactly `capacity` bytes (a multiple of the page size, as
+  /// size_class() gives): a cached one, else a new mapping. Throws std::bad_alloc.
+  static void* take(std::size_t capacity) {
+    {
+      cache& c = instance();
+      std::lock_guard lock(c.mutex);
+      for (std::size_t i = c.count; i-- > 0;) {  // newest first: its pages are warmest
+        if (c.blocks[i].capacity == capacity) return c.erase(i);
+      }
     }
-    return nullptr;
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
   }
 
-  /// Keeps `block` of `capacity` bytes for this thread, freeing the oldest
-  /// blocks to make room; false if it is not kept (the caller frees it).
-  static bool give(void* block, std::size_t capacity) noexcept {
-    if (exited_ || capacity > max_bytes) return false;
-    cache& c = cache_;
-    while (c.count == max_blocks || c.bytes + capacity > max_bytes) c.drop_oldest();
-    c.blocks[c.count++] = {block, capacity};
-    c.bytes += capacity;
-    return true;
+  /// Keeps `block` of `capacity` bytes (from take()), freeing the oldest
+  /// blocks to make room, or frees it when it is larger than the cache.
+  static void give(void* block, std::size_t capacity) noexcept {
+    if (capacity > max_bytes) return release(block, capacity);
+    entry dropped[max_blocks];
+    std::size_t n = 0;
+    {
+      cache& c = instance();
+      std::lock_guard lock(c.mutex);
+      while (c.count == max_blocks || c.bytes + capacity > max_bytes) {
+        dropped[n] = c.blocks[0];
+        c.erase(0);
+        ++n;
+      }
+      c.blocks[c.count++] = {block, capacity};
+      c.bytes += capacity;
+    }
+    for (std::size_t i = 0; i < n; ++i) release(dropped[i].ptr, dropped[i].capacity);  // outside the lock
   }
 
  private:
+  static void release(void* block, std::size_t capacity) noexcept { ::munmap(block, capacity); }
+
   struct entry {
     void* ptr = nullptr;
     std::size_t capacity = 0;
   };
   struct cache {
+    std::mutex mutex;
     entry blocks[max_blocks];
     std::size_t count = 0;
     std::size_t bytes = 0;
-    cache() = default;
-    cache(const cache&) = delete;
-    cache& operator=(const cache&) = delete;
-    void drop_oldest() noexcept {
-      ::operator delete(blocks[0].ptr, std::align_val_t{alignment});
-      bytes -= blocks[0].capacity;
-      for (std::size_t j = 1; j < count; ++j) blocks[j - 1] = blocks[j];
+    /// Takes entry `i` out; returns its block.
+    void* erase(std::size_t i) noexcept {
+      void* p = blocks[i].ptr;
+      bytes -= blocks[i].capacity;
+      for (std::size_t j = i + 1; j < count; ++j) blocks[j - 1] = blocks[j];
       --count;
-    }
-    ~cache() {
-      exited_ = true;
-      while (count > 0) drop_oldest();
+      return p;
     }
   };
-  static thread_local cache cache_;
-  static thread_local bool exited_;
+  /// Never destroyed: buffers may be freed by other static destructors; the
+  /// process's exit returns what it holds.
+  static cache& instance() noexcept {
+    static cache* c = new cache;
+    return *c;
+  }
 };
-
-inline thread_local large_blocks::cache large_blocks::cache_;
-inline thread_local bool large_blocks::exited_ = false;
 
 /// One allocation holds this control block followed by the bytes.
 class heap_owner final : public buffer_owner {
@@ -230,9 +248,7 @@ class heap_owner final : public buffer_owner {
     if (large_blocks::enabled && size >= large_blocks::min_size &&
         size <= static_cast<std::size_t>(-1) / 2 - header_size) {
       const std::size_t capacity = large_blocks::size_class(header_size + size);
-      void* raw = large_blocks::take(capacity);
-      if (raw == nullptr) raw = ::operator new(capacity, std::align_val_t{alignment});
-      return ::new (raw) heap_owner(false, capacity);
+      return ::new (large_blocks::take(capacity)) heap_owner(false, capacity);
     }
     void* raw = ::operator new(header_size + size, std::align_val_t{alignment});
     return ::new (raw) heap_owner(false);
@@ -249,7 +265,7 @@ class heap_owner final : public buffer_owner {
     const std::size_t large_capacity = large_capacity_;
     this->~heap_owner();
     if (small && small_blocks::give(this)) return;
-    if (large_capacity != 0 && large_blocks::give(this, large_capacity)) return;
+    if (large_capacity != 0) return large_blocks::give(this, large_capacity);
     ::operator delete(static_cast<void*>(this), std::align_val_t{alignment});
   }
 

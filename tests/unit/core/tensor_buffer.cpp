@@ -210,7 +210,7 @@ TEST_CASE("wrap takes any movable callable, including move-only ones") {
 }
 
 TEST_SUITE("thread") {
-  TEST_CASE("large buffers freed on other threads join those threads' caches, freed when they exit") {
+  TEST_CASE("large buffers made on one thread and freed on others go back to the one cache, bytes intact") {
     using fusewire::detail::large_blocks;
     for (int round = 0; round < 4; ++round) {
       std::vector<std::thread> workers;
@@ -222,7 +222,7 @@ TEST_SUITE("thread") {
         }
         workers.emplace_back([mine = std::move(mine), t]() mutable {
           for (tensor_buffer& b : mine) CHECK(b.bytes()[b.size() / 2] == static_cast<std::byte>(t + 1));
-          mine.clear();  // into this thread's cache, freed at its exit
+          mine.clear();  // into the process's cache (or back to the kernel when it is full)
           tensor_buffer reused = tensor_buffer::allocate(large_blocks::min_size);
           std::memset(reused.data(), 0, reused.size());
         });
@@ -296,7 +296,7 @@ TEST_CASE("small buffers reuse the blocks their thread freed, and keep their byt
   }
 }
 
-TEST_CASE("large buffers reuse the block their thread freed last, within the cache's bounds") {
+TEST_CASE("large buffers reuse the block freed last, within the cache's bounds") {
   using fusewire::detail::large_blocks;
   CHECK(large_blocks::size_class(large_blocks::min_size) == large_blocks::min_size);
   CHECK(large_blocks::size_class((std::size_t{6} << 20) + 1) == (std::size_t{7} << 20));
@@ -321,7 +321,7 @@ TEST_CASE("large buffers reuse the block their thread freed last, within the cac
     CHECK(again.bytes().back() == std::byte{0x5a});
   }
   // More than the cache holds, all freed at once: the cache keeps at most
-  // max_blocks (and max_bytes); the rest go back to the allocator. Under
+  // max_blocks (and max_bytes); the rest go back to the kernel. Under
   // AddressSanitizer the cache is off and LeakSanitizer sees every block freed.
   std::vector<tensor_buffer> many;
   for (std::size_t i = 0; i < 2 * large_blocks::max_blocks; ++i) {
