@@ -77,7 +77,7 @@ inline constexpr std::array<knob, 39> env_knobs{{
      "unset = min(16, connections) (a rendezvous endpoint: 1)"},
     {"NETWORK_PS_CORE_NUMBER", "",
      "parameter-server reactor count, 1 to 1024, capped by the number of connections; unset = "
-     "min(16, connections) (a rendezvous endpoint: 1; ps::server always runs 1)"},
+     "min(16, connections) (a rendezvous endpoint: 1; ps::server: a lane per worker, at most 16)"},
     {"WORKER_DISABLE_PIN_CORES", "true", "false pins each worker reactor to one CPU of the process's cpuset"},
     {"PS_DISABLE_PIN_CORES", "true", "false pins each parameter-server reactor to one CPU of the process's cpuset"},
     {"TENSOR_FUSE", "false",
