@@ -78,6 +78,10 @@ TEST_CASE_TEMPLATE_DEFINE("two reactors: peers spread over both, each peer's han
     auto spec = loopback_cluster(1, workers);
     fw::options opts = multi_options();
     if (reverse) opts.cluster_token = "s3cret";  // handed-off connections authenticate like any other
+    // Declared before the endpoints: a PS send may complete on its reactor
+    // after the worker saw the echo, up to the endpoints' destruction.
+    thread_log threads;
+    std::atomic<int> ps_failures{0};
     rv::endpoint<T> ps(ps0, spec, {.options = opts, .tuning = with_reactors(2, reverse)});
     REQUIRE(ps.reactors() == 2);
     std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
@@ -85,8 +89,6 @@ TEST_CASE_TEMPLATE_DEFINE("two reactors: peers spread over both, each peer's han
       ws.push_back(std::make_unique<rv::endpoint<T>>(
           worker(i), spec, rv::endpoint_config<T>{.options = opts, .tuning = with_reactors(0, reverse)}));
     }
-    thread_log threads;
-    std::atomic<int> ps_failures{0};
     // Each worker sends every size; the PS receives each (every other one into
     // a posted destination) and echoes it back; the worker checks the echo.
     std::vector<std::future<std::error_code>> echoes;
