@@ -14,16 +14,15 @@
 ///   verbs::preflight passes (an active port with a GID, RLIMIT_MEMLOCK of at
 ///   least TF_RDMA_BUF_SIZE, a registration budget that holds a reactor), and
 ///   the cluster names an address rdmacm can route (not only loopback).
+/// - `shm+asio` (per_host<shm, asio_tcp>) when some task is on another host
+///   and at least two are on this one: each connection is chosen when it is
+///   made, shm to a peer on this host, asio_tcp to the others. (io_uring's
+///   reactor cannot run shm, so TCP peers then go over Asio.)
 /// - `uring` when this build has liburing and the kernel sets up a ring.
 /// - `asio` otherwise.
-/// The choice is per process: a job spanning hosts runs TCP (or verbs) between
-/// its same-host tasks too. When it settles for TCP although RDMA was enabled,
-/// or because a task is on another host, one line in the log says what it
-/// chose and why.
+/// When it settles for TCP although RDMA was enabled, or because a task is on
+/// another host, one line in the log says what it chose and why.
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -48,6 +47,8 @@
 #include <fusewire/core/security.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/transport/detail/this_host.hpp>
+#include <fusewire/transport/per_host.hpp>
 #include <fusewire/transport/shm.hpp>
 #include <fusewire/util/text.hpp>
 #if defined(FUSEWIRE_HAS_URING) && __has_include(<liburing.h>)
@@ -69,7 +70,10 @@ namespace fusewire {
 inline namespace v0 {
 
 /// Every name with_transport() takes, "auto" first.
-inline constexpr std::array<std::string_view, 5> transport_names{"auto", "uring", "asio", "shm", "verbs"};
+inline constexpr std::array<std::string_view, 6> transport_names{"auto", "uring", "asio", "shm", "shm+asio", "verbs"};
+
+/// The transport "shm+asio" names: shm to peers on this host, asio_tcp to the others.
+using shm_or_asio = per_host<shm, asio_tcp>;
 
 /// What the choice "auto" knows about this machine; probe_machine() fills it,
 /// a test can make one up.
@@ -142,56 +146,23 @@ inline const probe_result& rdma_device_probe() {
   return r;
 }
 
-/// `host` in the canonical text of its address, or itself when it is not numeric.
-inline std::string canonical_address(std::string_view host) {
-  if (host.size() >= 64) return std::string(host);
-  char text[64];
-  host.copy(text, host.size());
-  text[host.size()] = '\0';
-  unsigned char bytes[16];
-  char out[INET6_ADDRSTRLEN];
-  if (::inet_pton(AF_INET, text, bytes) == 1 && ::inet_ntop(AF_INET, bytes, out, sizeof out) != nullptr) return out;
-  if (::inet_pton(AF_INET6, text, bytes) == 1 && ::inet_ntop(AF_INET6, bytes, out, sizeof out) != nullptr) return out;
-  return std::string(host);
-}
-
-inline std::vector<std::string> interface_addresses() {
-  std::vector<std::string> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr) continue;
-    char text[INET6_ADDRSTRLEN];
-    const void* bytes = nullptr;
-    if (a->ifa_addr->sa_family == AF_INET) {
-      bytes = &reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr;
-    } else if (a->ifa_addr->sa_family == AF_INET6) {
-      bytes = &reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr;
-    }
-    if (bytes != nullptr && ::inet_ntop(a->ifa_addr->sa_family, bytes, text, sizeof text) != nullptr) {
-      out.emplace_back(text);
-    }
-  }
-  ::freeifaddrs(list);
-  return out;
-}
-
-inline std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return {};
-  return name;
-}
-
 /// True if `host` is this machine as `m` sees it. A name other than this
 /// host's own is not resolved (a lookup could block): it counts as another host.
 inline bool on_this_host(std::string_view host, const machine_facts& m) {
-  if (is_loopback_host(host)) return true;
-  if (!m.hostname.empty() && util::iequals(host, m.hostname)) return true;
-  const std::string canonical = canonical_address(host);
-  for (const std::string& a : m.addresses) {
-    if (util::iequals(canonical, a)) return true;
-  }
-  return false;
+  return is_host(host, m.hostname, m.addresses);
+}
+
+/// Whether task `t` of `spec` (control and fast-path address) is on this host.
+inline bool task_on_this_host(const cluster_spec& spec, const task_id& t, const machine_facts& m) {
+  if (!on_this_host(spec.control_endpoint(t).host, m)) return false;
+  return !spec.has_endpoint_map() || on_this_host(spec.fast_path_endpoint(t).host, m);
+}
+
+/// How many tasks of `spec` are on this host.
+inline std::size_t tasks_on_this_host(const cluster_spec& spec, const machine_facts& m) {
+  std::size_t n = 0;
+  for (const task_id& t : spec.tasks()) n += task_on_this_host(spec, t, m) ? 1 : 0;
+  return n;
 }
 
 /// The first task of `spec` (control or fast-path address) not on this host,
@@ -224,7 +195,10 @@ inline std::vector<std::string> available_transports() {
   std::vector<std::string> names;
   if (detail::uring_probe().ok) names.emplace_back("uring");
   names.emplace_back("asio");
-  if (detail::shm_probe().ok) names.emplace_back("shm");
+  if (detail::shm_probe().ok) {
+    names.emplace_back("shm");
+    names.emplace_back("shm+asio");
+  }
   if (detail::rdma_device_probe().ok) names.emplace_back("verbs");
   return names;
 }
@@ -236,7 +210,7 @@ inline std::optional<std::string> transport_problem(std::string_view name) {
   if (name == "auto" || name == "asio") return std::nullopt;
   const detail::probe_result* p = nullptr;
   if (name == "uring") p = &detail::uring_probe();
-  if (name == "shm") p = &detail::shm_probe();
+  if (name == "shm" || name == "shm+asio") p = &detail::shm_probe();
   if (name == "verbs") p = &detail::rdma_device_probe();
   if (p == nullptr) return "unknown transport; " + allowed;
   if (!p->ok) return p->why + "; " + allowed;
@@ -291,6 +265,14 @@ inline transport_choice choose_transport(const options& o, const cluster_spec& s
       return {"verbs", "TF_RDMA_ENABLED is true and the RDMA preflight passed; " + why_not.front(), false};
     }
   }
+  const std::size_t here = detail::tasks_on_this_host(spec, m);
+  if (remote && m.shm && here >= 2) {
+    std::string reason =
+        std::to_string(here) + " tasks are on this host and use shm between them; " + *remote +
+        " is not on this host and is reached over asio_tcp (shm shares Asio's reactor, not io_uring's)";
+    for (std::size_t i = 1; i < why_not.size(); ++i) reason += "; " + why_not[i];
+    return {"shm+asio", reason, true};
+  }
   if (!m.uring) why_not.push_back("io_uring is unusable (" + m.uring_why + ")");
   std::string reason;
   for (const std::string& w : why_not) reason += (reason.empty() ? "" : "; ") + w;
@@ -324,7 +306,8 @@ template <class F>
 using with_transport_result = std::invoke_result_t<F&, asio_tcp>;
 
 /// Calls `f(T transport)` with the transport named `name` and returns what it
-/// returns: "uring" (uring_tcp{}), "asio" (asio_tcp{}), "shm" (shm{}), "verbs"
+/// returns: "uring" (uring_tcp{}), "asio" (asio_tcp{}), "shm" (shm{}),
+/// "shm+asio" (shm_or_asio{}), "verbs"
 /// (verbs configured from `o`'s TF_RDMA_* knobs, verbs_config::from), or
 /// "auto" (auto_transport(o, spec, log)). `f` is generic (`[&](auto t)` or
 /// `[&]<class T>(T t)`) and returns the same type for every transport. Throws
@@ -346,6 +329,7 @@ with_transport_result<F> with_transport(std::string_view name, const options& o,
   if (chosen == "verbs") return static_cast<result>(f(verbs(verbs_config::from(o))));
 #endif
   if (chosen == "shm") return static_cast<result>(f(shm{}));
+  if (chosen == "shm+asio") return static_cast<result>(f(shm_or_asio{}));
   return static_cast<result>(f(asio_tcp{}));
 }
 

@@ -36,7 +36,10 @@ fw::options rdma(bool enabled) {
 }
 
 const fw::cluster_spec loopback = fw::cluster_spec::from_string("ps=127.0.0.1:2222,localhost:2223;worker=[::1]:2224");
+/// Two tasks here, one elsewhere.
 const fw::cluster_spec remote = fw::cluster_spec::from_string("ps=127.0.0.1:2222;worker=127.0.0.1:2223,192.0.2.7:2224");
+/// One task here (this process's), one elsewhere.
+const fw::cluster_spec remote_alone = fw::cluster_spec::from_string("ps=127.0.0.1:2222;worker=192.0.2.7:2224");
 
 bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
@@ -110,14 +113,30 @@ TEST_CASE("auto: every task on this host picks shm, silently") {
   CHECK(fw::choose_transport(rdma(true), loopback, facts(true, true, true)).name == "shm");
 }
 
-TEST_CASE("auto: a task on another host picks TCP and names that task") {
+TEST_CASE("auto: tasks here and elsewhere pick shm+asio, chosen per peer, and say why") {
   const fw::transport_choice c = fw::choose_transport(rdma(false), remote, facts());
+  CHECK(c.name == "shm+asio");
+  CHECK(c.fallback);
+  CHECK(c.reason ==
+        "2 tasks are on this host and use shm between them; worker:1 at 192.0.2.7:2224 is not on this host and is "
+        "reached over asio_tcp (shm shares Asio's reactor, not io_uring's)");
+  // Without shm, or with RDMA that works, as before.
+  CHECK(fw::choose_transport(rdma(false), remote, facts(true, false)).name == "uring");
+  CHECK(fw::choose_transport(rdma(true), remote, facts(true, true, true)).name == "verbs");
+  // RDMA enabled but unusable: shm+asio, and the reason says why not RDMA.
+  const fw::transport_choice r = fw::choose_transport(rdma(true), remote, facts());
+  CHECK(r.name == "shm+asio");
+  CHECK(contains(r.reason, "; TF_RDMA_ENABLED is true but RDMA is unusable (no RDMA device found)"));
+}
+
+TEST_CASE("auto: this process alone on its host picks TCP and names the task elsewhere") {
+  const fw::transport_choice c = fw::choose_transport(rdma(false), remote_alone, facts());
   CHECK(c.name == "uring");
   CHECK(c.fallback);
-  CHECK(c.reason == "worker:1 at 192.0.2.7:2224 is not on this host, so shm cannot reach it");
-  const fw::transport_choice a = fw::choose_transport(rdma(false), remote, facts(false));
+  CHECK(c.reason == "worker:0 at 192.0.2.7:2224 is not on this host, so shm cannot reach it");
+  const fw::transport_choice a = fw::choose_transport(rdma(false), remote_alone, facts(false));
   CHECK(a.name == "asio");
-  CHECK(contains(a.reason, "worker:1 at 192.0.2.7:2224 is not on this host"));
+  CHECK(contains(a.reason, "worker:0 at 192.0.2.7:2224 is not on this host"));
   CHECK(contains(a.reason, "io_uring is unusable (the kernel refuses an io_uring ring (Operation not permitted))"));
   // A host name other than this host's is not looked up: another host.
   CHECK(fw::choose_transport(rdma(false), fw::cluster_spec::from_string("ps=trainer-8:1;worker=127.0.0.1:2"), facts())
@@ -129,15 +148,15 @@ TEST_CASE("auto: a task on another host picks TCP and names that task") {
 }
 
 TEST_CASE("auto: TF_RDMA_ENABLED=true without a device is not verbs, and says why") {
-  const fw::transport_choice c = fw::choose_transport(rdma(true), remote, facts());
+  const fw::transport_choice c = fw::choose_transport(rdma(true), remote_alone, facts());
   CHECK(c.name == "uring");
   CHECK(c.fallback);
-  CHECK(contains(c.reason, "worker:1 at 192.0.2.7:2224 is not on this host"));
+  CHECK(contains(c.reason, "worker:0 at 192.0.2.7:2224 is not on this host"));
   CHECK(contains(c.reason, "TF_RDMA_ENABLED is true but RDMA is unusable (no RDMA device found)"));
   // With RDMA off nothing is said about it.
-  CHECK_FALSE(contains(fw::choose_transport(rdma(false), remote, facts()).reason, "RDMA"));
+  CHECK_FALSE(contains(fw::choose_transport(rdma(false), remote_alone, facts()).reason, "RDMA"));
   // A device that passes the preflight: verbs for a cluster across hosts.
-  const fw::transport_choice v = fw::choose_transport(rdma(true), remote, facts(true, true, true));
+  const fw::transport_choice v = fw::choose_transport(rdma(true), remote_alone, facts(true, true, true));
   CHECK(v.name == "verbs");
   CHECK_FALSE(v.fallback);
   // ... but never for loopback addresses, which rdmacm cannot route.
