@@ -332,9 +332,13 @@ struct recv_chain {
 TEST_CASE_TEMPLATE_DEFINE("operations started from a handler start at once, never complete inline, keep FIFO", T,
                           operations_from_handler) {
   auto spec = loopback_cluster(1, 1);
+  // Declared before the endpoints: a send started from a handler may complete
+  // on the worker's reactor after the PS received it, up to the endpoints'
+  // destruction (then with errc::cancelled, counted in `failed`).
+  std::atomic<int> nested{0};
+  std::atomic<int> failed{0};
   rv::endpoint<T> ps(ps0, spec, {.options = test_options()});
   auto worker = std::make_unique<rv::endpoint<T>>(w0, spec, rv::endpoint_config<T>{.options = test_options()});
-  std::atomic<int> nested{0};
 
   SUBCASE("receives whose tensors already arrived complete from the reactor, not inside the previous handler") {
     constexpr int n = 40;
@@ -370,7 +374,6 @@ TEST_CASE_TEMPLATE_DEFINE("operations started from a handler start at once, neve
     constexpr std::uint32_t n = 60;
     std::promise<void> started;
     auto s = started.get_future();
-    std::atomic<int> failed{0};
     worker->recv(
         ps0, "go",
         [&](std::error_code ec, fw::tensor_buffer) {
