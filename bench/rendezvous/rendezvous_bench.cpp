@@ -15,18 +15,25 @@
 //          endpoints, each driven by its own thread (send, then wait for the
 //          echo): echoes/s in all with the PS on 1 and on 2 reactors
 //          (endpoint_tuning::reactors), alternated 3 times, for 100 B and 256 KiB.
+//          Skipped for a transport whose endpoints run one reactor whatever
+//          is asked (shm: its connections cannot move between reactors).
+//
+// --transport NAME takes the names of fusewire::with_transport (transport/select.hpp)
+// that this build and machine can run: uring, asio, shm, auto (shm here: every
+// task is on this host) and the like; verbs is refused, as the clusters are on
+// loopback, which rdmacm cannot route. --transport all (the default) runs each
+// of them but auto and shm+asio, which on loopback run shm.
 //
 // RVBENCH_STRIPES=n sets endpoint_tuning::stripes (skew); RVBENCH_URING_ZC=bytes
 // sets uring_tcp's zero-copy threshold.
 //
 // Usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]
-//                         [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]
+//                         [--only skew|fuse|idle|zmq|spread] [--transport NAME|all]
 
 #include <fusewire/rendezvous/endpoint.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
-#if FUSEWIRE_HAS_URING
-#include <fusewire/transport/uring_tcp.hpp>
-#endif
+#include <fusewire/transport/select.hpp>
+
+#include "common/transport.hpp"
 #if RVBENCH_HAS_ZMQ
 #include <zmq.h>
 #endif
@@ -94,17 +101,28 @@ fw::options bench_options() {
   return o;
 }
 
-/// The transport, with RVBENCH_URING_ZC (zero-copy threshold, bytes; 0 = off) applied to uring_tcp.
+/// `t` with RVBENCH_URING_ZC (zero-copy threshold, bytes; 0 = off) applied
+/// when it is uring_tcp. Recognised by its name: the type is declared only in
+/// builds with liburing.
 template <class T>
-T make_transport() {
-#if FUSEWIRE_HAS_URING
-  if constexpr (std::is_same_v<T, fw::uring_tcp>) {
-    fw::uring_tcp::config c;
-    if (const char* zc = std::getenv("RVBENCH_URING_ZC")) c.zc_threshold = std::strtoull(zc, nullptr, 10);
-    return fw::uring_tcp(c);
+T configured(T t) {
+  if constexpr (T::name() == "uring_tcp") {
+    if (const char* zc = std::getenv("RVBENCH_URING_ZC")) {
+      typename T::config c = t.settings();
+      c.zc_threshold = std::strtoull(zc, nullptr, 10);
+      return T(c);
+    }
   }
-#endif
-  return T{};
+  return t;
+}
+
+/// Calls `f(transport)` with the transport named `name` (fusewire::with_transport's
+/// names), configured. "auto" decides for a cluster on loopback, as every
+/// cluster of this program is.
+template <class F>
+void with_named_transport(const std::string& name, F&& f) {
+  const auto loopback = fw::cluster_spec::from_string("ps=127.0.0.1:1;worker=127.0.0.1:2");
+  fw::with_transport(name, bench_options(), loopback, [&]<class T>(T t) { f(configured(std::move(t))); });
 }
 
 const fw::task_id ps0{"ps", 0};
@@ -181,14 +199,14 @@ struct echo_server {
 };
 
 template <class T>
-rt_result skew_round_trip(const settings& s, bool chunking) {
+rt_result skew_round_trip(const settings& s, const T& transport, bool chunking) {
   auto spec = cluster(1);
   fw::options o = bench_options();
   o.chunking = chunking;
   rv::endpoint_tuning tuning;
   if (const char* st = std::getenv("RVBENCH_STRIPES")) tuning.stripes = static_cast<unsigned>(std::atoi(st));
-  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = tuning, .transport = make_transport<T>()});
-  rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = tuning, .transport = make_transport<T>()});
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = tuning, .transport = transport});
+  rv::endpoint<T> worker(w0, spec, {.options = o, .tuning = tuning, .transport = transport});
   auto bufs = skew_buffers();
   std::vector<fw::const_buffer> sg;
   std::size_t total = 0;
@@ -297,12 +315,12 @@ rt_result zmq_round_trip(const settings& s) {
 /// `batched` each side starts its step's operations through one
 /// endpoint::op_batch (one hand-off to the reactor), else one call per operation.
 template <class T>
-double small_steps(const settings& s, bool fused, bool batched, rv::endpoint_stats* stats_out) {
+double small_steps(const settings& s, const T& transport, bool fused, bool batched, rv::endpoint_stats* stats_out) {
   auto spec = cluster(1);
   fw::options o = bench_options();
   o.coalesce = fused;
-  rv::endpoint<T> ps(ps0, spec, {.options = o, .transport = make_transport<T>()});
-  rv::endpoint<T> worker(w0, spec, {.options = o, .transport = make_transport<T>()});
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .transport = transport});
+  rv::endpoint<T> worker(w0, spec, {.options = o, .transport = transport});
   constexpr int per_step = 1000;
   std::vector<std::string> keys;
   for (int k = 0; k < per_step; ++k) keys.push_back(std::string("t").append(std::to_string(k)));
@@ -357,7 +375,7 @@ long rss_kib() {
 /// connection per worker; RSS and heap deltas between a warm-up round of `warm`
 /// peers and all of them.
 template <class T>
-void idle_memory(unsigned warm, unsigned n) {
+void idle_memory(const T& transport, unsigned warm, unsigned n) {
   auto spec = cluster(n);
   std::vector<pid_t> kids;
   std::vector<int> go;  // parent -> child: "connect now"
@@ -372,7 +390,7 @@ void idle_memory(unsigned warm, unsigned n) {
       fw::options o = bench_options();
       o.mode = fw::reactor_mode::block;
       o.pool_size = 1 << 20;
-      rv::endpoint<T> me({"worker", i}, spec, {.options = o});
+      rv::endpoint<T> me({"worker", i}, spec, {.options = o, .transport = transport});
       auto b = fw::tensor_buffer::allocate(64);
       if (me.send_sync(ps0, "hello", b.share(), 20s)) ::_exit(2);
       auto r = me.recv_sync(ps0, "hello", 20s);
@@ -386,7 +404,7 @@ void idle_memory(unsigned warm, unsigned n) {
   }
   fw::options o = bench_options();
   o.mode = fw::reactor_mode::block;
-  rv::endpoint<T> ps(ps0, spec, {.options = o});
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .transport = transport});
   auto round = [&](unsigned from, unsigned to) {
     for (unsigned i = from; i < to; ++i) (void)!::write(go[i], "g", 1);
     for (unsigned i = from; i < to; ++i) {
@@ -415,19 +433,19 @@ void idle_memory(unsigned warm, unsigned n) {
 
 /// spread: echoes per second of one PS (on `ps_reactors` reactors) serving `workers` worker threads.
 template <class T>
-double spread_run(const settings& s, unsigned ps_reactors, unsigned workers, std::size_t size, bool& ok) {
+double spread_run(const settings& s, const T& transport, unsigned ps_reactors, unsigned workers, std::size_t size,
+                  bool& ok) {
   auto spec = cluster(workers);
   const fw::options o = bench_options();
   rv::endpoint_tuning pt;
   pt.reactors = ps_reactors;
-  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = pt, .transport = make_transport<T>()});
+  rv::endpoint<T> ps(ps0, spec, {.options = o, .tuning = pt, .transport = transport});
   rv::endpoint_tuning wt;
   wt.reactors = 1;
   std::vector<std::unique_ptr<rv::endpoint<T>>> ws;
   for (unsigned i = 0; i < workers; ++i) {
     ws.push_back(std::make_unique<rv::endpoint<T>>(
-        fw::task_id{"worker", i}, spec,
-        rv::endpoint_config<T>{.options = o, .tuning = wt, .transport = make_transport<T>()}));
+        fw::task_id{"worker", i}, spec, rv::endpoint_config<T>{.options = o, .tuning = wt, .transport = transport}));
   }
   std::atomic<bool> failed{false};
   std::atomic<bool> ending{false};  // the workers are going: their connections' errors are expected
@@ -472,16 +490,29 @@ double spread_run(const settings& s, unsigned ps_reactors, unsigned workers, std
 }
 
 template <class T>
-void spread(const settings& s) {
+void spread(const settings& s, const T& transport) {
   constexpr unsigned workers = 4;
+  {
+    // Asked for 2 reactors, the endpoint says how many it runs: one when its
+    // transport's connections cannot move between reactors.
+    rv::endpoint_tuning two;
+    two.reactors = 2;
+    const rv::endpoint<T> probe(ps0, cluster(workers),
+                                {.options = bench_options(), .tuning = two, .transport = transport});
+    if (probe.reactors() < 2) {
+      std::printf("spread (%s): skipped, an endpoint runs %u reactor whatever is asked\n", T::name().data(),
+                  probe.reactors());
+      return;
+    }
+  }
   for (const std::size_t size : {std::size_t{100}, std::size_t{256} << 10}) {
     std::printf("%u workers echoing %zu B through one PS endpoint (%s): echoes/s in all\n", workers, size,
                 T::name().data());
     std::vector<double> ratios;
     bool ok = true;
     for (int round = 0; round < 3; ++round) {
-      const double one = spread_run<T>(s, 1, workers, size, ok);
-      const double two = spread_run<T>(s, 2, workers, size, ok);
+      const double one = spread_run<T>(s, transport, 1, workers, size, ok);
+      const double two = spread_run<T>(s, transport, 2, workers, size, ok);
       ratios.push_back(two / one);
       std::printf("  round %d: 1 reactor %9.0f   2 reactors %9.0f   -> %.2fx%s\n", round + 1, one, two, two / one,
                   ok ? "" : "  (ERRORS)");
@@ -493,12 +524,12 @@ void spread(const settings& s) {
 }
 
 template <class T>
-void run_transport(const settings& s) {
+void run_transport(const settings& s, const T& transport) {
   const char* name = T::name().data();
   if (s.only.empty() || s.only == "skew") {
     std::printf("skew payload round trip (%s)\n", name);
-    print_rt("chunking on", skew_round_trip<T>(s, true));
-    print_rt("chunking off", skew_round_trip<T>(s, false));
+    print_rt("chunking on", skew_round_trip<T>(s, transport, true));
+    print_rt("chunking off", skew_round_trip<T>(s, transport, false));
   }
   if (s.only.empty() || s.only == "fuse") {
     const std::string how = !s.batch        ? std::string("one call per operation")
@@ -515,8 +546,8 @@ void run_transport(const settings& s) {
     std::vector<double> ratios;
     const unsigned rounds = s.quick ? 1 : s.rounds;
     for (unsigned r = 0; r < rounds; ++r) {
-      const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, true, s.batch, &st);
-      const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, false, s.batch, nullptr);
+      const double fused = s.side == "unfused" ? 0.0 : small_steps<T>(s, transport, true, s.batch, &st);
+      const double unfused = s.side == "fused" ? 0.0 : small_steps<T>(s, transport, false, s.batch, nullptr);
       fused_runs.push_back(fused);
       unfused_runs.push_back(unfused);
       ratios.push_back(fused / unfused);
@@ -538,9 +569,9 @@ void run_transport(const settings& s) {
   }
   if (s.only.empty() || s.only == "idle") {
     std::printf("idle connection memory (%s)\n", name);
-    idle_memory<T>(4, s.quick ? 12 : 36);
+    idle_memory<T>(transport, 4, s.quick ? 12 : 36);
   }
-  if (s.only == "spread") spread<T>(s);
+  if (s.only == "spread") spread<T>(s, transport);
 }
 
 }  // namespace
@@ -580,14 +611,19 @@ int main(int argc, char** argv) {
     } else if (a == "--transport" && i + 1 < argc) {
       s.transport = argv[++i];
     } else if (a == "--help" || a == "-h") {
+      std::string names;
+      for (const std::string& n : example::transport_names(false)) names += n + "|";
       std::printf(
           "usage: rendezvous_bench [--quick] [--no-batch] [--stream N] [--rounds N] [--side fused|unfused|both]\n"
-          "                        [--only skew|fuse|idle|zmq|spread] [--transport asio|uring|all]\n"
+          "                        [--only skew|fuse|idle|zmq|spread] [--transport %sall]\n"
+          "  --transport NAME|all  a transport this build and machine can run (auto: shm, every task being\n"
+          "              on this host), or all (the default): each of them but auto and shm+asio\n"
           "  --no-batch  fuse: one send/recv call per operation instead of one endpoint::op_batch per step\n"
           "  --rounds N  fuse: alternate the fused and unfused runs N times (default 3), report the median round\n"
           "  --side fused|unfused|both  fuse: run only one of the two runs (to profile it alone)\n"
           "  --stream N  fuse: each batch hands its operations to the reactor every N (default 0 = at submit() "
-          "only)\n");
+          "only)\n",
+          names.c_str());
       return 0;
     } else {
       std::fprintf(stderr, "rendezvous_bench: unknown argument '%s' (try --help)\n", a.c_str());
@@ -599,22 +635,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rendezvous_bench: --only %s: choose skew, fuse, idle, zmq or spread\n", s.only.c_str());
     return 2;
   }
-  if (s.transport != "all" && s.transport != "asio" && s.transport != "uring") {
-    std::fprintf(stderr, "rendezvous_bench: --transport %s: choose asio, uring or all\n", s.transport.c_str());
+  // The clusters are on loopback: verbs is refused (rdmacm cannot route it),
+  // and "all" leaves out the names that run one of the others here: auto
+  // picks shm, and shm+asio reaches every peer on this host over shm.
+  std::vector<std::string> transports;
+  if (s.transport == "all") {
+    for (std::string& n : example::transport_names(false)) {
+      if (n != "auto" && n != "shm+asio") transports.push_back(std::move(n));
+    }
+  } else if (auto problem = example::transport_problem(s.transport, false)) {
+    std::fprintf(stderr, "rendezvous_bench: --transport %s: %s, or all\n", s.transport.c_str(), problem->c_str());
     return 2;
+  } else {
+    transports.push_back(s.transport);
   }
   if (s.only.empty() || s.only == "idle") {
     // Forks first, before any thread exists in this process.
-    if (s.transport != "uring") {
-      std::printf("idle connection memory (asio_tcp)\n");
-      idle_memory<fw::asio_tcp>(4, s.quick ? 12 : 36);
+    for (const std::string& name : transports) {
+      with_named_transport(name, [&]<class T>(const T& transport) {
+        std::printf("idle connection memory (%s)\n", T::name().data());
+        idle_memory<T>(transport, 4, s.quick ? 12 : 36);
+      });
     }
-#if FUSEWIRE_HAS_URING
-    if (s.transport != "asio") {
-      std::printf("idle connection memory (uring_tcp)\n");
-      idle_memory<fw::uring_tcp>(4, s.quick ? 12 : 36);
-    }
-#endif
     if (s.only == "idle") return 0;
   }
 #if RVBENCH_HAS_ZMQ
@@ -628,10 +670,9 @@ int main(int argc, char** argv) {
     if (s.only.empty() ? only == "spread" : s.only != only) continue;  // spread runs only when asked
     settings one = s;
     one.only = only;
-    if (s.transport != "uring") run_transport<fw::asio_tcp>(one);
-#if FUSEWIRE_HAS_URING
-    if (s.transport != "asio") run_transport<fw::uring_tcp>(one);
-#endif
+    for (const std::string& name : transports) {
+      with_named_transport(name, [&]<class T>(const T& transport) { run_transport<T>(one, transport); });
+    }
   }
   return 0;
 }
