@@ -8,6 +8,7 @@
 //   ps_worker --role worker --task 1  (cluster from TF_CONFIG when --cluster is absent)
 #include <CLI/CLI.hpp>
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -279,14 +280,32 @@ int run_ps(const config& c, const fusewire::cluster_spec& spec) {
   return 0;
 }
 
+/// The lanes a launched PS runs when NETWORK_PS_CORE_NUMBER is unset: every
+/// task shares this host, and a lane beyond the CPUs that fall to each task
+/// only adds threads that wake each other up. So the CPUs this process may
+/// use, shared among the tasks, at least 1; the library caps it by the workers.
+unsigned launched_ps_lanes(unsigned tasks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max(1u, static_cast<unsigned>(cpus) / std::max(1u, tasks));
+}
+
 /// Starts every task of a loopback cluster and prints the summary table.
 int run_launcher(const CLI::App& app, const config& c) {
   const std::string cluster = host_cluster({{"ps", c.ps}, {"worker", c.workers}}, c.host);
+  // The tasks inherit the environment; an explicit NETWORK_PS_CORE_NUMBER stays.
+  const char* set_lanes = std::getenv("NETWORK_PS_CORE_NUMBER");
+  if (set_lanes == nullptr || *set_lanes == '\0') {
+    ::setenv("NETWORK_PS_CORE_NUMBER", std::to_string(launched_ps_lanes(c.ps + c.workers)).c_str(), 1);
+  }
   // Also checks the environment's knobs once, before any task starts.
   const std::string mode(fusewire::to_string(net_options(c, fusewire::role::worker).mode));
-  std::printf("ps_worker: %u parameter servers + %u workers on %s (%s), transport %s, mode %s, fusion %s, %s\n", c.ps,
-              c.workers, c.host == "127.0.0.1" ? "loopback" : c.host.c_str(), cluster.c_str(), c.transport.c_str(),
-              mode.c_str(), c.fused() ? "on" : "off", c.sync ? "sync" : "async");
+  std::printf(
+      "ps_worker: %u parameter servers + %u workers on %s (%s), transport %s, mode %s, fusion %s, %s, "
+      "NETWORK_PS_CORE_NUMBER=%s\n",
+      c.ps, c.workers, c.host == "127.0.0.1" ? "loopback" : c.host.c_str(), cluster.c_str(), c.transport.c_str(),
+      mode.c_str(), c.fused() ? "on" : "off", c.sync ? "sync" : "async", std::getenv("NETWORK_PS_CORE_NUMBER"));
   std::fflush(stdout);
   const auto t0 = steady::now();
   worker_totals totals;
