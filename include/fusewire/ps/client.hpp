@@ -114,7 +114,11 @@ class client {
 
   client(const client&) = delete;
   client& operator=(const client&) = delete;
-  ~client() { ep_.reset(); }
+  /// Tells every PS this worker is leaving (say_goodbye), then closes.
+  ~client() {
+    say_goodbye();
+    ep_.reset();
+  }
 
   /// Runs one step: fused request per PS, waits for all replies. Throws
   /// std::system_error whose what() is b.error_message().
@@ -198,7 +202,10 @@ class client {
   /// Every PS writes its checkpoint now (server_options::checkpoint_dir). Throws std::system_error.
   void save_checkpoint() { control(request_flags::save); }
   /// Every PS replies, then its server::wait() returns. Throws std::system_error.
-  void shutdown_servers() { control(request_flags::shutdown); }
+  void shutdown_servers() {
+    control(request_flags::shutdown);
+    servers_shut_ = true;  // they are going: no bye to send them
+  }
 
   /// Waits until every worker of the job (server_config::worker_job) called
   /// barrier() as often as this one, or `timeout` passed: then throws
@@ -424,6 +431,12 @@ class client {
   // ---- control requests (detail/client_control.hpp) ----
   /// save_checkpoint() and shutdown_servers(): a request with `flags` to every PS.
   void control(std::uint32_t flags);
+  /// A bye (request_flags::bye) to lane 0 of every PS that answered a hello,
+  /// so that its log says this worker left rather than was lost; waits for
+  /// the sends at most goodbye_timeout. Never throws.
+  void say_goodbye() noexcept;
+  /// How long a closing client waits for its byes to be sent.
+  static constexpr std::chrono::milliseconds goodbye_timeout{1000};
   /// One barrier request to PS 0, carrying the generation; its reply comes once every worker arrived.
   void barrier_impl(std::chrono::milliseconds timeout, std::error_code& ec, std::string& why);
 
@@ -435,6 +448,7 @@ class client {
   std::size_t num_tasks_ = 0;           ///< PS tasks
   std::uint32_t lanes_ = 1;             ///< lanes per PS task
   bool lanes_known_ = false;            ///< a hello was answered
+  bool servers_shut_ = false;           ///< shutdown_servers() was answered
   std::uint64_t base_fingerprint_ = 0;  ///< the model's for num_tasks_ (hello, handles)
   /// Per request target (lane l of PS p at p * lanes_ + l): its task and keys.
   std::vector<task_id> ps_tasks_;

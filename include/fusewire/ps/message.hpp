@@ -100,7 +100,10 @@ inline constexpr std::uint32_t barrier = 1u << 4;
 /// model's for the PS count alone (model_spec::fingerprint(num_ps)), and the
 /// request carries no entries. The reply says it in its flags (reply_flags::lanes).
 inline constexpr std::uint32_t hello = 1u << 5;
-inline constexpr std::uint32_t all = 0x3f;
+/// The worker is closing its client (sent to each PS's first lane, no
+/// entries, no reply): the end of its connections that follows is no loss.
+inline constexpr std::uint32_t bye = 1u << 6;
+inline constexpr std::uint32_t all = 0x7f;
 }  // namespace request_flags
 
 /// Reply flags.

@@ -111,6 +111,7 @@ class server {
     std::random_device rd;
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size() * lanes_);
+    left_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
     lane_steps_ = std::make_unique<std::atomic<std::uint64_t>[]>(lanes_);
     lane_shut_ = std::make_unique<std::atomic<bool>[]>(lanes_);
     for (std::uint32_t l = 0; l < lanes_; ++l) {
@@ -226,6 +227,7 @@ class server {
   /// Lane `l`'s reactor: one request of worker `w`.
   void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
     shards_[l]->handle(w, std::move(request));
+    if (l == 0) left_[w].store(shards_[0]->worker_left(w), std::memory_order_release);  // byes go to lane 0
     lane_steps_[l].store(shards_[l]->global_step(), std::memory_order_relaxed);
     // Also with stall reports off: SIGUSR1 snapshots still say what waits.
     const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
@@ -236,8 +238,13 @@ class server {
 
   /// Lane `l`'s reactor: worker `w`'s connection broke.
   void lost(std::uint32_t w, std::uint32_t l, const std::string& why) {
-    if (l == 0 && !shards_[0]->worker_is_lost(w)) say("ps server: " + workers_[w].to_string() + " lost: " + why);
-    shards_[l]->worker_lost(w, why);
+    // A worker that said bye closed its client: its connections' end is a
+    // departure, said as such (a sync step that still needed it fails all the same).
+    const bool left = left_[w].load(std::memory_order_acquire);
+    if (l == 0 && !shards_[0]->worker_is_lost(w)) {
+      say("ps server: " + workers_[w].to_string() + (left ? " left (it closed its client)" : " lost: " + why));
+    }
+    shards_[l]->worker_lost(w, left ? "it left (closed its client)" : why);
     down_[w * lanes_ + l].store(true, std::memory_order_release);
     note_waits(l, util::coarse_now());
     start_checks(l);
@@ -336,6 +343,7 @@ class server {
   rendezvous::log_sink log_;  ///< a copy of the endpoint's
   std::uint32_t lanes_ = 1;
   std::unique_ptr<std::atomic<bool>[]> down_;   ///< [worker * lanes + lane]: its receive needs posting again
+  std::unique_ptr<std::atomic<bool>[]> left_;   ///< [worker]: lane 0 had its bye (shard::worker_left)
   std::vector<std::unique_ptr<shard>> shards_;  ///< one per lane
   shard* shard_ = nullptr;                      ///< lane 0's: the barrier
   std::unique_ptr<std::atomic<std::uint64_t>[]> lane_steps_;

@@ -135,7 +135,8 @@ class shard {
         fingerprint_(model_.fingerprint(num_ps)),
         workers_(num_workers),
         barrier_(num_workers),
-        lost_(num_workers) {
+        lost_(num_workers),
+        left_(num_workers, false) {
     if (ps_index >= num_ps) {
       throw_error(errc::invalid_argument,
                   "ps index " + std::to_string(ps_index) + " >= num_ps " + std::to_string(num_ps));
@@ -207,6 +208,9 @@ class shard {
   void worker_lost(std::uint32_t worker, const std::string& why);
   /// Whether worker_lost() marked `worker` and it sent nothing since.
   bool worker_is_lost(std::uint32_t worker) const noexcept { return worker < lost_.size() && !lost_[worker].empty(); }
+  /// Whether `worker` said it is closing its client (request_flags::bye) and
+  /// sent nothing since: its connections' end is then a departure, no loss.
+  bool worker_left(std::uint32_t worker) const noexcept { return worker < left_.size() && left_[worker]; }
 
   // ---- what a step or the barrier waits for (detail/shard_wait.hpp) ----
   /// sync: whether step global_step() + 1 has begun (a push for it, or a pull
@@ -305,6 +309,7 @@ class shard {
   std::string mismatch(const request_view& req, std::uint64_t fingerprint) const;
   /// request_flags::hello: checks the model and mode, answers with the lane count.
   void hello(std::uint32_t worker, const request_view& req);
+  void leave(std::uint32_t worker, const request_view& req);
   /// Flags every reply carries.
   std::uint32_t base_flags() const noexcept { return restored_ ? 0 : reply_flags::fresh; }
   /// client::barrier(): see detail::barrier_tally.
@@ -336,6 +341,7 @@ class shard {
   detail::barrier_tally barrier_;
   std::set<std::uint32_t> contributors_;
   std::vector<std::string> lost_;  ///< per worker: why it was lost, empty = not lost
+  std::vector<bool> left_;         ///< per worker: it sent a bye (see worker_left)
   /// sync: the lost workers the current step still waits for, named, or empty if it can complete.
   std::string step_blocked_by() const;
   void fail_blocked();

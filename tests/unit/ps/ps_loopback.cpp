@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -395,6 +396,54 @@ TEST_CASE("lanes: a worker refuses PS tasks that run different lane counts") {
         }) == "ps server: lanes = 300 (allowed: 1 to 256, 0 = automatic): invalid argument");
   ps0.stop();
   ps1.stop();
+}
+
+TEST_CASE("a worker that closes its client left; one whose connection breaks is lost") {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const auto m = model();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  auto has = [&](const std::string& part) {
+    std::lock_guard lock(mu);
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
+  };
+  auto wait_for = [&](const std::string& part) {
+    for (int i = 0; i < 2000 && !has(part); ++i) std::this_thread::sleep_for(5ms);
+    return has(part);
+  };
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m,
+                               {.options = test_options(), .lanes = 2, .log = [&](std::string_view l) {
+                                  std::lock_guard lock(mu);
+                                  lines.emplace_back(l);
+                                }});
+  // worker:0 steps and destroys its client: a bye first, so the PS says it left.
+  {
+    ps::client<fw::asio_tcp> w({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
+    (void)w.pull("b");
+  }
+  CHECK(wait_for("ps server: worker:0 left (it closed its client)"));
+  CHECK_FALSE(has("worker:0 lost"));
+  // worker:1's endpoint goes without a client's bye (as when its process
+  // dies): the PS says it was lost, and why.
+  {
+    ps::client<fw::asio_tcp> w({"worker", 1}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
+    (void)w.pull("b");
+    w.endpoint().close();
+  }
+  CHECK(wait_for("ps server: worker:1 lost: "));
+  // A worker that left and comes back is served, and its next end is a departure again.
+  {
+    ps::client<fw::asio_tcp> w({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
+    CHECK(w.pull("b").size() == 4);
+  }
+  auto count = [&](const std::string& part) {
+    std::lock_guard lock(mu);
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
+  };
+  for (int i = 0; i < 2000 && count("worker:0 left") < 2; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(count("worker:0 left") == 2);
+  CHECK(count("worker:0 lost") == 0);
+  ps0.stop();
 }
 
 TEST_CASE("a trace of a 3-step PS run parses as JSON and holds the expected spans") {

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -108,6 +111,39 @@ void client<Transport>::control(std::uint32_t flags) {
   std::error_code ec;
   run_impl(b, flags, true, ec, copts_.step_timeout, false);
   if (ec) throw std::system_error(ec, b.error_message());
+}
+
+template <transport Transport>
+void client<Transport>::say_goodbye() noexcept {
+  if (!ep_ || !lanes_known_ || servers_shut_) return;  // no PS heard from this client, or they are going
+  try {
+    struct tally {
+      std::mutex m;
+      std::condition_variable cv;
+      std::size_t pending = 0;
+    };
+    auto t = std::make_shared<tally>();
+    for (std::uint32_t p = 0; p < num_tasks_; ++p) {
+      const std::size_t target = p * lanes_;
+      request_builder rb;
+      rb.set_header(incarnation_, ++seq_[target], base_fingerprint_, 0, 0, request_flags::bye);
+      {
+        std::lock_guard lock(t->m);
+        ++t->pending;
+      }
+      ep_->send(
+          ps_tasks_[target], req_keys_[target], rb.finish(),
+          [t](std::error_code) {
+            std::lock_guard lock(t->m);
+            if (--t->pending == 0) t->cv.notify_all();
+          },
+          goodbye_timeout);
+    }
+    std::unique_lock lock(t->m);
+    t->cv.wait_for(lock, goodbye_timeout, [&] { return t->pending == 0; });
+  } catch (...) {
+    // A PS that is gone, or no memory: it will see the connection end as a loss.
+  }
 }
 
 template <transport Transport>

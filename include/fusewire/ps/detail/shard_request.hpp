@@ -34,12 +34,14 @@ inline void shard::handle(std::uint32_t worker, tensor_buffer request) {
   }
   if (ec) return fail(worker, req.seq, static_cast<errc>(ec.value()), "malformed request: " + why);
   if ((req.flags & request_flags::hello) != 0) return hello(worker, req);
+  if ((req.flags & request_flags::bye) != 0) return leave(worker, req);
   if (why = mismatch(req, fingerprint_); !why.empty()) return fail(worker, req.seq, errc::invalid_argument, why);
   errc bad = errc::ok;
   why = validate(req, bad);
   if (!why.empty()) return fail(worker, req.seq, bad, why);
 
   lost_[worker].clear();
+  left_[worker] = false;
   worker_state& ws = workers_[worker];
   const bool duplicate = ws.seen && ws.incarnation == req.incarnation && req.seq <= ws.last_seq;
   std::uint32_t reply_flags_value = 0;
@@ -131,9 +133,15 @@ inline void shard::hello(std::uint32_t worker, const request_view& req) {
     return fail(worker, req.seq, errc::invalid_argument, why);
   }
   if (!req.entries.empty()) return fail(worker, req.seq, errc::invalid_argument, "a hello carries entries");
+  left_[worker] = false;  // a worker that left and started again
   reply_builder rb(req.seq, global_step_, incarnation_);
   rb.set_flags(base_flags() | reply_flags::lanes(opts_.lanes));
   reply_(worker, reply_message::of(rb.finish()));
+}
+
+inline void shard::leave(std::uint32_t worker, const request_view& req) {
+  if (!req.entries.empty()) return fail(worker, req.seq, errc::invalid_argument, "a bye carries entries");
+  left_[worker] = true;  // no reply: the worker is closing
 }
 
 inline void shard::worker_lost(std::uint32_t worker, const std::string& why) {
