@@ -5,6 +5,11 @@
     rows = fw.pull_rows("emb", ids, dim=8)        # gradient pushes the rows back
     fw.send(t, key); value, dead = fw.recv(key, tf.float32)
 
+The transport is "auto" unless configure() names one: shm when every task
+is on this host, verbs when RDMA is enabled and usable, shm+asio (shm to this
+host's tasks, TCP to the others) when the job spans hosts, else uring, else
+asio.
+
 The op library is ``_fusewire_tf_ops.so`` beside this file (as installed by
 setup.py), or the file named by $FUSEWIRE_TF_OPS (the meson build's output).
 """
@@ -12,7 +17,8 @@ setup.py), or the file named by $FUSEWIRE_TF_OPS (the meson build's output).
 import tensorflow as tf
 
 __all__ = [
-    "configure", "reset", "serve_ps", "stop_serving", "shutdown_ps", "barrier",
+    "configure", "reset", "serve_ps", "stop_serving", "shutdown_ps", "barrier", "transport",
+    "available_transports", "Error", "InvalidArgumentError",
     "send", "recv", "pull", "push", "pull_rows", "push_rows", "pull_many", "ops_path",
     "SUPPORTED_DTYPES", "Embedding", "PSDense", "PullGroup",
 ]
@@ -26,7 +32,8 @@ SUPPORTED_DTYPES = (
 
 
 from fusewire_tf import _clib  # noqa: E402
-from fusewire_tf._clib import ops_path, serve_ps, stop_serving  # noqa: E402,F401
+from fusewire_tf._clib import (  # noqa: E402,F401
+    Error, InvalidArgumentError, available_transports, ops_path, serve_ps, stop_serving, transport)
 
 _ops = tf.load_op_library(ops_path())
 # ctypes opens the same file: dlopen returns the handle TensorFlow already
@@ -36,16 +43,24 @@ _call = _clib.call
 _config = _clib.config
 
 
-def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000, rendezvous_timeout_ms=600000):
+def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000, rendezvous_timeout_ms=600000,
+              transport="auto"):
     """Makes this process task `task` ("worker:0") of `cluster` (a
     "ps=h:p,h:p;worker=h:p" string or a TF_CONFIG-style {"ps": [...], ...}
     dict). With `model` (a dict: {"variables": [...], "optimizer": {...}})
     the PS ops talk to the cluster's "ps" tasks; the rendezvous ops work
     either way. `step_timeout_ms` bounds a PS op's round trip,
     `rendezvous_timeout_ms` (> 0) a send or recv whose timeout_ms is 0.
-    Replaces an earlier configuration (its connections close)."""
+    `transport` is "auto" (decided from the cluster and this machine),
+    "uring", "asio", "shm", "shm+asio" or "verbs"; transport() says which one
+    runs. Every task of the cluster must reach the others: give them the same
+    choice.
+    Replaces an earlier configuration (its connections close). A transport
+    this build or machine cannot run, or a bad model, mode or
+    rendezvous_timeout_ms, is refused (InvalidArgumentError, naming what is
+    allowed) before the earlier configuration closes."""
     _call("fusewire_tf_configure", _config(task, cluster, model, mode, step_timeout_ms=step_timeout_ms,
-                                           rendezvous_timeout_ms=rendezvous_timeout_ms))
+                                           rendezvous_timeout_ms=rendezvous_timeout_ms, transport=transport))
 
 
 def reset():

@@ -26,6 +26,8 @@ def load():
     lib.fusewire_tf_serve.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.fusewire_tf_shutdown_ps.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.fusewire_tf_barrier.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t]
+    for name in ("fusewire_tf_transport", "fusewire_tf_available_transports"):
+        getattr(lib, name).argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     return lib
 
 
@@ -39,10 +41,55 @@ def lib():
     return _lib
 
 
+# The absl status codes the C interface returns, by number.
+_CODES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+    6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+    10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+    15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+
+class Error(RuntimeError):
+    """A call into the op library failed; `code` is its absl status code
+    ("UNAVAILABLE", "INTERNAL", ...)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidArgumentError(Error, ValueError):
+    """A bad argument: a transport this build or machine cannot run, a bad
+    model, mode, timeout, task or cluster. The message names what is allowed."""
+
+
 def call(name, *args):
     err = ctypes.create_string_buffer(4096)
-    if getattr(lib(), name)(*args, err, len(err)) != 0:
-        raise RuntimeError("fusewire_tf: " + err.value.decode(errors="replace"))
+    rc = getattr(lib(), name)(*args, err, len(err))
+    if rc != 0:
+        code = _CODES.get(rc, "UNKNOWN")
+        cls = InvalidArgumentError if code == "INVALID_ARGUMENT" else Error
+        raise cls("fusewire_tf: " + err.value.decode(errors="replace"), code)
+
+
+def _text(name):
+    out = ctypes.create_string_buffer(256)
+    call(name, out, len(out))
+    return out.value.decode()
+
+
+def transport():
+    """The transport of this process's configuration: "shm", "verbs",
+    "shm+asio", "uring" or "asio" (what "auto" chose, or the name given); None
+    before configure()."""
+    return _text("fusewire_tf_transport") or None
+
+
+def available_transports():
+    """The transports this build and machine can run, as configure() and
+    serve_ps() name them ("auto" picks among these)."""
+    return [n for n in _text("fusewire_tf_available_transports").split(",") if n]
 
 
 def config(task, cluster, model=None, mode="async", **extra):
@@ -53,10 +100,12 @@ def config(task, cluster, model=None, mode="async", **extra):
     return json.dumps(c).encode()
 
 
-def serve_ps(task, cluster, model, mode="async", worker_job="worker"):
+def serve_ps(task, cluster, model, mode="async", worker_job="worker", transport="auto"):
     """Serves as PS task `task` ("ps:0") until a worker calls shutdown_ps()
-    or stop_serving() is called. Blocks (without holding the GIL)."""
-    call("fusewire_tf_serve", config(task, cluster, model, mode, worker_job=worker_job))
+    or stop_serving() is called. Blocks (without holding the GIL).
+    `transport` as configure()'s: the workers must reach it, so give the PS
+    and the workers the same one."""
+    call("fusewire_tf_serve", config(task, cluster, model, mode, worker_job=worker_job, transport=transport))
 
 
 def stop_serving():

@@ -2,8 +2,10 @@
 a second):
 
     python fusewire_tf/serve.py --task ps:0 --cluster "ps=h:p,h:p;worker=h:p" --model model.json [--mode sync]
+        [--transport auto|uring|asio|shm|shm+asio|verbs]
 
-The model file is the JSON model spec the workers pass to configure(). Exits
+The model file is the JSON model spec the workers pass to configure(); the
+transport is theirs too ("auto" unless they name one). Exits
 when a worker calls fusewire_tf.shutdown_ps(), or on SIGINT/SIGTERM.
 """
 
@@ -25,6 +27,8 @@ def main():
     p.add_argument("--model", required=True, help="JSON model spec file")
     p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--worker-job", default="worker")
+    p.add_argument("--transport", default="auto",
+                   help="auto (default), uring, asio, shm, shm+asio or verbs: the one the workers use")
     a = p.parse_args()
     with open(a.model) as f:
         model = json.load(f)
@@ -35,8 +39,8 @@ def main():
 
     def run():
         try:
-            _clib.serve_ps(a.task, a.cluster, model, a.mode, a.worker_job)
-        except RuntimeError as e:
+            _clib.serve_ps(a.task, a.cluster, model, a.mode, a.worker_job, a.transport)
+        except _clib.Error as e:
             failure.append(str(e))
 
     t = threading.Thread(target=run)

@@ -2,7 +2,8 @@
 
     rendezvous_peer.py send|recv CLUSTER
 
-worker:0 sends, worker:1 receives. Every supported dtype in every size class
+worker:0 sends, worker:1 receives, on the default transport ("auto": shm,
+both tasks being on this host). Every supported dtype in every size class
 (empty, scalar, small of rank 8, above the coalescing threshold, above the
 chunk size) goes twice — once with the recvs already posted, once with the
 tensors sent before any recv — plus dead tensors. The receiver compares every
@@ -115,6 +116,10 @@ def receiver():
 def main():
     role, cluster = sys.argv[1], sys.argv[2]
     fw.configure("worker:0" if role == "send" else "worker:1", cluster)
+    print("%s: transport %s" % (role, fw.transport()))
+    if "shm" in fw.available_transports() and fw.transport() != "shm":
+        print("%s: transport auto chose %s, not shm, for a cluster on this host" % (role, fw.transport()))
+        sys.exit(1)
     if role == "send":
         sender()
         rc = 0

@@ -1,6 +1,8 @@
 """Op unit tests (tf.test): one process is both a PS (serve_ps on a thread)
-and worker:0."""
+and worker:0, on the default transport ("auto": shm, every task being on
+this host); TransportTest runs a PS and a worker on named transports."""
 
+import re
 import threading
 import time
 
@@ -252,7 +254,7 @@ class CancelTest(tf.test.TestCase):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"timeout_ms -1: must be >= 0"):
             fw.recv(common.key(1, 0, "t"), tf.float32, timeout_ms=-1)
         try:
-            with self.assertRaisesRegex(RuntimeError, "rendezvous_timeout_ms 0: must be > 0"):
+            with self.assertRaisesRegex(fw.InvalidArgumentError, "rendezvous_timeout_ms 0: must be > 0"):
                 fw.configure("worker:0", CLUSTER, model=MODEL, rendezvous_timeout_ms=0)
         finally:
             fw.configure("worker:0", CLUSTER, model=MODEL)
@@ -289,6 +291,85 @@ class NotConfiguredTest(tf.test.TestCase):
                 fw.send(tf.ones([1]), common.key(0, 1, "t"))
         finally:
             fw.configure("worker:0", CLUSTER, model=MODEL)
+
+
+TRANSPORT_MODEL = {
+    "variables": [{"name": "v", "kind": "dense", "shape": [4], "init": {"type": "constant", "a": 1.0}}],
+    "optimizer": {"kind": "sgd", "learning_rate": 0.1},
+}
+
+
+class TransportTest(tf.test.TestCase):
+    """configure() and serve_ps() run the transport they name; the default,
+    "auto", is shm when every task is on this host. On a named transport a PS
+    on a thread and worker:0 make a pull/push round trip, and worker:0 sends
+    tensors to itself through its endpoint (a real connection to its own
+    listener): small, above the coalescing threshold, and chunked."""
+
+    def tearDown(self):
+        fw.configure("worker:0", CLUSTER, model=MODEL)
+
+    def run_on(self, name):
+        if name not in fw.available_transports():
+            self.skipTest("%s is not available here (available: %s)" % (name, fw.available_transports()))
+        cluster = common.cluster(1, 1)
+        server = threading.Thread(target=fw.serve_ps, args=("ps:0", cluster, TRANSPORT_MODEL),
+                                  kwargs={"transport": name}, daemon=True)
+        server.start()
+        try:
+            fw.configure("worker:0", cluster, model=TRANSPORT_MODEL, step_timeout_ms=20000, transport=name)
+            self.assertEqual(fw.transport(), name)
+            self.assertAllClose(fw.pull("v", [4]), np.ones(4))
+            fw.push("v", tf.ones([4]))
+            self.assertAllClose(fw.pull("v", [4]), np.full(4, 0.9))
+            for n in (3, 100000, 1500000):
+                want = tf.random.uniform([n])
+                key = common.key(0, 0, "%s/%d" % (name, n))
+                fw.send(want, key, timeout_ms=20000)
+                got, dead = fw.recv(key, tf.float32, timeout_ms=20000)
+                self.assertFalse(bool(dead))
+                self.assertAllEqual(got, want)
+            fw.shutdown_ps()
+            server.join(30)
+        finally:
+            if server.is_alive():  # the round trip failed: stop every PS of this process
+                fw.stop_serving()
+                server.join(30)
+        self.assertFalse(server.is_alive(), "serve_ps(transport=%r) did not return" % name)
+
+    def test_asio(self):
+        self.run_on("asio")
+
+    def test_uring(self):
+        self.run_on("uring")
+
+    def test_shm_asio(self):
+        self.run_on("shm+asio")
+
+    def test_default_is_auto_shm_on_one_host(self):
+        self.assertIn("asio", fw.available_transports())
+        if "shm" in fw.available_transports():
+            self.assertEqual(fw.transport(), "shm")
+        else:
+            self.assertIn(fw.transport(), fw.available_transports())
+
+    def test_bad_names_are_refused_naming_the_allowed_ones(self):
+        before = fw.transport()
+        allowed = re.escape("expected one of auto, " + ", ".join(fw.available_transports()))
+        with self.assertRaisesRegex(fw.InvalidArgumentError, "transport 'pigeon': unknown transport; " + allowed) as e:
+            fw.configure("worker:0", CLUSTER, model=MODEL, transport="pigeon")
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.assertIsInstance(e.exception, ValueError)
+        with self.assertRaisesRegex(fw.InvalidArgumentError, "transport 5: must be a string"):
+            fw.configure("worker:0", CLUSTER, model=MODEL, transport=5)
+        with self.assertRaisesRegex(fw.InvalidArgumentError, "transport 'TCP': unknown transport; " + allowed):
+            fw.serve_ps("ps:0", CLUSTER, MODEL, transport="TCP")
+        if "verbs" not in fw.available_transports():
+            with self.assertRaisesRegex(fw.InvalidArgumentError, "transport 'verbs': .*; " + allowed):
+                fw.configure("worker:0", CLUSTER, model=MODEL, transport="verbs")
+        # A refused configuration leaves the earlier one running.
+        self.assertEqual(fw.transport(), before)
+        self.assertAllClose(fw.pull_rows("emb", tf.constant([99]), 4), np.full([1, 4], 0.5))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Two TensorFlow processes exchange every dtype and size class (dead tensors
-included) through fusewire's rendezvous ops; byte-exact (see rendezvous_peer.py)."""
+included) through fusewire's rendezvous ops on the default transport (auto:
+shm on one host); byte-exact (see rendezvous_peer.py)."""
 
 import os
 import subprocess

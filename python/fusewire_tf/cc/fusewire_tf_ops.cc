@@ -1,7 +1,7 @@
 // fusewire's TensorFlow op library: parameter-server ops on ps::client and
 // rendezvous send/recv on rendezvous::endpoint, plus a small C interface the
 // Python package reaches through ctypes (configure the process, serve as a
-// PS, shut the PS tasks down).
+// PS, shut the PS tasks down, name the transports).
 //
 // One translation unit on purpose: TensorFlow's headers cost most of the
 // compile time, and every extra file pays it again.
@@ -10,6 +10,22 @@
 // cluster, and either a ps::client (when a model is given; the rendezvous ops
 // then share the client's endpoint) or a bare rendezvous endpoint. Ops look
 // the runtime up on every call, so a graph built before configure() works.
+//
+// The transport is chosen by name when the runtime is made: the
+// configuration's "transport", "auto" unless given (shm when every task is on
+// this host, verbs when RDMA is enabled and usable, shm+asio when the job
+// spans hosts, else uring, else asio; fusewire::with_transport,
+// transport/select.hpp), or "uring", "asio", "shm", "shm+asio", "verbs". The
+// kernels are not templates: they call the abstract `runtime`, which
+// runtime_on<Transport> implements over the transport with_transport hands
+// it. So one library carries every transport its build has, and the choice
+// costs a virtual call per operation. A PS (fusewire_tf_serve) chooses the
+// same way; the tasks of a job must reach each other, which "auto" does when
+// they share the cluster spec and TF_RDMA_ENABLED.
+//
+// Errors cross the C interface as an absl status code (the return value) and
+// a message: a bad argument, such as a transport name this build or machine
+// cannot run, is InvalidArgument and names what is allowed.
 //
 // Rendezvous wire format: a tensor under TensorFlow key K travels as two
 // fusewire messages to the same peer: a header under K ("FWTF", version,
@@ -30,18 +46,23 @@
 #include <fusewire/ps/server.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/tf/rendezvous_key.hpp>
-#include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/transport/select.hpp>
+#include <fusewire/util/unique_function.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -61,10 +82,6 @@ namespace fwtf {
 
 namespace fw = fusewire;
 namespace tfw = tensorflow;
-using transport = fw::asio_tcp;
-using endpoint_t = fw::rendezvous::endpoint<transport>;
-using client_t = fw::ps::client<transport>;
-using server_t = fw::ps::server<transport>;
 using json = nlohmann::json;
 
 // ---- statuses ---------------------------------------------------------------------
@@ -90,7 +107,46 @@ absl::Status err_internal(const A&... a) {
   return absl::InternalError(absl::StrCat(a...));
 }
 
+// The status of an exception from configuring, serving or a PS call: a bad
+// argument or setting (std::invalid_argument, a malformed or incomplete
+// JSON configuration, errc::invalid_argument or errc::invalid_config from
+// fusewire) is InvalidArgument, another fusewire or system error (a port in
+// use, a PS that does not answer) Unavailable, anything else Internal.
+absl::Status status_of(const std::exception& e) {
+  if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr || dynamic_cast<const json::exception*>(&e) != nullptr)
+    return err_invalid(e.what());
+  if (const auto* s = dynamic_cast<const std::system_error*>(&e)) {
+    if (s->code() == fw::errc::invalid_argument || s->code() == fw::errc::invalid_config) return err_invalid(e.what());
+    return err_unavailable(e.what());
+  }
+  return err_internal(e.what());
+}
+
 // ---- configuration (JSON) ----------------------------------------------------
+
+// The string field `name` of `j`, or `fallback` when it is absent or null.
+std::string string_field(const json& j, const char* name, const std::string& fallback) {
+  if (!j.contains(name) || j.at(name).is_null()) return fallback;
+  const json& v = j.at(name);
+  if (!v.is_string()) throw std::invalid_argument(std::string(name) + " " + v.dump() + ": must be a string");
+  return v.get<std::string>();
+}
+
+// The transport `j` names ("transport", "auto" when absent), refused before
+// anything is built when this build or machine cannot run it: the message
+// names it, says why and lists the names that can run (as with_transport's).
+std::string parse_transport(const json& j) {
+  std::string name = string_field(j, "transport", "auto");
+  if (std::optional<std::string> problem = fw::transport_problem(name))
+    throw std::invalid_argument("transport '" + name + "': " + *problem);
+  return name;
+}
+
+json parse_json(const std::string& text) {
+  json j = json::parse(text);
+  if (!j.is_object()) throw std::invalid_argument("the configuration must be a JSON object, not " + text);
+  return j;
+}
 
 fw::ps::initializer parse_init(const json& j) {
   if (j.is_null()) return {};
@@ -167,15 +223,150 @@ fw::cluster_spec parse_cluster(const json& j) {
 
 // ---- the per-process runtime ---------------------------------------------------
 
-struct runtime {
-  fw::task_id self;
-  std::unique_ptr<client_t> client;    // set when a model was configured
-  std::unique_ptr<endpoint_t> own_ep;  // else: rendezvous only
-  std::mutex ps_mutex;                 // ps::client members are called by one thread at a time
-  // The deadline of a send or recv whose timeout_ms attr is 0.
-  std::chrono::milliseconds rendezvous_timeout{600000};
+using send_done = fw::util::unique_function<void(std::error_code)>;
+using recv_done = fw::util::unique_function<void(std::error_code, fw::tensor_buffer)>;
+using fw::rendezvous::clock;
 
-  endpoint_t& ep() { return client ? client->endpoint() : *own_ep; }
+// A configure() call's JSON, parsed and checked before anything is built: a
+// configuration refused here leaves the earlier runtime in place.
+struct settings {
+  fw::task_id self;
+  fw::cluster_spec spec;
+  std::optional<fw::ps::model_spec> model;  // set: the process is a PS client
+  fw::ps::training_mode mode = fw::ps::training_mode::async;
+  std::chrono::milliseconds step_timeout{30000};
+  std::string ps_job = "ps";
+  std::chrono::milliseconds rendezvous_timeout{600000};
+  std::string transport = "auto";
+  fw::options options;
+};
+
+settings parse_settings(const std::string& text) {
+  const json j = parse_json(text);
+  settings s;
+  s.self = fw::task_id::parse(j.at("task").get<std::string>());
+  s.spec = parse_cluster(j);
+  if (j.contains("model") && !j.at("model").is_null()) s.model = parse_model(j.at("model"));
+  s.mode = parse_mode(j);
+  s.step_timeout = std::chrono::milliseconds(j.value("step_timeout_ms", std::int64_t{30000}));
+  s.ps_job = string_field(j, "ps_job", "ps");
+  const std::int64_t rdv_ms = j.value("rendezvous_timeout_ms", std::int64_t{600000});
+  if (rdv_ms <= 0)
+    throw std::invalid_argument("rendezvous_timeout_ms " + std::to_string(rdv_ms) +
+                                ": must be > 0 (a send or recv never waits forever)");
+  s.rendezvous_timeout = std::chrono::milliseconds(rdv_ms);
+  s.transport = parse_transport(j);
+  s.options = fw::options::from_env(fw::role::worker);
+  return s;
+}
+
+// The name with_transport() knows `Transport` by, as a configuration names
+// it: the transport's own name without "_tcp" ("uring_tcp" is "uring",
+// "shm+asio_tcp" is "shm+asio").
+template <class Transport>
+std::string name_of() {
+  std::string_view n = Transport::name();
+  if (n.ends_with("_tcp")) n.remove_suffix(4);
+  return std::string(n);
+}
+
+// What the kernels and the C interface call, whatever the transport: the
+// rendezvous endpoint's send and recv, and the ps::client's step, barrier and
+// shutdown. runtime_on<Transport> implements it.
+class runtime {
+ public:
+  runtime(const settings& s, std::string transport)
+      : self_(s.self),
+        transport_(std::move(transport)),
+        has_model_(s.model.has_value()),
+        rendezvous_timeout_(s.rendezvous_timeout) {}
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+  virtual ~runtime() = default;
+
+  const fw::task_id& self() const { return self_; }
+  // "shm", "verbs", "shm+asio", "uring" or "asio": what "auto" chose, or the name given.
+  const std::string& transport() const { return transport_; }
+  // The deadline of a send or recv whose timeout_ms attr is 0.
+  std::chrono::milliseconds rendezvous_timeout() const { return rendezvous_timeout_; }
+
+  // rendezvous::endpoint's send and recv (the handler runs on a reactor thread).
+  virtual void send(const fw::task_id& peer, std::string key, fw::tensor_buffer data, send_done h,
+                    clock::duration timeout) = 0;
+  virtual void recv(const fw::task_id& peer, std::string key, recv_done h, clock::duration timeout) = 0;
+  virtual void recv(const fw::task_id& peer, std::string key, fw::tensor_buffer destination, recv_done h,
+                    clock::duration timeout) = 0;
+
+  // The ps::client, when a model was configured. Its members are called by
+  // one thread at a time: under ps_mutex (with_ps).
+  bool has_model() const { return has_model_; }
+  virtual const fw::ps::model_spec& model() const = 0;
+  virtual void run(fw::ps::batch& b) = 0;
+  virtual void barrier(std::chrono::milliseconds timeout) = 0;
+  virtual void shutdown_servers() = 0;
+
+  std::mutex ps_mutex;
+
+ private:
+  fw::task_id self_;
+  std::string transport_;
+  bool has_model_;
+  std::chrono::milliseconds rendezvous_timeout_;
+};
+
+template <class Transport>
+class runtime_on final : public runtime {
+ public:
+  using endpoint_type = fw::rendezvous::endpoint<Transport>;
+  using client_type = fw::ps::client<Transport>;
+
+  runtime_on(const settings& s, Transport t) : runtime(s, name_of<Transport>()) {
+    if (s.model) {
+      fw::ps::client_config<Transport> cfg;
+      cfg.options = s.options;
+      cfg.mode = s.mode;
+      cfg.step_timeout = s.step_timeout;
+      cfg.ps_job = s.ps_job;
+      cfg.transport = std::move(t);
+      client_ = std::make_unique<client_type>(s.self, s.spec, *s.model, std::move(cfg));
+      ep_ = &client_->endpoint();
+    } else {
+      own_ep_ = std::make_unique<endpoint_type>(
+          s.self, s.spec, fw::rendezvous::endpoint_config<Transport>{.options = s.options, .transport = std::move(t)});
+      ep_ = own_ep_.get();
+    }
+  }
+
+  // The endpoint goes in the destructor's body, while this object is whole:
+  // its destructor completes every pending handler first, and a recv's
+  // handler calls this object back (recv() for the tensor's bytes; that
+  // recv fails at once, as the endpoint is closing).
+  ~runtime_on() override {
+    client_.reset();
+    own_ep_.reset();
+  }
+
+  void send(const fw::task_id& peer, std::string key, fw::tensor_buffer data, send_done h,
+            clock::duration timeout) override {
+    ep_->send(peer, std::move(key), std::move(data), std::move(h), timeout);
+  }
+  void recv(const fw::task_id& peer, std::string key, recv_done h, clock::duration timeout) override {
+    ep_->recv(peer, std::move(key), std::move(h), timeout);
+  }
+  void recv(const fw::task_id& peer, std::string key, fw::tensor_buffer destination, recv_done h,
+            clock::duration timeout) override {
+    ep_->recv(peer, std::move(key), std::move(destination), std::move(h), timeout);
+  }
+
+  const fw::ps::model_spec& model() const override { return client_->model(); }
+  void run(fw::ps::batch& b) override { client_->run(b); }
+  void barrier(std::chrono::milliseconds timeout) override { client_->barrier(timeout); }
+  void shutdown_servers() override { client_->shutdown_servers(); }
+
+ private:
+  std::unique_ptr<client_type> client_;    // set when a model was configured
+  std::unique_ptr<endpoint_type> own_ep_;  // else: rendezvous only
+  endpoint_type* ep_ = nullptr;            // the one of the two that is set
 };
 
 std::mutex g_mutex;
@@ -187,33 +378,15 @@ std::shared_ptr<runtime> current_runtime() {
 }
 
 void configure(const std::string& text) {
-  const json j = json::parse(text);
-  auto rt = std::make_shared<runtime>();
-  rt->self = fw::task_id::parse(j.at("task").get<std::string>());
-  fw::cluster_spec spec = parse_cluster(j);
-  const bool is_ps_client = j.contains("model") && !j.at("model").is_null();
-  fw::options opts = fw::options::from_env(fw::role::worker);
-  const std::int64_t rdv_ms = j.value("rendezvous_timeout_ms", std::int64_t{600000});
-  if (rdv_ms <= 0)
-    throw std::invalid_argument("rendezvous_timeout_ms " + std::to_string(rdv_ms) +
-                                ": must be > 0 (a send or recv never waits forever)");
-  rt->rendezvous_timeout = std::chrono::milliseconds(rdv_ms);
+  const settings s = parse_settings(text);
   {
     // Drop the previous runtime first: the new endpoint listens on the same port.
     std::lock_guard lock(g_mutex);
     g_runtime.reset();
   }
-  if (is_ps_client) {
-    fw::ps::client_config<transport> cfg;
-    cfg.options = opts;
-    cfg.mode = parse_mode(j);
-    cfg.step_timeout = std::chrono::milliseconds(j.value("step_timeout_ms", 30000));
-    cfg.ps_job = j.value("ps_job", std::string("ps"));
-    rt->client = std::make_unique<client_t>(rt->self, std::move(spec), parse_model(j.at("model")), std::move(cfg));
-  } else {
-    rt->own_ep = std::make_unique<endpoint_t>(rt->self, std::move(spec),
-                                              fw::rendezvous::endpoint_config<transport>{.options = opts});
-  }
+  std::shared_ptr<runtime> rt = fw::with_transport(s.transport, s.options, s.spec, [&]<class T>(T t) {
+    return std::shared_ptr<runtime>(std::make_shared<runtime_on<T>>(s, std::move(t)));
+  });
   std::lock_guard lock(g_mutex);
   g_runtime = std::move(rt);
 }
@@ -221,25 +394,46 @@ void configure(const std::string& text) {
 std::atomic<bool> g_stop_serving{false};
 
 void serve(const std::string& text) {
-  const json j = json::parse(text);
-  fw::ps::server_config<transport> cfg;
-  cfg.options = fw::options::from_env(fw::role::ps);
-  cfg.mode = parse_mode(j);
-  cfg.worker_job = j.value("worker_job", std::string("worker"));
-  server_t srv(fw::task_id::parse(j.at("task").get<std::string>()), parse_cluster(j), parse_model(j.at("model")),
-               std::move(cfg));
-  g_stop_serving = false;
-  while (!srv.wait_for(std::chrono::milliseconds(50)) && !g_stop_serving.load()) {
-  }
-  srv.stop();
+  const json j = parse_json(text);
+  const fw::task_id self = fw::task_id::parse(j.at("task").get<std::string>());
+  const fw::cluster_spec spec = parse_cluster(j);
+  const fw::ps::model_spec model = parse_model(j.at("model"));
+  const fw::ps::training_mode mode = parse_mode(j);
+  const std::string worker_job = string_field(j, "worker_job", "worker");
+  const std::string transport = parse_transport(j);
+  const fw::options opts = fw::options::from_env(fw::role::ps);
+  fw::with_transport(transport, opts, spec, [&]<class T>(T t) {
+    fw::ps::server_config<T> cfg;
+    cfg.options = opts;
+    cfg.mode = mode;
+    cfg.worker_job = worker_job;
+    cfg.transport = std::move(t);
+    fw::ps::server<T> srv(self, spec, model, std::move(cfg));
+    g_stop_serving = false;
+    while (!srv.wait_for(std::chrono::milliseconds(50)) && !g_stop_serving.load()) {
+    }
+    srv.stop();
+  });
 }
 
-int report(const std::exception& e, char* err, std::size_t n) {
-  if (err != nullptr && n > 0) {
-    std::strncpy(err, e.what(), n - 1);
-    err[n - 1] = '\0';
+// Writes `s`'s message into `err` (`n` bytes) and returns its code, which is
+// never 0: the Python side raises the exception class of that code.
+int report(const absl::Status& s, char* err, std::size_t n) {
+  if (err != nullptr && n > 0) std::snprintf(err, n, "%s", std::string(s.message()).c_str());
+  return static_cast<int>(s.code());
+}
+
+// Runs `f()` for a C interface function: 0, or report()'s code of what it threw.
+template <class F>
+int c_call(char* err, std::size_t n, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    return report(status_of(e), err, n);
+  } catch (...) {
+    return report(err_internal("an exception that is not a std::exception"), err, n);
   }
-  return 1;
 }
 
 // ---- dtypes ---------------------------------------------------------------------
@@ -323,9 +517,9 @@ absl::Status route_of(runtime& rt, const std::string& key, bool sending, fw::tf:
     return err_invalid("rendezvous key '", key, "': ", e.what());
   }
   const fw::task_id& me = sending ? out.src : out.dst;
-  if (!(me == rt.self)) {
+  if (!(me == rt.self())) {
     return err_invalid("rendezvous key '", key, "': its ", sending ? "src" : "dst", " device is task ", me.to_string(),
-                       " but this process is ", rt.self.to_string());
+                       " but this process is ", rt.self().to_string());
   }
   return absl::OkStatus();
 }
@@ -421,7 +615,7 @@ absl::Status timeout_attr(tfw::OpKernelConstruction* c, std::int64_t& ms) {
 
 // An op's deadline: its timeout_ms attr, or 0 for the runtime's default.
 fw::rendezvous::clock::duration deadline_of(const runtime& rt, std::int64_t ms) {
-  return ms > 0 ? std::chrono::milliseconds(ms) : rt.rendezvous_timeout;
+  return ms > 0 ? std::chrono::milliseconds(ms) : rt.rendezvous_timeout();
 }
 
 // ---- rendezvous kernels -------------------------------------------------------------
@@ -481,16 +675,15 @@ class SendOp : public tfw::AsyncOpKernel {
       }
       if (both->left.fetch_sub(1) == 1) op->finish(both->error);
     };
-    endpoint_t& ep = rt->ep();
     const auto timeout = deadline_of(*rt, timeout_ms_);
-    ep.send(r.dst, r.channel_key, encode(h), sent, timeout);
+    rt->send(r.dst, r.channel_key, encode(h), sent, timeout);
     if (h.bytes > 0) {
       // Zero copy: the endpoint sends from the tensor's own buffer; the
       // deleter's Tensor copy keeps that buffer alive until the send is done.
       auto hold = std::make_shared<tfw::Tensor>(value);
       auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
       fw::tensor_buffer payload = fw::tensor_buffer::wrap(bytes, data.size(), [hold]() mutable { hold.reset(); });
-      ep.send(r.dst, r.channel_key + kDataSuffix, std::move(payload), sent, timeout);
+      rt->send(r.dst, r.channel_key + kDataSuffix, std::move(payload), sent, timeout);
     }
   }
 
@@ -546,15 +739,15 @@ class RecvOp : public tfw::AsyncOpKernel {
     const auto timeout = deadline_of(*rt, timeout_ms_);
     const tfw::DataType want = dtype_;
     // The handlers run on the endpoint's reactor thread and hold only the
-    // endpoint's address, never the runtime: dropping the last reference to
+    // runtime's address, never a reference: dropping the last reference to
     // the runtime there would destroy the endpoint on its own reactor thread.
-    // The endpoint outlives its handlers (its destructor fails pending
-    // operations, then joins the reactors), and a recv posted while it closes
-    // fails at once.
-    endpoint_t* ep = &rt->ep();
-    ep->recv(
+    // The runtime outlives the handlers (its destructor destroys the
+    // endpoint, which fails pending operations, then joins the reactors), and
+    // a recv posted while the endpoint closes fails at once.
+    runtime* net = rt.get();
+    net->recv(
         r.src, r.channel_key,
-        [ep, op, want, r, timeout](std::error_code ec, fw::tensor_buffer buf) {
+        [net, op, want, r, timeout](std::error_code ec, fw::tensor_buffer buf) {
           if (ec) return op->finish(ec);
           header h;
           if (std::string why = decode(buf, h); !why.empty()) return op->finish(err_data_loss(op->where(), ": ", why));
@@ -574,7 +767,7 @@ class RecvOp : public tfw::AsyncOpKernel {
           auto* bytes = reinterpret_cast<std::byte*>(const_cast<char*>(data.data()));
           fw::tensor_buffer dest =
               fw::tensor_buffer::wrap(bytes, data.size(), [payload]() mutable { payload.reset(); });
-          ep->recv(
+          net->recv(
               r.src, r.channel_key + kDataSuffix, std::move(dest),
               [op](std::error_code ec2, fw::tensor_buffer) { op->finish(ec2); }, timeout);
         },
@@ -589,30 +782,28 @@ class RecvOp : public tfw::AsyncOpKernel {
 // ---- PS kernels -------------------------------------------------------------------
 
 // A TensorFlow error raised inside a PS kernel's step (an output that could not
-// be allocated): with_client returns its status as is.
+// be allocated): with_ps returns its status as is.
 struct tf_failure {
   absl::Status status;
 };
 
-// Runs `f(client)` under the runtime's PS lock, turning exceptions into a status.
+// Runs `f(runtime)` under the runtime's PS lock when it has a ps::client,
+// turning exceptions into a status.
 template <class F>
-absl::Status with_client(F&& f) {
+absl::Status with_ps(F&& f) {
   auto rt = current_runtime();
   if (rt == nullptr) return no_runtime();
-  if (!rt->client)
+  if (!rt->has_model())
     return err_precondition(
         "fusewire is configured without a model in this process: pass model= to fusewire_tf.configure() to use "
         "the PS ops");
   try {
     std::lock_guard lock(rt->ps_mutex);
-    f(*rt->client);
+    f(*rt);
   } catch (const tf_failure& e) {
     return e.status;
-  } catch (const std::system_error& e) {
-    if (e.code() == fw::errc::invalid_argument) return err_invalid(e.what());
-    return err_unavailable(e.what());
   } catch (const std::exception& e) {
-    return err_internal(e.what());
+    return status_of(e);
   }
   return absl::OkStatus();
 }
@@ -633,7 +824,7 @@ std::span<const std::int64_t> ids_of(const tfw::Tensor& t) {
 // request per PS), runs it and copies the pulled values into the outputs.
 class ps_step {
  public:
-  ps_step(client_t& c, tfw::OpKernelContext* ctx) : c_(c), ctx_(ctx) {}
+  ps_step(runtime& c, tfw::OpKernelContext* ctx) : c_(c), ctx_(ctx) {}
 
   // Dense `var` into output `out`, of the variable's shape.
   void pull(const std::string& var, int out) {
@@ -697,7 +888,7 @@ class ps_step {
     return out;
   }
 
-  client_t& c_;
+  runtime& c_;
   tfw::OpKernelContext* ctx_;
   fw::ps::batch b_;
   std::vector<std::pair<fw::ps::batch::handle, tfw::Tensor*>> pulls_;
@@ -726,7 +917,7 @@ class PSKernel : public tfw::OpKernel {
   }
 
   void Compute(tfw::OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, with_client([&](client_t& c) {
+    OP_REQUIRES_OK(ctx, with_ps([&](runtime& c) {
                      ps_step step(c, ctx);
                      add(step, ctx);
                      step.run();
@@ -927,17 +1118,15 @@ REGISTER_KERNEL_BUILDER(Name("FusewirePushMany").Device(DEVICE_CPU), fwtf::PushM
 }  // namespace tensorflow
 
 // ---- C interface (ctypes) ------------------------------------------------------------
+//
+// Each function returns 0, or the absl status code of what failed with its
+// message in `err` (`errlen` bytes).
 
 extern "C" {
 
 __attribute__((visibility("default"))) int fusewire_tf_configure(const char* config_json, char* err,
                                                                  std::size_t errlen) {
-  try {
-    fwtf::configure(config_json);
-    return 0;
-  } catch (const std::exception& e) {
-    return fwtf::report(e, err, errlen);
-  }
+  return fwtf::c_call(err, errlen, [&] { fwtf::configure(config_json); });
 }
 
 __attribute__((visibility("default"))) int fusewire_tf_reset() {
@@ -947,29 +1136,40 @@ __attribute__((visibility("default"))) int fusewire_tf_reset() {
 }
 
 __attribute__((visibility("default"))) int fusewire_tf_serve(const char* config_json, char* err, std::size_t errlen) {
-  try {
-    fwtf::serve(config_json);
-    return 0;
-  } catch (const std::exception& e) {
-    return fwtf::report(e, err, errlen);
-  }
+  return fwtf::c_call(err, errlen, [&] { fwtf::serve(config_json); });
 }
 
 __attribute__((visibility("default"))) void fusewire_tf_stop_serving() { fwtf::g_stop_serving = true; }
 
 __attribute__((visibility("default"))) int fusewire_tf_shutdown_ps(char* err, std::size_t errlen) {
-  const absl::Status s = fwtf::with_client([](fwtf::client_t& c) { c.shutdown_servers(); });
-  if (s.ok()) return 0;
-  std::snprintf(err, errlen, "%s", std::string(s.message()).c_str());
-  return 1;
+  const absl::Status s = fwtf::with_ps([](fwtf::runtime& c) { c.shutdown_servers(); });
+  return s.ok() ? 0 : fwtf::report(s, err, errlen);
 }
 
 __attribute__((visibility("default"))) int fusewire_tf_barrier(std::int64_t timeout_ms, char* err, std::size_t errlen) {
-  const absl::Status s =
-      fwtf::with_client([&](fwtf::client_t& c) { c.barrier(std::chrono::milliseconds(timeout_ms)); });
-  if (s.ok()) return 0;
-  std::snprintf(err, errlen, "%s", std::string(s.message()).c_str());
-  return 1;
+  const absl::Status s = fwtf::with_ps([&](fwtf::runtime& c) { c.barrier(std::chrono::milliseconds(timeout_ms)); });
+  return s.ok() ? 0 : fwtf::report(s, err, errlen);
+}
+
+// The transport of this process's runtime ("shm", "verbs", "shm+asio",
+// "uring" or "asio") into `out`; "" when it is not configured.
+__attribute__((visibility("default"))) int fusewire_tf_transport(char* out, std::size_t outlen, char* err,
+                                                                 std::size_t errlen) {
+  return fwtf::c_call(err, errlen, [&] {
+    const std::shared_ptr<fwtf::runtime> rt = fwtf::current_runtime();
+    std::snprintf(out, outlen, "%s", rt ? rt->transport().c_str() : "");
+  });
+}
+
+// The transports this build and machine can run, comma-separated, into
+// `out` (fusewire::available_transports; "auto" picks among them).
+__attribute__((visibility("default"))) int fusewire_tf_available_transports(char* out, std::size_t outlen, char* err,
+                                                                            std::size_t errlen) {
+  return fwtf::c_call(err, errlen, [&] {
+    std::string names;
+    for (const std::string& n : fusewire::available_transports()) names += (names.empty() ? "" : ",") + n;
+    std::snprintf(out, outlen, "%s", names.c_str());
+  });
 }
 
 }  // extern "C"
