@@ -97,21 +97,7 @@ TEST_CASE("per_host serves peers of either kind, and reaches plain shm and asio_
       std::lock_guard lock(m);
       accepted_near.push_back(c.is_near());
     }
-    struct session : std::enable_shared_from_this<session> {
-      near_first::connection_type conn;
-      void read() {
-        conn.async_read_some([self = this->shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
-          if (ec) return self->conn.close();
-          auto held = std::make_shared<fw::tensor_buffer>(std::move(b));
-          const fw::const_buffer one[] = {held->bytes()};
-          self->conn.async_write(one, [held](std::error_code, std::size_t) {});
-          self->read();
-        });
-      }
-    };
-    auto s = std::make_shared<session>();
-    s->conn = std::move(c);
-    s->read();
+    harness<near_first>::echo(std::move(c));
   });
 
   // per_host peers: over shm on this host, over TCP when the host test says another host.

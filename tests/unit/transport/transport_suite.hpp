@@ -139,28 +139,31 @@ struct harness {
     return client;
   }
 
-  /// An echo server: every buffer read_some delivers is written back.
+  /// Writes back every buffer read_some delivers on `c`, until it fails.
+  static void echo(conn_t c) {
+    struct session : std::enable_shared_from_this<session> {
+      conn_t conn;
+      void read() {
+        conn.async_read_some([self = this->shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
+          if (ec) {
+            self->conn.close();
+            return;
+          }
+          auto held = std::make_shared<fw::tensor_buffer>(std::move(b));
+          const fw::const_buffer one[] = {held->bytes()};
+          self->conn.async_write(one, [held](std::error_code, std::size_t) {});
+          self->read();
+        });
+      }
+    };
+    auto s = std::make_shared<session>();
+    s->conn = std::move(c);
+    s->read();
+  }
+
+  /// An echo server (echo() on each connection).
   std::uint16_t serve_echo(unsigned core) {
-    return serve(core, [](conn_t c) {
-      struct session : std::enable_shared_from_this<session> {
-        conn_t conn;
-        void read() {
-          conn.async_read_some([self = this->shared_from_this()](std::error_code ec, fw::tensor_buffer b) {
-            if (ec) {
-              self->conn.close();
-              return;
-            }
-            auto held = std::make_shared<fw::tensor_buffer>(std::move(b));
-            const fw::const_buffer one[] = {held->bytes()};
-            self->conn.async_write(one, [held](std::error_code, std::size_t) {});
-            self->read();
-          });
-        }
-      };
-      auto s = std::make_shared<session>();
-      s->conn = std::move(c);
-      s->read();
-    });
+    return serve(core, [](conn_t c) { echo(std::move(c)); });
   }
 
   /// Connects from reactor 1 to `port` and writes `src` in writes of `piece`
