@@ -23,13 +23,19 @@
 //   ps_mp serve_signal     ps::serve_until_signal returns after SIGTERM (and after a worker's shutdown)
 //
 // The same file builds ps_mp_verbs (FUSEWIRE_PS_MP_VERBS): every scenario but
-// sync_stall over RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma').
+// sync_stall over RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma');
+// and ps_mp_per_host (FUSEWIRE_PS_MP_PER_HOST): every scenario over
+// per_host<shm, asio_tcp>, what "auto" picks for a job across hosts (here
+// every task is on this host, so every connection is shm).
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
 #include <fusewire/transport/asio_tcp.hpp>
 #if FUSEWIRE_PS_MP_VERBS
 #include <fusewire/transport/verbs.hpp>
+#elif FUSEWIRE_PS_MP_PER_HOST
+#include <fusewire/transport/per_host.hpp>
+#include <fusewire/transport/shm.hpp>
 #endif
 
 #include <poll.h>
@@ -58,6 +64,8 @@ namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
 #if FUSEWIRE_PS_MP_VERBS
 using transport = fw::verbs;
+#elif FUSEWIRE_PS_MP_PER_HOST
+using transport = fw::per_host<fw::shm, fw::asio_tcp>;
 #else
 using transport = fw::asio_tcp;
 #endif
