@@ -167,6 +167,9 @@ Transport make_transport(const transport_settings& t, [[maybe_unused]] const fus
 #endif
       if constexpr (std::is_same_v<Transport, fusewire::shm>) {
     return fusewire::shm();  // no socket options: rings of the default size
+  } else if constexpr (std::is_same_v<Transport, fusewire::shm_or_asio>) {
+    return fusewire::shm_or_asio(fusewire::shm(),
+                                 make_tcp_transport<fusewire::asio_tcp>(t));  // options for its TCP side
   } else {
     return make_tcp_transport<Transport>(t);
   }
