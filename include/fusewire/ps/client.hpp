@@ -28,6 +28,7 @@
 /// (barrier, save, shutdown).
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -41,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -103,7 +105,7 @@ class client {
     std::random_device rd;
     incarnation_ =
         (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
-    events_ = std::make_shared<event_queue>();
+    events_ = std::make_shared<event_queue>(opts);
     log_ = log;
     stall_ = opts.stall_report;
     ep_ = std::make_unique<endpoint_type>(
@@ -263,12 +265,26 @@ class client {
   /// completed without error changes nothing the exchange acts on, so it wakes
   /// that thread only while settle_sends() waits for it: a small step then
   /// costs one wake-up per reply, not two.
+  ///
+  /// take() follows the reactor mode, as the reactors do: in poll mode it
+  /// spins until an event is there, in adaptive mode for the options'
+  /// idle_poll first, then sleeps on the condition variable; in block mode it
+  /// sleeps at once. A reply that comes while the caller spins then costs no
+  /// futex wake-up on either side.
   struct event_queue {
     std::mutex mutex;
     std::condition_variable cv;
     std::deque<event> events;
-    std::size_t wakeful = 0;  ///< events in `events` that someone waits for
-    bool settling = false;    ///< settle_sends() waits for send completions
+    std::size_t wakeful = 0;         ///< events in `events` that someone waits for
+    bool settling = false;           ///< settle_sends() waits for send completions
+    std::atomic<bool> ready{false};  ///< wakeful != 0, readable without the lock
+    /// How long take() spins before it sleeps; max(): until `until` (poll mode).
+    std::chrono::steady_clock::duration spin{};
+
+    explicit event_queue(const options& o)
+        : spin(o.mode == reactor_mode::poll       ? std::chrono::steady_clock::duration::max()
+               : o.mode == reactor_mode::adaptive ? std::chrono::steady_clock::duration(o.idle_poll)
+                                                  : std::chrono::steady_clock::duration::zero()) {}
 
     void push(event e) {
       bool wake;
@@ -276,16 +292,30 @@ class client {
         std::lock_guard lock(mutex);
         wake = settling || !e.is_send || e.ec;
         events.push_back(std::move(e));
-        if (wake) ++wakeful;
+        if (wake) {
+          ++wakeful;
+          ready.store(true, std::memory_order_release);
+        }
       }
       if (wake) cv.notify_one();
     }
     /// Waits until an event wakes us (or `until`), then moves every queued event into `got`.
     void take(std::deque<event>& got, std::chrono::steady_clock::time_point until) {
+      if (spin != std::chrono::steady_clock::duration::zero() && !ready.load(std::memory_order_acquire)) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto stop =
+            spin == std::chrono::steady_clock::duration::max() || until - start < spin ? until : start + spin;
+        // Yields while it spins: on a host with fewer cores than threads, the
+        // reactor that would deliver the reply may be waiting for this CPU.
+        while (!ready.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < stop) {
+          std::this_thread::yield();
+        }
+      }
       std::unique_lock lock(mutex);
       cv.wait_until(lock, until, [this] { return wakeful != 0; });
       got.swap(events);
       wakeful = 0;
+      ready.store(false, std::memory_order_relaxed);
     }
     /// Waits for any event, send completions included, then moves them into `got`.
     void take_any(std::deque<event>& got) {
@@ -295,6 +325,7 @@ class client {
       settling = false;
       got.swap(events);
       wakeful = 0;
+      ready.store(false, std::memory_order_relaxed);
     }
   };
 

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -374,7 +375,14 @@ class shm_connection_state final : public ref_counted, public closable {
     if (mode == reactor_mode::adaptive) {
       const auto now = std::chrono::steady_clock::now();
       if (!spin_since_) spin_since_ = now;
-      if (now - *spin_since_ < reactor_->group().config().idle_poll) return spin();
+      if (now - *spin_since_ < reactor_->group().config().idle_poll) {
+        // The re-check is a task, so the reactor counts its tick as work and
+        // does not give way as an idle adaptive tick does; give way here: on a
+        // host with fewer cores than threads, the peer that would fill the
+        // ring may be waiting for this CPU.
+        std::this_thread::yield();
+        return spin();
+      }
     }
     sleep();
   }
