@@ -63,9 +63,11 @@ std::pair<std::error_code, bool> echo_with(H& h, T t, std::uint16_t port, bool p
     std::vector<std::byte> in = std::vector<std::byte>(3000);
     std::promise<std::pair<std::error_code, bool>> done;
   };
+  // Only the reactor thread holds the state: it owns a connection handle,
+  // which must die there.
   auto st = std::make_shared<state>();
   auto fut = st->done.get_future();
-  h.group.submit_to(1, [t, port, st, plain_near]() mutable {
+  h.group.submit_to(1, [t, port, st = std::move(st), plain_near]() mutable {
     auto& r = *std::remove_reference_t<H>::reactor_t::current();
     t.connect(r, "127.0.0.1", port, [st, plain_near](std::error_code ec, conn_t c) {
       if (ec) return st->done.set_value({ec, false});
