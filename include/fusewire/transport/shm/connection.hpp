@@ -58,8 +58,8 @@ class shm_connection_state final : public ref_counted, public closable {
   shm_connection_state(asio_reactor& reactor, shm::unique_fd sock, shm::unique_fd my_bell, shm::unique_fd peer_bell,
                        shm::mapping map, int side, std::string peer, std::size_t read_some_max)
       : reactor_(&reactor),
-        sock_(reactor.engine().context(), sock.release()),
-        bell_(reactor.engine().context(), my_bell.release()),
+        sock_(std::in_place, reactor.engine().context(), sock.release()),
+        bell_(std::in_place, reactor.engine().context(), my_bell.release()),
         peer_bell_(std::move(peer_bell)),
         map_(std::move(map)),
         peer_(std::move(peer)),
@@ -211,12 +211,23 @@ class shm_connection_state final : public ref_counted, public closable {
     me_->closed.store(1, std::memory_order_seq_cst);
     if (them_->sleeping.exchange(0, std::memory_order_seq_cst) != 0) ring_bell();
     boost::system::error_code ignored;
-    sock_.close(ignored);
-    bell_.close(ignored);
+    sock_->close(ignored);
+    bell_->close(ignored);
     peer_bell_.reset();
     map_.reset();
     out_ = in_ = nullptr;
     me_ = them_ = nullptr;
+    let_go_if_idle();
+  }
+
+  /// Drops the Asio descriptor objects once torn down and no wait of theirs
+  /// is left to run, so that nothing of this state touches the io_context
+  /// after the reactor stopped (a state held past then, by an endpoint being
+  /// destroyed, say, is destroyed without it).
+  void let_go_if_idle() noexcept {
+    if (map_ || bell_armed_ || sock_waiting_) return;
+    sock_.reset();
+    bell_.reset();
   }
 
   void ring_bell() noexcept {
@@ -404,44 +415,48 @@ class shm_connection_state final : public ref_counted, public closable {
     if (bell_armed_) return;
     bell_armed_ = true;
     ++stats_.sleeps;
-    bell_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                     [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
-                       self->bell_armed_ = false;
-                       if (ec || !self->map_) return;
-                       std::uint64_t count = 0;
-                       while (::read(self->bell_.native_handle(), &count, sizeof count) > 0) {
-                       }
-                       self->me_->sleeping.store(0, std::memory_order_relaxed);
-                       self->spin_since_.reset();
-                       self->pump();
-                     });
+    bell_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                      [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
+                        self->bell_armed_ = false;
+                        if (ec || !self->map_) return self->let_go_if_idle();
+                        std::uint64_t count = 0;
+                        while (::read(self->bell_->native_handle(), &count, sizeof count) > 0) {
+                        }
+                        self->me_->sleeping.store(0, std::memory_order_relaxed);
+                        self->spin_since_.reset();
+                        self->pump();
+                      });
   }
 
   /// The Unix socket stays open for the connection's life: its hang-up is the
   /// peer's death (or close). Bytes on it after the handshake break the protocol.
   void watch_socket() {
-    sock_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                     [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
-                       if (ec || !self->map_) return;
-                       char b = 0;
-                       const ssize_t n = ::recv(self->sock_.native_handle(), &b, 1, MSG_DONTWAIT);
-                       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-                         self->watch_socket();
-                         return;
-                       }
-                       if (n > 0) {
-                         self->protocol_error("the peer sent bytes on the control socket after the handshake");
-                         return;
-                       }
-                       self->peer_gone_ = true;
-                       self->pump();
-                     });
+    sock_waiting_ = true;
+    sock_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                      [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
+                        self->sock_waiting_ = false;
+                        if (ec || !self->map_) return self->let_go_if_idle();
+                        char b = 0;
+                        const ssize_t n = ::recv(self->sock_->native_handle(), &b, 1, MSG_DONTWAIT);
+                        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                          self->watch_socket();
+                          return;
+                        }
+                        if (n > 0) {
+                          self->protocol_error("the peer sent bytes on the control socket after the handshake");
+                          return;
+                        }
+                        self->peer_gone_ = true;
+                        self->pump();
+                      });
   }
 
   asio_reactor* reactor_;
-  boost::asio::posix::stream_descriptor sock_;  ///< the Unix socket: the peer's liveness
-  boost::asio::posix::stream_descriptor bell_;  ///< this side's eventfd
-  shm::unique_fd peer_bell_;                    ///< the peer's eventfd
+  /// The Unix socket (the peer's liveness) and this side's eventfd; empty
+  /// once torn down and idle (let_go_if_idle).
+  std::optional<boost::asio::posix::stream_descriptor> sock_;
+  std::optional<boost::asio::posix::stream_descriptor> bell_;
+  shm::unique_fd peer_bell_;  ///< the peer's eventfd
   shm::mapping map_;
   std::string peer_;
   std::size_t read_some_max_;
@@ -462,6 +477,7 @@ class shm_connection_state final : public ref_counted, public closable {
   bool open_ = true;
   bool peer_gone_ = false;
   bool bell_armed_ = false;
+  bool sock_waiting_ = false;  ///< watch_socket()'s wait is under way
   member_task<shm_connection_state> spin_task_{*this, &shm_connection_state::pump};
   shm_stats stats_;
 };

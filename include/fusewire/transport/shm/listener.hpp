@@ -49,7 +49,11 @@ class shm_listener_state final : public ref_counted, public closable {
   static constexpr const char* handle_name = "shm_listener";  ///< for handle_name_of
 
   shm_listener_state(asio_reactor& reactor, int fd, std::string host, std::uint16_t port, shm_listener_options opts)
-      : reactor_(&reactor), sock_(reactor.engine().context(), fd), host_(std::move(host)), port_(port), opts_(opts) {
+      : reactor_(&reactor),
+        sock_(std::in_place, reactor.engine().context(), fd),
+        host_(std::move(host)),
+        port_(port),
+        opts_(opts) {
     reactor_->add_closable(*this);
   }
   ~shm_listener_state() override {
@@ -75,8 +79,9 @@ class shm_listener_state final : public ref_counted, public closable {
     open_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
     boost::system::error_code ignored;
-    sock_.close(ignored);
+    sock_->close(ignored);
     drop_handshake();
+    let_go_if_idle();
     while (!pending_.empty()) {
       post(std::move(pending_.front()), make_error_code(errc::cancelled));
       pending_.pop_front();
@@ -104,14 +109,16 @@ class shm_listener_state final : public ref_counted, public closable {
   }
 
   void try_accept() {
-    const int fd = ::accept4(sock_.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = ::accept4(sock_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
-        sock_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                         [self = ref_ptr<shm_listener_state>(this)](const boost::system::error_code& ec) {
-                           if (ec || !self->open_) return;
-                           self->try_accept();
-                         });
+        accept_waiting_ = true;
+        sock_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                          [self = ref_ptr<shm_listener_state>(this)](const boost::system::error_code& ec) {
+                            self->accept_waiting_ = false;
+                            if (ec || !self->open_) return self->let_go_if_idle();
+                            self->try_accept();
+                          });
         return;
       }
       // Out of descriptors, say: the accept fails, the listener goes on.
@@ -163,6 +170,14 @@ class shm_listener_state final : public ref_counted, public closable {
   void next() {
     busy_ = false;
     start();
+  }
+
+  /// Drops the Asio socket object once closed and no wait of it is left to
+  /// run, so that nothing of this state touches the io_context after the
+  /// reactor stopped.
+  void let_go_if_idle() noexcept {
+    if (open_ || accept_waiting_) return;
+    sock_.reset();
   }
 
   /// Reads the hello: false if it has not arrived yet. Otherwise the
@@ -236,13 +251,14 @@ class shm_listener_state final : public ref_counted, public closable {
   }
 
   asio_reactor* reactor_;
-  boost::asio::posix::stream_descriptor sock_;
+  std::optional<boost::asio::posix::stream_descriptor> sock_;  ///< empty once closed and idle
   std::string host_;
   std::uint16_t port_;
   shm_listener_options opts_;
   std::deque<handler_type> pending_;
   bool open_ = true;
-  bool busy_ = false;  ///< an accept or handshake is under way
+  bool busy_ = false;            ///< an accept or handshake is under way
+  bool accept_waiting_ = false;  ///< try_accept()'s wait is under way
   shm::unique_fd hs_fd_;
   std::optional<boost::asio::posix::stream_descriptor> hs_;
   timer_id hs_timer_{};
