@@ -313,9 +313,7 @@ class client {
       }
       std::unique_lock lock(mutex);
       cv.wait_until(lock, until, [this] { return wakeful != 0; });
-      got.swap(events);
-      wakeful = 0;
-      ready.store(false, std::memory_order_relaxed);
+      drain(got);
     }
     /// Waits for any event, send completions included, then moves them into `got`.
     void take_any(std::deque<event>& got) {
@@ -323,6 +321,10 @@ class client {
       settling = true;
       cv.wait(lock, [this] { return !events.empty(); });
       settling = false;
+      drain(got);
+    }
+    /// Moves every queued event into `got`; under the lock.
+    void drain(std::deque<event>& got) {
       got.swap(events);
       wakeful = 0;
       ready.store(false, std::memory_order_relaxed);

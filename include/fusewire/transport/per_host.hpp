@@ -265,10 +265,15 @@ class per_host_listener {
     void post(handler_type h, std::error_code ec, connection_type c) noexcept {
       Reactor& r = *reactor;
       r.work_started();
-      r.post([&r, h = std::move(h), ec, c = std::move(c)]() mutable {
+      try {
+        r.post([&r, h = std::move(h), ec, c = std::move(c)]() mutable {
+          r.work_finished();
+          r.invoke(h, ec, std::move(c));
+        });
+      } catch (...) {
         r.work_finished();
-        r.invoke(h, ec, std::move(c));
-      });
+        r.report("per_host_listener: no memory to post a completion");
+      }
     }
   };
 
