@@ -22,7 +22,12 @@
 /// async_write copies the caller's buffers into the outgoing ring as space
 /// frees up (a large tensor goes through in ring-sized pieces); async_read
 /// copies out of the incoming ring into its destination; async_read_some into
-/// a new buffer of at most read_some_max bytes. One copy per side.
+/// a new buffer of at most read_some_max bytes. One copy per side. A piece of
+/// a write of config::single_copy_min bytes or more is instead announced in a
+/// queue beside the ring and copied once, by the reader, straight out of the
+/// writer's memory (process_vm_readv); the write completes when it was. Each
+/// side first checks that it can read the other's memory (a random word the
+/// peer published); where it cannot, the ring carries everything.
 ///
 /// Wake-ups follow the reactor's mode: poll spins (a re-check posted each
 /// tick); adaptive spins for the reactor's idle_poll since the last progress,

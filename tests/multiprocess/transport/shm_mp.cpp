@@ -1,7 +1,9 @@
 // Multi-process tests of the shm transport (real processes, fork):
 //
 //   shm_mp exchange     a child echo server; the parent sends 1 B .. 16 MiB and
-//                       reads it back byte for byte, in block and poll modes
+//                       reads it back byte for byte, twice per connection (the
+//                       second time by single copy both ways where the size
+//                       allows), in block and poll modes
 //   shm_mp kill_client  the parent accepts; its client child is SIGKILLed with a
 //                       read and a ring-filling write pending: both fail with
 //                       errc::connection_reset, nothing hangs
@@ -277,8 +279,12 @@ void exchange(fw::reactor_mode mode) {
     for (std::size_t n : {std::size_t{1}, std::size_t{10}, std::size_t{4096}, std::size_t{100000}, std::size_t{3} << 20,
                           std::size_t{16} << 20}) {
       const auto src = pattern_bytes(n, static_cast<unsigned>(n));
-      std::vector<std::byte> dst(n);
+      std::vector<std::byte> dst(n), again(n);
       std::promise<std::error_code> done;
+      fw::shm_stats st;
+      // Twice over one connection: the first round trip lets each side learn
+      // that it reads the other's memory, so the second goes by single copy
+      // both ways where the size allows.
       group.submit_to(0, [&] {
         transport.connect(*fw::asio_reactor::current(), host, port, [&](std::error_code ec, fw::shm_connection c) {
           if (ec) return done.set_value(ec);
@@ -286,14 +292,27 @@ void exchange(fw::reactor_mode mode) {
           const fw::const_buffer one[] = {fw::const_buffer(src)};
           conn->async_write(one, [conn](std::error_code, std::size_t) {});
           conn->async_read(fw::mutable_buffer(dst), [&, conn](std::error_code e, std::size_t) {
-            conn->close();
-            done.set_value(e);
+            if (e) return done.set_value(e);
+            const fw::const_buffer two[] = {fw::const_buffer(src)};
+            conn->async_write(two, [conn](std::error_code, std::size_t) {});
+            conn->async_read(fw::mutable_buffer(again), [&, conn](std::error_code e2, std::size_t) {
+              st = conn->stats();
+              conn->close();
+              done.set_value(e2);
+            });
           });
         });
       });
       auto f = done.get_future();
       EXPECT(ready(f, 60s) && !f.get());
       EXPECT(src == dst);
+      EXPECT(src == again);
+      if (n >= fw::shm::config{}.single_copy_min) {
+        EXPECT(st.single_copy_sent >= n);
+        EXPECT(st.single_copy_received >= n);
+      } else {
+        EXPECT(st.single_copy_sent == 0 && st.single_copy_received == 0);
+      }
     }
     group.stop();
   }

@@ -383,6 +383,11 @@ TEST_CASE("shm: config limits are checked and named") {
   c = {};
   c.read_some_max = 0;
   CHECK(what(c).find("shm::config.read_some_max") == 0);
+  c = {};
+  c.single_copy_min = 100;
+  CHECK(what(c).find("shm::config.single_copy_min = 100: must be 0 (off) or at least 4096") == 0);
+  c.single_copy_min = 0;
+  CHECK(what(c) == "accepted");
   CHECK(what({}) == "accepted");
 }
 

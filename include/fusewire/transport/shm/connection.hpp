@@ -2,7 +2,10 @@
 /// shm: a connection's state (its rings, queued operations, wake-ups and the
 /// peer's liveness) and shm_connection, the public handle. See transport/shm.hpp.
 
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,9 +14,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <system_error>
@@ -38,14 +43,25 @@ inline namespace v0 {
 
 /// Counters of one shm connection.
 struct shm_stats {
-  std::uint64_t bytes_sent = 0;      ///< bytes this side put into its outgoing ring
-  std::uint64_t bytes_received = 0;  ///< bytes this side took from its incoming ring
-  std::uint64_t wakeups_sent = 0;    ///< eventfd writes to a peer that declared itself asleep
-  std::uint64_t sleeps = 0;          ///< waits on this side's eventfd (block mode, adaptive after idle_poll)
-  std::uint64_t spins = 0;           ///< posted re-checks of the rings (poll mode, adaptive within idle_poll)
+  std::uint64_t bytes_sent = 0;            ///< bytes this side sent (through its outgoing ring or by single copy)
+  std::uint64_t bytes_received = 0;        ///< bytes this side received (from its incoming ring or by single copy)
+  std::uint64_t wakeups_sent = 0;          ///< eventfd writes to a peer that declared itself asleep
+  std::uint64_t sleeps = 0;                ///< waits on this side's eventfd (block mode, adaptive after idle_poll)
+  std::uint64_t spins = 0;                 ///< posted re-checks of the rings (poll mode, adaptive within idle_poll)
+  std::uint64_t single_copy_sent = 0;      ///< of bytes_sent, those the peer copied straight from this side's buffers
+  std::uint64_t single_copy_received = 0;  ///< of bytes_received, those copied straight from the peer's buffers
 };
 
 namespace detail {
+
+/// What a connection needs beyond its descriptors and mapping.
+struct shm_link_options {
+  std::size_t read_some_max = 256 * 1024;
+  /// Pieces of a write at least this long go by single copy when the peer can
+  /// read this process's memory; 0 = never (and this side reads none either).
+  std::size_t single_copy_min = 0;
+  pid_t peer_pid = 0;  ///< from SO_PEERCRED; 0 = unknown (no single copy)
+};
 
 /// One shm connection's state, shared by its handle and its pending waits.
 class shm_connection_state final : public ref_counted, public closable {
@@ -56,14 +72,16 @@ class shm_connection_state final : public ref_counted, public closable {
 
   /// `side` 0: the connecting side (writes ring 0), 1: the accepting side.
   shm_connection_state(asio_reactor& reactor, shm::unique_fd sock, shm::unique_fd my_bell, shm::unique_fd peer_bell,
-                       shm::mapping map, int side, std::string peer, std::size_t read_some_max)
+                       shm::mapping map, int side, std::string peer, const shm_link_options& opts)
       : reactor_(&reactor),
         sock_(std::in_place, reactor.engine().context(), sock.release()),
         bell_(std::in_place, reactor.engine().context(), my_bell.release()),
         peer_bell_(std::move(peer_bell)),
         map_(std::move(map)),
         peer_(std::move(peer)),
-        read_some_max_(read_some_max) {
+        read_some_max_(opts.read_some_max),
+        single_copy_min_(opts.peer_pid > 0 ? opts.single_copy_min : 0),
+        peer_pid_(opts.peer_pid) {
     shm::segment_header* h = map_.header();
     ring_size_ = (map_.size() - shm::header_size) / 2;
     mask_ = ring_size_ - 1;
@@ -73,6 +91,21 @@ class shm_connection_state final : public ref_counted, public closable {
     in_data_ = map_.ring_data(1 - side);
     me_ = &h->side[side];
     them_ = &h->side[1 - side];
+    out_rq_ = &h->remote[side];
+    in_rq_ = &h->remote[1 - side];
+    probe_word_ = random_word();
+    me_->probe_value.store(probe_word_, std::memory_order_relaxed);
+    me_->probe_addr.store(reinterpret_cast<std::uintptr_t>(&probe_word_), std::memory_order_release);
+    // The peer's process as a pidfd: after each copy out of its memory, the
+    // pidfd says whether that pid still is the peer (a pid can be reused).
+    if (single_copy_min_ != 0) {
+      peer_pidfd_ = shm::unique_fd(static_cast<int>(::syscall(SYS_pidfd_open, peer_pid_, 0)));
+      if (!peer_pidfd_) single_copy_min_ = 0;
+    }
+    if (single_copy_min_ == 0) {
+      me_->reads_peer.store(static_cast<std::uint32_t>(shm::single_copy::off), std::memory_order_release);
+      reads_peer_ = shm::single_copy::off;
+    }
     reactor_->add_closable(*this);
     watch_socket();
   }
@@ -147,7 +180,13 @@ class shm_connection_state final : public ref_counted, public closable {
   struct write_op {
     std::vector<const_buffer> sg;
     std::size_t idx = 0, off = 0, done = 0;
+    std::uint64_t need_ack = 0;  ///< the remote pieces the peer must have copied before this completes
     io_handler_type h;
+  };
+  /// The remote piece being read: `off` of its `size` bytes copied so far.
+  struct piece_in {
+    shm::remote_piece p;
+    std::uint64_t off = 0;
   };
 
   void complete(io_handler_type h, std::error_code ec, std::size_t n) noexcept {
@@ -183,6 +222,11 @@ class shm_connection_state final : public ref_counted, public closable {
     }
   }
   void fail_writes(std::error_code ec) noexcept {
+    while (!unacked_.empty()) {
+      write_op w = std::move(unacked_.front());
+      unacked_.pop_front();
+      complete(std::move(w.h), ec, w.done);
+    }
     while (!writes_.empty()) {
       write_op w = std::move(writes_.front());
       writes_.pop_front();
@@ -216,6 +260,7 @@ class shm_connection_state final : public ref_counted, public closable {
     peer_bell_.reset();
     map_.reset();
     out_ = in_ = nullptr;
+    out_rq_ = in_rq_ = nullptr;
     me_ = them_ = nullptr;
     let_go_if_idle();
   }
@@ -267,7 +312,7 @@ class shm_connection_state final : public ref_counted, public closable {
     bool moved = false;
     if (!push_writes(moved) || !pull_reads(moved)) return;
     if (moved) spin_since_.reset();
-    if (reads_.empty() && writes_.empty()) {
+    if (reads_.empty() && writes_.empty() && unacked_.empty()) {
       spin_since_.reset();
       return;
     }
@@ -276,7 +321,10 @@ class shm_connection_state final : public ref_counted, public closable {
 
   /// False after a protocol error.
   bool push_writes(bool& moved) noexcept {
-    if (writes_.empty()) return true;
+    if (writes_.empty() && unacked_.empty()) return true;
+    // What the peer copied is done with, closed or not: complete that first.
+    if (!unacked_.empty() && !complete_acked()) return false;
+    if (writes_.empty() && unacked_.empty()) return true;
     if (peer_gone_ || them_->closed.load(std::memory_order_acquire) != 0) {
       fail_writes(make_error_code(errc::connection_reset));  // as TCP's broken pipe
       return true;
@@ -289,12 +337,30 @@ class shm_connection_state final : public ref_counted, public closable {
       return false;
     }
     std::size_t space = ring_size_ - static_cast<std::size_t>(used);
-    const std::uint64_t start = out_head_;
+    // Single copy: only where the peer said it reads this process's memory,
+    // and while the piece queue has room (else the ring takes the bytes).
+    const bool remote_ok = single_copy_min_ != 0 && them_->reads_peer.load(std::memory_order_acquire) ==
+                                                        static_cast<std::uint32_t>(shm::single_copy::works);
+    const std::uint64_t start = out_head_, rem_start = out_rem_head_;
     while (!writes_.empty()) {
       write_op& w = writes_.front();
       while (w.idx < w.sg.size()) {
         const const_buffer& b = w.sg[w.idx];
-        const std::size_t n = std::min(b.size() - w.off, space);
+        const std::size_t left = b.size() - w.off;
+        if (remote_ok && left >= single_copy_min_ && out_rem_head_ - out_rem_acked_ < shm::remote_slots) {
+          shm::remote_piece& slot = out_rq_->slot[out_rem_head_ % shm::remote_slots];
+          slot.at = out_head_;
+          slot.addr = reinterpret_cast<std::uintptr_t>(b.data() + w.off);
+          slot.size = left;
+          w.need_ack = ++out_rem_head_;
+          w.done += left;
+          stats_.bytes_sent += left;
+          stats_.single_copy_sent += left;
+          ++w.idx;
+          w.off = 0;
+          continue;
+        }
+        const std::size_t n = std::min(left, space);
         if (n > 0) {
           copy_in(b.data() + w.off, n);
           space -= n;
@@ -306,14 +372,39 @@ class shm_connection_state final : public ref_counted, public closable {
         w.off = 0;
       }
       if (w.idx < w.sg.size()) break;
-      complete(std::move(w.h), {}, w.done);
+      // In order: a write waits behind any whose pieces the peer still copies.
+      if (w.need_ack > out_rem_acked_ || !unacked_.empty()) {
+        unacked_.push_back(std::move(w));
+      } else {
+        complete(std::move(w.h), {}, w.done);
+      }
       writes_.pop_front();
     }
+    // The pieces before the ring's head: a consumer that sees the head sees them.
+    if (out_rem_head_ != rem_start) out_rq_->head.store(out_rem_head_, std::memory_order_seq_cst);
     if (out_head_ != start) {
       out_->head.store(out_head_, std::memory_order_seq_cst);
       stats_.bytes_sent += out_head_ - start;
+    }
+    if (out_head_ != start || out_rem_head_ != rem_start) {
       moved = true;
       notify_peer();
+    }
+    return true;
+  }
+
+  /// Completes the writes whose pieces the peer has copied. False after a protocol error.
+  bool complete_acked() noexcept {
+    const std::uint64_t acked = out_rq_->tail.load(std::memory_order_acquire);
+    if (acked < out_rem_acked_ || acked > out_rem_head_) {
+      protocol_error("the peer acknowledged piece " + std::to_string(acked) + ", outside " +
+                     std::to_string(out_rem_acked_) + ".." + std::to_string(out_rem_head_));
+      return false;
+    }
+    out_rem_acked_ = acked;
+    while (!unacked_.empty() && unacked_.front().need_ack <= acked) {
+      complete(std::move(unacked_.front().h), {}, unacked_.front().done);
+      unacked_.pop_front();
     }
     return true;
   }
@@ -321,37 +412,64 @@ class shm_connection_state final : public ref_counted, public closable {
   /// False after a protocol error.
   bool pull_reads(bool& moved) noexcept {
     if (reads_.empty()) return true;
+    if (reads_peer_ == shm::single_copy::unknown) probe_peer();
     // The flag first: bytes produced before the peer closed are then all visible.
     const bool peer_done = peer_gone_ || them_->closed.load(std::memory_order_acquire) != 0;
     const std::uint64_t head = in_->head.load(std::memory_order_acquire);
-    std::uint64_t avail = head - in_tail_;
-    if (avail > ring_size_) {
+    if (head - in_tail_ > ring_size_) {
       protocol_error("the peer's write index " + std::to_string(head) + " is not within the ring of " +
                      std::to_string(ring_size_) + " bytes ahead of the read index " + std::to_string(in_tail_));
       return false;
     }
-    const std::uint64_t start = in_tail_;
+    // After the ring's head: every piece announced before that head is seen.
+    const std::uint64_t rem_head = in_rq_->head.load(std::memory_order_acquire);
+    if (rem_head - in_rem_tail_ > shm::remote_slots) {
+      protocol_error("the peer announced piece " + std::to_string(rem_head) + ", more than " +
+                     std::to_string(shm::remote_slots) + " ahead of piece " + std::to_string(in_rem_tail_));
+      return false;
+    }
+    const std::uint64_t start = in_tail_, rem_start = in_rem_tail_;
+    std::uint64_t piece_bytes = 0;
+    // At most a ring's worth of pieces per call, as the ring itself bounds
+    // what one call copies: the other connections of this reactor get their turn.
+    std::size_t piece_budget = ring_size_;
+    bool failed = false;
     while (!reads_.empty()) {
+      if (!piece_ && in_rem_tail_ != rem_head && !take_piece()) return false;
       read_op& r = reads_.front();
+      const std::size_t want = r.some ? read_some_max_ : r.dst.size() - r.filled;
+      // The ring's bytes up to the next piece, then the piece, then the ring again.
+      const std::uint64_t stop = piece_ ? std::min(head, piece_->p.at) : head;
+      const bool from_peer = piece_ && in_tail_ == piece_->p.at;
+      const std::size_t avail = static_cast<std::size_t>(
+          from_peer ? std::min<std::uint64_t>(piece_->p.size - piece_->off, piece_budget) : stop - in_tail_);
+      if (avail == 0) break;
+      const std::size_t n = std::min(want, avail);
+      std::byte* dst = nullptr;
+      tensor_buffer b;
       if (r.some) {
-        if (avail == 0) break;
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(avail, read_some_max_));
-        tensor_buffer b;
         try {
           b = tensor_buffer::allocate(n);
         } catch (...) {
           reactor_->report("shm_connection: no memory for a received buffer");
           break;
         }
-        copy_out(b.data(), n);
-        avail -= n;
+        dst = b.data();
+      } else {
+        dst = r.dst.data() + r.filled;
+      }
+      if (from_peer) {
+        if (!copy_from_peer(dst, n, failed)) return !failed;
+        piece_bytes += n;
+        piece_budget -= n;
+      } else {
+        copy_out(dst, n);
+      }
+      if (r.some) {
         complete_some(std::move(r.sh), {}, std::move(b));
       } else {
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(avail, r.dst.size() - r.filled));
-        copy_out(r.dst.data() + r.filled, n);
-        avail -= n;
         r.filled += n;
-        if (r.filled < r.dst.size()) break;
+        if (r.filled < r.dst.size()) continue;
         complete(std::move(r.h), {}, r.filled);
       }
       reads_.pop_front();
@@ -359,14 +477,104 @@ class shm_connection_state final : public ref_counted, public closable {
     if (in_tail_ != start) {
       in_->tail.store(in_tail_, std::memory_order_seq_cst);
       stats_.bytes_received += in_tail_ - start;
+    }
+    if (in_rem_tail_ != rem_start) in_rq_->tail.store(in_rem_tail_, std::memory_order_seq_cst);
+    if (piece_bytes != 0) {
+      stats_.bytes_received += piece_bytes;
+      stats_.single_copy_received += piece_bytes;
+    }
+    if (in_tail_ != start || piece_bytes != 0) {
       moved = true;
       notify_peer();
     }
-    if (!reads_.empty() && avail == 0 && peer_done) {
+    if (!reads_.empty() && head == in_tail_ && !piece_ && in_rem_tail_ == rem_head && peer_done) {
       const bool clean = them_->closed.load(std::memory_order_acquire) != 0;
       fail_reads(make_error_code(clean ? errc::connection_closed : errc::connection_reset));
     }
     return true;
+  }
+
+  /// Takes the next announced piece, checked: it starts within the ring's
+  /// unread bytes and is not empty. False after a protocol error.
+  bool take_piece() noexcept {
+    const shm::remote_piece p = in_rq_->slot[in_rem_tail_ % shm::remote_slots];  // a copy: the peer may scribble
+    if (p.at < in_tail_ || p.at - in_tail_ > ring_size_ || p.size == 0 || p.addr + p.size < p.addr ||
+        single_copy_min_ == 0 || reads_peer_ != shm::single_copy::works) {
+      protocol_error("the peer announced a piece of " + std::to_string(p.size) + " bytes at ring position " +
+                     std::to_string(p.at) + " (read index " + std::to_string(in_tail_) + ")" +
+                     (reads_peer_ == shm::single_copy::works ? "" : ", but this side reads no pieces"));
+      return false;
+    }
+    piece_ = piece_in{p, 0};
+    return true;
+  }
+
+  /// Copies `n` bytes of the current piece out of the peer's memory. False
+  /// when the connection failed (`failed`: by a protocol error) or the peer's
+  /// close may have taken the piece's memory back (the reads then fail).
+  bool copy_from_peer(std::byte* dst, std::size_t n, bool& failed) noexcept {
+    iovec local{dst, n};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(piece_->p.addr + piece_->off)), n};
+    ssize_t got = -1;
+    do {
+      got = ::process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0 && errno == ESRCH) {
+      peer_gone_ = true;
+      fail_reads(make_error_code(errc::connection_reset));
+      return false;
+    }
+    if (got != static_cast<ssize_t>(n)) {
+      const std::string why = got < 0 ? last_error_text() : "only " + std::to_string(got) + " could be read";
+      protocol_error("reading " + std::to_string(n) + " bytes of the peer's piece at 0x" + hex(remote.iov_base) +
+                     " failed: " + why);
+      failed = true;
+      return false;
+    }
+    // A write completes only once its pieces were copied, unless its side
+    // closed or died: then the memory may be reused already (by another
+    // process, for a dead one's pid), and what was read is lost.
+    pollfd exited{peer_pidfd_.get(), POLLIN, 0};
+    if (::poll(&exited, 1, 0) != 0) peer_gone_ = true;
+    if (peer_gone_ || them_->closed.load(std::memory_order_seq_cst) != 0) {
+      fail_reads(make_error_code(errc::connection_reset));
+      return false;
+    }
+    piece_->off += n;
+    if (piece_->off == piece_->p.size) {
+      piece_.reset();
+      ++in_rem_tail_;
+    }
+    return true;
+  }
+
+  /// Reads the peer's probe word through process_vm_readv (once, when the
+  /// peer published where it is) and tells the peer whether this side will
+  /// copy its pieces.
+  void probe_peer() noexcept {
+    const std::uint64_t addr = them_->probe_addr.load(std::memory_order_acquire);
+    if (addr == 0) return;
+    const std::uint64_t expect = them_->probe_value.load(std::memory_order_relaxed);
+    std::uint64_t word = 0;
+    iovec local{&word, sizeof word};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr)), sizeof word};
+    const bool ok =
+        ::process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof word) && word == expect;
+    reads_peer_ = ok ? shm::single_copy::works : shm::single_copy::off;
+    me_->reads_peer.store(static_cast<std::uint32_t>(reads_peer_), std::memory_order_release);
+  }
+
+  static std::uint64_t random_word() {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uint64_t w = 0;
+    while (w == 0) w = rng();
+    return w;
+  }
+  static std::string last_error_text() { return std::error_code(errno, std::system_category()).message(); }
+  static std::string hex(const void* p) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%jx", static_cast<std::uintmax_t>(reinterpret_cast<std::uintptr_t>(p)));
+    return buf;
   }
 
   /// Whether a queued operation could move now (the flag-raising side of notify_peer).
@@ -374,6 +582,8 @@ class shm_connection_state final : public ref_counted, public closable {
     if (peer_gone_ || them_->closed.load(std::memory_order_seq_cst) != 0) return true;
     if (!reads_.empty() && in_->head.load(std::memory_order_seq_cst) != in_tail_) return true;
     if (!writes_.empty() && out_head_ - out_->tail.load(std::memory_order_seq_cst) != ring_size_) return true;
+    if (!reads_.empty() && in_rq_->head.load(std::memory_order_seq_cst) != in_rem_tail_) return true;
+    if (!unacked_.empty() && out_rq_->tail.load(std::memory_order_seq_cst) != out_rem_acked_) return true;
     return false;
   }
 
@@ -460,6 +670,11 @@ class shm_connection_state final : public ref_counted, public closable {
   shm::mapping map_;
   std::string peer_;
   std::size_t read_some_max_;
+  std::size_t single_copy_min_;  ///< 0 = no single copy on this connection
+  pid_t peer_pid_;
+  shm::unique_fd peer_pidfd_;                                ///< readable once the peer's process ended
+  std::uint64_t probe_word_ = 0;                             ///< what the peer reads through side_flags::probe_addr
+  shm::single_copy reads_peer_ = shm::single_copy::unknown;  ///< this side's own finding
   std::size_t ring_size_ = 0;
   std::uint64_t mask_ = 0;
   shm::ring_indices* out_ = nullptr;
@@ -468,10 +683,17 @@ class shm_connection_state final : public ref_counted, public closable {
   std::byte* in_data_ = nullptr;
   shm::side_flags* me_ = nullptr;
   shm::side_flags* them_ = nullptr;
+  shm::remote_queue* out_rq_ = nullptr;
+  shm::remote_queue* in_rq_ = nullptr;
   std::uint64_t out_head_ = 0;  ///< this side's own copies of its indices: never read back from the segment
   std::uint64_t in_tail_ = 0;
+  std::uint64_t out_rem_head_ = 0;   ///< pieces announced
+  std::uint64_t out_rem_acked_ = 0;  ///< pieces the peer copied
+  std::uint64_t in_rem_tail_ = 0;    ///< the peer's pieces copied in full
+  std::optional<piece_in> piece_;    ///< the peer's piece being copied
   std::deque<read_op> reads_;
   std::deque<write_op> writes_;
+  std::deque<write_op> unacked_;  ///< written in full, waiting for the peer to copy their pieces
   std::optional<std::chrono::steady_clock::time_point> spin_since_;
   std::error_code failed_;
   bool open_ = true;

@@ -37,6 +37,7 @@ namespace detail {
 struct shm_listener_options {
   std::size_t max_ring_size;
   std::size_t read_some_max;
+  std::size_t single_copy_min;
   std::chrono::milliseconds handshake_timeout;
   bool same_user_only;
 };
@@ -238,7 +239,8 @@ class shm_listener_state final : public ref_counted, public closable {
     try {
       state = ref_ptr<shm_connection_state>(
           new shm_connection_state(*reactor_, std::move(sock), std::move(fds[2]), std::move(fds[1]), std::move(map), 1,
-                                   name() + "#" + std::to_string(cred.pid), opts_.read_some_max));
+                                   name() + "#" + std::to_string(cred.pid),
+                                   shm_link_options{opts_.read_some_max, opts_.single_copy_min, cred.pid}));
     } catch (...) {
       reactor_->report("shm_listener " + name() + ": no memory for a connection; dropped");
       next();

@@ -6,7 +6,12 @@
 /// Layout (`header_size` bytes of control, then two rings of `ring_size` bytes):
 /// ring 0 carries client -> server, ring 1 server -> client. Each ring is a
 /// byte stream: the producer advances `head`, the consumer `tail` (both count
-/// bytes since the start, so `head - tail` is what waits). Every value in the
+/// bytes since the start, so `head - tail` is what waits). Beside each ring, a
+/// queue of pieces the consumer copies straight out of the producer's memory
+/// (process_vm_readv): each piece sits in the stream at ring position `at`,
+/// after the ring's bytes before `at` and before those from `at` on; the
+/// consumer's `tail` of that queue is the producer's acknowledgement that it
+/// may reuse the piece's memory. Every value in the
 /// segment is the peer's to scribble on: a side keeps its own copy of its
 /// index and of the ring size, and checks each index it loads from the peer
 /// before it uses it, so nothing is read or written outside the segment.
@@ -36,7 +41,7 @@ inline namespace v0 {
 namespace detail::shm {
 
 inline constexpr std::uint64_t segment_magic = 0x4d48532d45525746ull;  // "FWRE-SHM", little-endian
-inline constexpr std::uint32_t segment_version = 1;
+inline constexpr std::uint32_t segment_version = 2;
 inline constexpr std::size_t header_size = 4096;
 
 /// One direction's indices, each on its own cache line.
@@ -45,12 +50,40 @@ struct ring_indices {
   alignas(64) std::atomic<std::uint64_t> tail;  ///< bytes consumed (the consumer stores)
 };
 
+/// A piece of the stream left in the producer's memory: `size` bytes at
+/// `addr` in the producer's process, read by the consumer at ring position `at`.
+struct remote_piece {
+  std::uint64_t at;
+  std::uint64_t addr;
+  std::uint64_t size;
+};
+inline constexpr std::size_t remote_slots = 16;
+
+/// One direction's queue of remote pieces: the producer fills slot
+/// `head % remote_slots` and then advances `head`; the consumer advances
+/// `tail` once it copied the piece in full.
+struct remote_queue {
+  alignas(64) std::atomic<std::uint64_t> head;
+  alignas(64) std::atomic<std::uint64_t> tail;
+  remote_piece slot[remote_slots];
+};
+
+/// What a side found when it tried to read its peer's memory.
+enum class single_copy : std::uint32_t { unknown = 0, works = 1, off = 2 };
+
 /// One side's flags: `sleeping` (set by the side before it waits on its
 /// eventfd; the peer clears it and signals), `closed` (the side closed: no
-/// more bytes come; what was produced before stays readable).
+/// more bytes come; what was produced before stays readable), `probe_addr`
+/// and `probe_value` (a word in this side's process, and the random value the
+/// peer must find there to know that it reads this very process) and
+/// `reads_peer` (a single_copy: whether this side can and will copy the
+/// peer's pieces).
 struct side_flags {
   alignas(64) std::atomic<std::uint32_t> sleeping;
   std::atomic<std::uint32_t> closed;
+  std::atomic<std::uint64_t> probe_value;
+  std::atomic<std::uint64_t> probe_addr;
+  std::atomic<std::uint32_t> reads_peer;
 };
 
 struct segment_header {
@@ -58,8 +91,9 @@ struct segment_header {
   std::uint32_t version;
   std::uint32_t reserved;
   std::uint64_t ring_size;
-  ring_indices ring[2];  ///< 0: client -> server, 1: server -> client
-  side_flags side[2];    ///< 0: client, 1: server
+  ring_indices ring[2];    ///< 0: client -> server, 1: server -> client
+  side_flags side[2];      ///< 0: client, 1: server
+  remote_queue remote[2];  ///< beside ring[i]
 };
 static_assert(sizeof(segment_header) <= header_size);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free);

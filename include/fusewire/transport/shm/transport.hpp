@@ -50,6 +50,15 @@ class shm {
     std::size_t max_ring_size = std::size_t{64} << 20;
     /// The most bytes one async_read_some delivers (one allocation and copy out of the ring).
     std::size_t read_some_max = 256 * 1024;
+    /// Single copy: a piece of a write at least this long is not copied into
+    /// the ring; the peer copies it straight out of this process's memory
+    /// (process_vm_readv) into its destination, and the write completes once
+    /// it did. Used only where the peer could read a probe word of this
+    /// process (same user, no ptrace restriction such as Yama's
+    /// ptrace_scope >= 1 between the two); otherwise the ring carries
+    /// everything. 0 = off (this side then copies none of the peer's pieces
+    /// either); else at least 4096.
+    std::size_t single_copy_min = 64 * 1024;
     /// How long a listener waits for a connecting side's hello before dropping it.
     std::chrono::milliseconds handshake_timeout{5000};
     /// Listeners take connections only from processes of the same user
@@ -69,6 +78,9 @@ class shm {
       bad("ring_size = " + std::to_string(config_.ring_size) + ": must be a power of two, 4096..max_ring_size");
     }
     if (config_.read_some_max == 0) bad("read_some_max = 0: must be at least 1");
+    if (config_.single_copy_min != 0 && config_.single_copy_min < 4096) {
+      bad("single_copy_min = " + std::to_string(config_.single_copy_min) + ": must be 0 (off) or at least 4096");
+    }
     if (config_.handshake_timeout.count() <= 0) bad("handshake_timeout: must be positive");
     if (config_.backlog < 1) bad("backlog = " + std::to_string(config_.backlog) + ": must be at least 1");
   }
@@ -134,8 +146,8 @@ class shm {
       ec = detail::shm::last_error();
       return {};
     }
-    detail::shm_listener_options opts{config_.max_ring_size, config_.read_some_max, config_.handshake_timeout,
-                                      config_.same_user_only};
+    detail::shm_listener_options opts{config_.max_ring_size, config_.read_some_max, config_.single_copy_min,
+                                      config_.handshake_timeout, config_.same_user_only};
     return detail::handle_access::make<shm_listener>(detail::ref_ptr<detail::shm_listener_state>(
         new detail::shm_listener_state(reactor, fd.release(), std::string(host), bound, opts)));
   }
@@ -199,9 +211,14 @@ class shm {
                                            : std::error_code(e, std::system_category());
       return {};
     }
+    // The listener's process, for single copy (0 if the kernel does not say).
+    ucred cred{};
+    socklen_t cred_len = sizeof cred;
+    if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) cred.pid = 0;
+    const detail::shm_link_options link{config_.read_some_max, config_.single_copy_min, cred.pid};
     return detail::ref_ptr<detail::shm_connection_state>(
         new detail::shm_connection_state(reactor, std::move(sock), std::move(mine), std::move(theirs), std::move(map),
-                                         0, std::string(host) + ":" + std::to_string(port), config_.read_some_max));
+                                         0, std::string(host) + ":" + std::to_string(port), link));
   }
 
   config config_;

@@ -1,0 +1,440 @@
+// shm's single copy: pieces of a write at least single_copy_min long that the
+// peer copies straight out of the writer's memory. Stream order with the
+// ring's bytes, either side switching it off, a writer closing before its
+// piece was read, and a peer announcing pieces it should not.
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/shm.hpp>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fw = fusewire;
+namespace seg = fusewire::detail::shm;
+using namespace std::chrono_literals;
+
+namespace {
+
+using group_t = fw::basic_reactor_group<fw::asio_engine>;
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+/// Two reactors with reports kept: the listener's side on 0, the connecting side on 1.
+struct pair_group {
+  std::mutex mu;
+  std::vector<std::string> reports;
+  group_t group;
+
+  explicit pair_group(fw::reactor_mode mode) : group(config(this, mode)) {}
+  ~pair_group() { group.stop(); }
+  static fw::reactor_config config(pair_group* self, fw::reactor_mode mode) {
+    fw::reactor_config cfg;
+    cfg.mode = mode;
+    cfg.count = 2;
+    cfg.on_error = [self](unsigned, std::string_view what) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->reports.emplace_back(what);
+    };
+    return cfg;
+  }
+  template <class F>
+  auto on(unsigned r, F&& f) {
+    auto fut = group.submit(r, std::forward<F>(f));
+    REQUIRE(fut.wait_for(60s) == std::future_status::ready);
+    return fut.get();
+  }
+  bool wait_report(const std::string& part) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& r : reports) {
+          if (r.find(part) != std::string::npos) return true;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+/// A connected pair: `server` lives on reactor 0, `client` on reactor 1.
+struct connected {
+  fw::shm_listener listener;
+  std::unique_ptr<fw::shm_connection> server, client;
+
+  void open(pair_group& g, const fw::shm& server_side, const fw::shm& client_side) {
+    std::promise<void> accepted, made;
+    const std::uint16_t port = g.on(0, [&] {
+      listener = server_side.listen(*fw::asio_reactor::current(), "single-copy", 0);
+      listener.async_accept([&](std::error_code ec, fw::shm_connection c) {
+        REQUIRE_FALSE(ec);
+        server = std::make_unique<fw::shm_connection>(std::move(c));
+        accepted.set_value();
+      });
+      return listener.port();
+    });
+    g.on(1, [&] {
+      client_side.connect(*fw::asio_reactor::current(), "single-copy", port,
+                          [&](std::error_code ec, fw::shm_connection c) {
+                            REQUIRE_FALSE(ec);
+                            client = std::make_unique<fw::shm_connection>(std::move(c));
+                            made.set_value();
+                          });
+      return 0;
+    });
+    REQUIRE(accepted.get_future().wait_for(10s) == std::future_status::ready);
+    REQUIRE(made.get_future().wait_for(10s) == std::future_status::ready);
+  }
+  /// One byte each way: a side probes its peer on its first read, so after
+  /// this each has learnt whether it reads the other's pieces.
+  void warm_up(pair_group& g) {
+    static const std::byte one[1] = {std::byte{1}};
+    const fw::const_buffer sg[] = {fw::const_buffer(one, 1)};
+    for (unsigned reader : {0u, 1u}) {
+      fw::shm_connection* r = reader == 0 ? server.get() : client.get();
+      fw::shm_connection* w = reader == 0 ? client.get() : server.get();
+      std::byte got[1];
+      std::promise<std::error_code> done;
+      g.on(reader, [&] {
+        r->async_read(fw::mutable_buffer(got, 1), [&](std::error_code ec, std::size_t) { done.set_value(ec); });
+        return 0;
+      });
+      g.on(1 - reader, [&] {
+        w->async_write(sg, [](std::error_code, std::size_t) {});
+        return 0;
+      });
+      auto f = done.get_future();
+      REQUIRE(f.wait_for(10s) == std::future_status::ready);
+      REQUIRE_FALSE(f.get());
+    }
+  }
+  void close(pair_group& g) {
+    g.on(1, [&] {
+      client.reset();
+      return 0;
+    });
+    g.on(0, [&] {
+      server.reset();
+      listener.close();
+      return 0;
+    });
+  }
+};
+
+/// Reads `n` bytes with async_read_some, one delivery at a time, on `conn`'s reactor.
+struct some_reader {
+  fw::shm_connection* conn = nullptr;
+  std::vector<std::byte> got;
+  std::size_t want = 0;
+  std::promise<std::error_code> done;
+  void next() {
+    if (got.size() >= want) return done.set_value({});
+    conn->async_read_some([this](std::error_code ec, fw::tensor_buffer b) {
+      if (ec) return done.set_value(ec);
+      got.insert(got.end(), b.data(), b.data() + b.size());
+      next();
+    });
+  }
+};
+
+/// Reads into `dst` with async_read in pieces of `step` bytes (the last shorter).
+struct exact_reader {
+  fw::shm_connection* conn = nullptr;
+  std::vector<std::byte>* dst = nullptr;
+  std::size_t at = 0, step = 0;
+  std::promise<std::error_code> done;
+  void next() {
+    if (at == dst->size()) return done.set_value({});
+    const std::size_t n = std::min(step, dst->size() - at);
+    conn->async_read(fw::mutable_buffer(dst->data() + at, n), [this, n](std::error_code ec, std::size_t got) {
+      if (ec || got != n) return done.set_value(ec ? ec : make_error_code(fw::errc::connection_reset));
+      at += n;
+      next();
+    });
+  }
+};
+
+/// A hand-made connecting side (what shm::connect does), so that the test can
+/// announce pieces a well-behaved peer never would.
+struct raw_peer {
+  seg::unique_fd sock, memfd, client_bell, server_bell;
+  seg::mapping map;
+  std::uint64_t probe = 0x1234abcd5678ef01ull;
+
+  bool connect(std::uint16_t port, const char* host) {
+    sock = seg::unique_fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr;
+    const socklen_t len = seg::socket_name(host, port, addr);
+    if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) return false;
+    std::error_code ec;
+    auto [fd, m] = seg::create_segment(4096, ec);
+    REQUIRE_FALSE(ec);
+    memfd = std::move(fd);
+    map = std::move(m);
+    client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    // The probe the accepting side reads (this process is the peer it sees).
+    map.header()->side[0].probe_value.store(probe);
+    map.header()->side[0].probe_addr.store(reinterpret_cast<std::uintptr_t>(&probe));
+    seg::hello h{seg::segment_magic, seg::segment_version, 0, 4096};
+    iovec iov{&h, sizeof h};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 3)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * 3);
+    const int fds[3] = {memfd.get(), client_bell.get(), server_bell.get()};
+    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+  }
+  /// Announces a piece of `size` bytes at `addr`, at ring position `at`.
+  void announce(std::uint64_t at, const void* addr, std::uint64_t size) {
+    seg::remote_queue& q = map.header()->remote[0];
+    const std::uint64_t n = q.head.load();
+    q.slot[n % seg::remote_slots] = {at, reinterpret_cast<std::uintptr_t>(addr), size};
+    q.head.store(n + 1);
+    const std::uint64_t one = 1;
+    CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("shm single copy: large pieces are copied once, in stream order with the ring's bytes") {
+  const std::size_t big_a = 200 * 1024, big_b = (std::size_t{1} << 20) + 3;  // the second longer than the ring
+  const auto small_a = pattern(10, 1), small_b = pattern(100, 2), small_c = pattern(5, 3);
+  const auto a = pattern(big_a, 4), b = pattern(big_b, 5), c = pattern(3 * 1024 * 1024, 6);
+  for (const bool server_on : {true, false}) {
+    for (const bool client_on : {true, false}) {
+      for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll}) {
+        CAPTURE(server_on);
+        CAPTURE(client_on);
+        CAPTURE(static_cast<int>(mode));
+        fw::shm::config on_cfg, off_cfg;
+        off_cfg.single_copy_min = 0;
+        pair_group g(mode);
+        connected p;
+        p.open(g, fw::shm(server_on ? on_cfg : off_cfg), fw::shm(client_on ? on_cfg : off_cfg));
+        p.warm_up(g);
+
+        // Client -> server: two writes of small and large pieces, read by async_read_some.
+        const fw::const_buffer sg[] = {
+            fw::const_buffer(small_a.data(), small_a.size()), fw::const_buffer(a.data(), a.size()),
+            fw::const_buffer(small_b.data(), small_b.size()), fw::const_buffer(b.data(), b.size()),
+            fw::const_buffer(small_c.data(), small_c.size())};
+        std::vector<std::byte> expect;
+        for (const auto& piece : sg) expect.insert(expect.end(), piece.data(), piece.data() + piece.size());
+        const std::size_t one_write = expect.size();
+        expect.insert(expect.end(), expect.begin(), expect.end());
+        std::vector<int> order;
+        std::promise<void> written;
+        g.on(1, [&] {
+          for (int i = 0; i < 2; ++i) {
+            p.client->async_write(sg, [&, i](std::error_code ec, std::size_t n) {
+              CHECK_FALSE(ec);
+              CHECK(n == one_write);
+              order.push_back(i);
+              if (order.size() == 2) written.set_value();
+            });
+          }
+          return 0;
+        });
+        some_reader sr;
+        sr.conn = p.server.get();
+        sr.want = expect.size();
+        g.on(0, [&] {
+          sr.next();
+          return 0;
+        });
+        auto sf = sr.done.get_future();
+        REQUIRE(sf.wait_for(30s) == std::future_status::ready);
+        CHECK_FALSE(sf.get());
+        REQUIRE(written.get_future().wait_for(30s) == std::future_status::ready);
+        CHECK(order == std::vector<int>{0, 1});
+        CHECK(sr.got == expect);
+
+        // Server -> client: one large piece read by async_read in odd steps.
+        const fw::const_buffer big[] = {fw::const_buffer(c.data(), c.size())};
+        std::promise<std::error_code> sent;
+        g.on(0, [&] {
+          p.server->async_write(big, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+          return 0;
+        });
+        std::vector<std::byte> back(c.size());
+        exact_reader er;
+        er.conn = p.client.get();
+        er.dst = &back;
+        er.step = 333331;
+        g.on(1, [&] {
+          er.next();
+          return 0;
+        });
+        auto ef = er.done.get_future();
+        REQUIRE(ef.wait_for(30s) == std::future_status::ready);
+        CHECK_FALSE(ef.get());
+        CHECK_FALSE(sent.get_future().get());
+        CHECK(back == c);
+
+        const fw::shm_stats cs = g.on(1, [&] { return p.client->stats(); });
+        const fw::shm_stats ss = g.on(0, [&] { return p.server->stats(); });
+        const bool both = server_on && client_on;
+        CHECK(cs.bytes_sent == expect.size() + 1);  // and warm_up's byte
+        CHECK(ss.bytes_received == expect.size() + 1);
+        CHECK(cs.single_copy_sent == (both ? 2 * (big_a + big_b) : 0));
+        CHECK(ss.single_copy_received == cs.single_copy_sent);
+        CHECK(ss.single_copy_sent == (both ? c.size() : 0));
+        CHECK(cs.single_copy_received == ss.single_copy_sent);
+        p.close(g);
+      }
+    }
+  }
+}
+
+TEST_CASE("shm single copy: a writer that closes before its piece was read fails the read, not with its bytes") {
+  pair_group g(fw::reactor_mode::block);
+  connected p;
+  p.open(g, fw::shm{}, fw::shm{});
+  p.warm_up(g);
+
+  const auto big = pattern(512 * 1024, 10);
+  const fw::const_buffer sg[] = {fw::const_buffer(big.data(), big.size())};
+  std::promise<std::error_code> wrote;
+  g.on(1, [&] {
+    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { wrote.set_value(ec); });
+    return 0;
+  });
+  std::this_thread::sleep_for(20ms);  // announced, and nobody reads it
+  g.on(1, [&] {
+    p.client->close();
+    return 0;
+  });
+  auto wf = wrote.get_future();
+  REQUIRE(wf.wait_for(10s) == std::future_status::ready);
+  CHECK(wf.get() == fw::errc::cancelled);
+  std::vector<std::byte> dst(big.size());
+  std::promise<std::pair<std::error_code, std::size_t>> read2;
+  g.on(0, [&] {
+    p.server->async_read(fw::mutable_buffer(dst.data(), dst.size()), [&](std::error_code ec, std::size_t n) {
+      read2.set_value({ec, n});
+    });
+    return 0;
+  });
+  auto rf = read2.get_future();
+  REQUIRE(rf.wait_for(10s) == std::future_status::ready);
+  const auto [ec, n] = rf.get();
+  CHECK(ec == fw::errc::connection_reset);
+  CHECK(n == 0);
+  CHECK(g.on(0, [&] { return p.server->stats().single_copy_received; }) == 0);
+  p.close(g);
+}
+
+TEST_CASE("shm single copy: pieces a peer should not announce fail the connection with errc::malformed_frame") {
+  struct hostile {
+    const char* name;
+    bool reader_on;
+    const char* report;
+  };
+  for (const hostile& h : {hostile{"bad address", true, "bytes of the peer's piece at 0x10 failed: Bad address"},
+                           hostile{"before the read index", true,
+                                   "announced a piece of 100 bytes at ring position 0 "
+                                   "(read index 4)"},
+                           hostile{"to a side that reads none", false, "but this side reads no pieces"}}) {
+    CAPTURE(h.name);
+    pair_group g(fw::reactor_mode::block);
+    fw::shm::config cfg;
+    if (!h.reader_on) cfg.single_copy_min = 0;
+    fw::shm transport(cfg);
+    fw::shm_listener listener;
+    std::unique_ptr<fw::shm_connection> conn;
+    std::promise<void> accepted;
+    const std::uint16_t port = g.on(0, [&] {
+      listener = transport.listen(*fw::asio_reactor::current(), "single-copy-raw", 0);
+      listener.async_accept([&](std::error_code ec, fw::shm_connection c) {
+        REQUIRE_FALSE(ec);
+        conn = std::make_unique<fw::shm_connection>(std::move(c));
+        accepted.set_value();
+      });
+      return listener.port();
+    });
+    raw_peer peer;
+    REQUIRE(peer.connect(port, "single-copy-raw"));
+    REQUIRE(accepted.get_future().wait_for(10s) == std::future_status::ready);
+
+    // An honest piece first (when the side reads pieces): it arrives, and is acknowledged.
+    const auto data = pattern(100, 11);
+    std::vector<std::byte> got(100);
+    if (h.reader_on) {
+      // Four bytes through the ring, then the piece: the reader probes the peer on its first read.
+      std::promise<std::error_code> first;
+      g.on(0, [&] {
+        conn->async_read(fw::mutable_buffer(got.data(), 4),
+                         [&](std::error_code ec, std::size_t) { first.set_value(ec); });
+        return 0;
+      });
+      std::memcpy(peer.map.ring_data(0), data.data(), 4);
+      peer.map.header()->ring[0].head.store(4);
+      const std::uint64_t one = 1;
+      CHECK(::write(peer.server_bell.get(), &one, sizeof one) == sizeof one);
+      CHECK_FALSE(first.get_future().get());
+      CHECK(peer.map.header()->side[1].reads_peer.load() == static_cast<std::uint32_t>(seg::single_copy::works));
+      std::promise<std::error_code> second;
+      g.on(0, [&] {
+        conn->async_read(fw::mutable_buffer(got.data(), 100),
+                         [&](std::error_code ec, std::size_t) { second.set_value(ec); });
+        return 0;
+      });
+      peer.announce(4, data.data(), 100);
+      auto sf = second.get_future();
+      REQUIRE(sf.wait_for(10s) == std::future_status::ready);
+      CHECK_FALSE(sf.get());
+      CHECK(got == data);
+      CHECK(peer.map.header()->remote[0].tail.load() == 1);
+    }
+
+    std::promise<std::pair<std::error_code, std::size_t>> done;
+    g.on(0, [&] {
+      conn->async_read(fw::mutable_buffer(got.data(), 100), [&](std::error_code ec, std::size_t n) {
+        done.set_value({ec, n});
+      });
+      return 0;
+    });
+    const std::string which = h.name;
+    if (which == "bad address") {
+      peer.announce(4, reinterpret_cast<const void*>(std::uintptr_t{0x10}), 100);
+    } else {
+      peer.announce(0, data.data(), 100);
+    }
+    auto df = done.get_future();
+    REQUIRE(df.wait_for(10s) == std::future_status::ready);
+    const auto [ec, n] = df.get();
+    CHECK(ec == fw::errc::malformed_frame);
+    CHECK(n == 0);
+    CHECK(g.wait_report(h.report));
+    g.on(0, [&] {
+      conn.reset();
+      listener.close();
+      return 0;
+    });
+  }
+}
