@@ -23,7 +23,7 @@
 /// frees up (a large tensor goes through in ring-sized pieces); async_read
 /// copies out of the incoming ring into its destination; async_read_some into
 /// a new buffer of at most read_some_max bytes. One copy per side. A piece of
-/// a write of config::single_copy_min bytes or more is instead announced in a
+/// a write of config::single_copy_min bytes or more (off by default) is instead announced in a
 /// queue beside the ring and copied once, by the reader, straight out of the
 /// writer's memory (process_vm_readv); the write completes when it was. Each
 /// side first checks that it can read the other's memory (a random word the

@@ -3,7 +3,8 @@
 //   shm_mp exchange     a child echo server; the parent sends 1 B .. 16 MiB and
 //                       reads it back byte for byte, twice per connection (the
 //                       second time by single copy both ways where the size
-//                       allows), in block and poll modes
+//                       allows; every process here turns it on), in block and
+//                       poll modes
 //   shm_mp kill_client  the parent accepts; its client child is SIGKILLed with a
 //                       read and a ring-filling write pending: both fail with
 //                       errc::connection_reset, nothing hangs
@@ -55,6 +56,15 @@ int failures = 0;
 
 constexpr const char* host = "shm-mp";
 
+/// Every process here turns single copy on (it is off by default), so that
+/// large pieces cross processes through process_vm_readv.
+constexpr std::size_t single_copy_min = 64 * 1024;
+fw::shm single_copy_shm() {
+  fw::shm::config cfg;
+  cfg.single_copy_min = single_copy_min;
+  return fw::shm(cfg);
+}
+
 fw::reactor_config config(fw::reactor_mode mode) {
   fw::reactor_config cfg;
   cfg.mode = mode;
@@ -71,7 +81,7 @@ bool ready(std::future<T>& f, std::chrono::seconds s = 20s) {
 [[noreturn]] void child_server(int out, bool echo) {
   ::alarm(120);
   group_t group(config(fw::reactor_mode::adaptive));
-  fw::shm transport;
+  const fw::shm transport = single_copy_shm();
   struct session : std::enable_shared_from_this<session> {
     fw::shm_connection conn;
     bool echo = true;
@@ -122,7 +132,7 @@ bool ready(std::future<T>& f, std::chrono::seconds s = 20s) {
   std::uint16_t port = 0;
   if (::read(in, &port, sizeof port) != sizeof port) ::_exit(1);
   group_t group(config(fw::reactor_mode::adaptive));
-  fw::shm transport;
+  const fw::shm transport = single_copy_shm();
   static const auto hello = pattern_bytes(1000, 5);
   group.submit_to(0, [&] {
     transport.connect(*fw::asio_reactor::current(), host, port, [](std::error_code ec, fw::shm_connection c) {
@@ -203,7 +213,7 @@ void kill_client(fw::reactor_mode mode) {
   ::close(p[0]);
   {
     group_t group(config(mode));
-    fw::shm transport;
+    const fw::shm transport = single_copy_shm();
     auto listener = std::make_shared<fw::shm_listener>();
     std::promise<std::shared_ptr<fw::shm_connection>> accepted;
     auto fp = group.submit(0, [&, listener] {
@@ -248,7 +258,7 @@ void kill_server(fw::reactor_mode mode) {
   const pid_t child = start_server(false, port);
   {
     group_t group(config(mode));
-    fw::shm transport;
+    const fw::shm transport = single_copy_shm();
     std::promise<std::shared_ptr<fw::shm_connection>> connected;
     group.submit_to(0, [&] {
       transport.connect(*fw::asio_reactor::current(), host, port, [&](std::error_code ec, fw::shm_connection c) {
@@ -275,7 +285,7 @@ void exchange(fw::reactor_mode mode) {
   const pid_t child = start_server(true, port);
   {
     group_t group(config(mode));
-    fw::shm transport;
+    const fw::shm transport = single_copy_shm();
     for (std::size_t n : {std::size_t{1}, std::size_t{10}, std::size_t{4096}, std::size_t{100000}, std::size_t{3} << 20,
                           std::size_t{16} << 20}) {
       const auto src = pattern_bytes(n, static_cast<unsigned>(n));
@@ -307,7 +317,7 @@ void exchange(fw::reactor_mode mode) {
       EXPECT(ready(f, 60s) && !f.get());
       EXPECT(src == dst);
       EXPECT(src == again);
-      if (n >= fw::shm::config{}.single_copy_min) {
+      if (n >= single_copy_min) {
         EXPECT(st.single_copy_sent >= n);
         EXPECT(st.single_copy_received >= n);
       } else {

@@ -232,7 +232,7 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
         CAPTURE(client_on);
         CAPTURE(static_cast<int>(mode));
         fw::shm::config on_cfg, off_cfg;
-        off_cfg.single_copy_min = 0;
+        on_cfg.single_copy_min = 64 * 1024;
         pair_group g(mode);
         connected p;
         p.open(g, fw::shm(server_on ? on_cfg : off_cfg), fw::shm(client_on ? on_cfg : off_cfg));
@@ -314,7 +314,9 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
 TEST_CASE("shm single copy: a writer that closes before its piece was read fails the read, not with its bytes") {
   pair_group g(fw::reactor_mode::block);
   connected p;
-  p.open(g, fw::shm{}, fw::shm{});
+  fw::shm::config cfg;
+  cfg.single_copy_min = 64 * 1024;
+  p.open(g, fw::shm(cfg), fw::shm(cfg));
   p.warm_up(g);
 
   const auto big = pattern(512 * 1024, 10);
@@ -363,7 +365,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
     CAPTURE(h.name);
     pair_group g(fw::reactor_mode::block);
     fw::shm::config cfg;
-    if (!h.reader_on) cfg.single_copy_min = 0;
+    if (h.reader_on) cfg.single_copy_min = 64 * 1024;
     fw::shm transport(cfg);
     fw::shm_listener listener;
     std::unique_ptr<fw::shm_connection> conn;

@@ -1,5 +1,6 @@
 // The transport test suite for the shm transport (not a handoff_transport:
-// the hand-off cases do not apply). Server and client run on different reactors.
+// the hand-off cases do not apply), with single copy off (the default) and on.
+// Server and client run on different reactors.
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/shm.hpp>
 
@@ -14,7 +15,19 @@ static_assert(!fw::handoff_transport<fw::shm>);
 
 #include "transport_suite.hpp"
 
-using shm_transports = std::tuple<fw::shm>;
+/// shm with single copy on (it is off by default): the suite again, with
+/// every piece of 64 KiB or more copied by the reader out of the writer's memory.
+struct shm_single_copy : fw::shm {
+  shm_single_copy() : fw::shm(on()) {}
+  static fw::shm::config on() {
+    fw::shm::config c;
+    c.single_copy_min = 64 * 1024;
+    return c;
+  }
+};
+static_assert(fw::transport<shm_single_copy>);
+
+using shm_transports = std::tuple<fw::shm, shm_single_copy>;
 
 TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_echo, shm_transports);

@@ -53,12 +53,14 @@ class shm {
     /// Single copy: a piece of a write at least this long is not copied into
     /// the ring; the peer copies it straight out of this process's memory
     /// (process_vm_readv) into its destination, and the write completes once
-    /// it did. Used only where the peer could read a probe word of this
-    /// process (same user, no ptrace restriction such as Yama's
-    /// ptrace_scope >= 1 between the two); otherwise the ring carries
+    /// it did. Used only where both sides turn it on and the peer could read
+    /// a probe word of this process (same user, no ptrace restriction such as
+    /// Yama's ptrace_scope >= 1 between the two); otherwise the ring carries
     /// everything. 0 = off (this side then copies none of the peer's pieces
-    /// either); else at least 4096.
-    std::size_t single_copy_min = 64 * 1024;
+    /// either); else at least 4096. Off by default: one reader's
+    /// process_vm_readv can be slower than two memcpys, one on each side, run
+    /// in parallel (docs/transports.md says when to turn it on).
+    std::size_t single_copy_min = 0;
     /// How long a listener waits for a connecting side's hello before dropping it.
     std::chrono::milliseconds handshake_timeout{5000};
     /// Listeners take connections only from processes of the same user
