@@ -318,6 +318,13 @@ struct mode_result {
   double mean = 0, p50 = 0, p99 = 0;
 };
 
+/// The cluster a mode runs on: one worker and two PS on loopback, on free
+/// ports (each mode gets new ones, so that no task meets the last mode's).
+fw::cluster_spec loopback_cluster() {
+  return fw::cluster_spec::from_string("worker=127.0.0.1:" + std::to_string(free_port()) + ";ps=127.0.0.1:" +
+                                       std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(free_port()));
+}
+
 template <class T>
 std::optional<mode_result> run_mode(const settings& s, const fg::placed_graph& g, const std::string& mode) {
   std::error_code ec;
@@ -327,9 +334,7 @@ std::optional<mode_result> run_mode(const settings& s, const fg::placed_graph& g
     std::fprintf(stderr, "graph_bench: %s cannot partition this graph: %s\n", mode.c_str(), why.c_str());
     return std::nullopt;
   }
-  const auto spec = fw::cluster_spec::from_string("worker=127.0.0.1:" + std::to_string(free_port()) +
-                                                  ";ps=127.0.0.1:" + std::to_string(free_port()) +
-                                                  ",127.0.0.1:" + std::to_string(free_port()));
+  const auto spec = loopback_cluster();
   std::vector<pid_t> pids;
   std::vector<int> reads;
   for (std::size_t i = 0; i < plan->partitions.size(); ++i) {
@@ -435,8 +440,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   try {
     // Every task runs on loopback: "auto" picks shm when this machine can run it.
-    const auto loopback = fw::cluster_spec::from_string("worker=127.0.0.1:1;ps=127.0.0.1:2,127.0.0.1:3");
-    return fw::with_transport(s.transport, fw::options{}, loopback, [&]<class T>(T) { return run<T>(s); });
+    return fw::with_transport(s.transport, fw::options{}, loopback_cluster(), [&]<class T>(T) { return run<T>(s); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "graph_bench: %s\n", e.what());
     return 1;

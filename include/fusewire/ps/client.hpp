@@ -490,10 +490,10 @@ class client {
   std::vector<std::uint64_t> ps_incarnation_;  ///< each PS's process as last seen; 0 = no reply yet
   rendezvous::log_sink log_;                   ///< a copy of the endpoint's
   std::chrono::milliseconds stall_{};          ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
-  std::vector<bool> recv_outstanding_;
-  /// A split receive is outstanding on this PS: it may still write into a
-  /// caller's destination, so run() does not return before it completed.
-  std::vector<bool> split_outstanding_;
+  /// The receive posted on a request target, if any. A split one may still
+  /// write into a caller's destination, so run() does not return before it completed.
+  enum class posted_recv : std::uint8_t { none, reply, split };
+  std::vector<posted_recv> recv_posted_;
   std::uint64_t incarnation_ = 0;
   std::uint64_t barrier_generation_ = 0;
   client_stats stats_;

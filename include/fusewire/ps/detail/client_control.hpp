@@ -43,8 +43,7 @@ void client<Transport>::set_lanes(std::uint32_t lanes) {
   ps_step_.assign(targets, 0);
   ps_incarnation_.assign(targets, 0);
   want_.assign(targets, 0);
-  recv_outstanding_.assign(targets, false);
-  split_outstanding_.assign(targets, false);
+  recv_posted_.assign(targets, posted_recv::none);
   // What lane 0 of each PS said in the hello holds for its other lanes too
   // (one process, one step in sync mode); lane 0 keeps its sequence numbers.
   for (std::uint32_t p = 0; p < num_tasks_ && p < seq.size(); ++p) {

@@ -39,15 +39,14 @@ void client<Transport>::settle_sends(std::vector<attempt>& attempts) {
   // only outstanding here after a failed step; its deadline is near.)
   auto in_flight = [&] {
     return std::any_of(attempts.begin(), attempts.end(), [](const attempt& a) { return a.sending != 0; }) ||
-           std::find(split_outstanding_.begin(), split_outstanding_.end(), true) != split_outstanding_.end();
+           std::find(recv_posted_.begin(), recv_posted_.end(), posted_recv::split) != recv_posted_.end();
   };
   std::deque<event> got;
   while (in_flight()) {
     events_->take_any(got);
     for (event& e : got) {
       if (!e.is_send) {
-        recv_outstanding_[e.ps] = false;  // a reply after the step ended: nobody waits for it
-        split_outstanding_[e.ps] = false;
+        recv_posted_[e.ps] = posted_recv::none;  // a reply after the step ended: nobody waits for it
         continue;
       }
       if (e.ps < attempts.size() && attempts[e.ps].seq == e.seq && attempts[e.ps].sending != 0) {
@@ -124,12 +123,12 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       }
     }
     for (std::uint32_t p = 0; p < num_ps; ++p) {
-      if (pending[p] == 0 || recv_outstanding_[p]) continue;
+      if (pending[p] == 0 || recv_posted_[p] != posted_recv::none) continue;
       if (now < next_recv[p]) {
         wake = std::min(wake, next_recv[p]);
         continue;
       }
-      recv_outstanding_[p] = true;
+      recv_posted_[p] = posted_recv::reply;
       auto q = events_;
       const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
       const attempt* split = nullptr;
@@ -144,7 +143,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       if (split != nullptr) {
         tensor_buffer head = tensor_buffer::allocate(split->split_head);
         const std::byte* at = head.data();
-        split_outstanding_[p] = true;
+        recv_posted_[p] = posted_recv::split;
         ep_->recv(
             ps_tasks_[p], rep_keys_[p], std::move(head), split->tail,
             [q, p, at](std::error_code e, tensor_buffer buf) {
@@ -192,8 +191,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
         continue;
       }
       const std::uint32_t p = e.ps;
-      recv_outstanding_[p] = false;
-      split_outstanding_[p] = false;
+      recv_posted_[p] = posted_recv::none;
       if (pending[p] == 0) continue;
       if (e.ec) {
         if (e.ec == make_error_code(errc::cancelled)) {
