@@ -135,6 +135,7 @@ const backend_info& require_backend(const backend_choice& choice);
 
 // Each backend file provides one of these (registered in backends.cpp).
 backend_info floor_backend();
+backend_info futex_backend();
 backend_info zmq_backend();
 backend_info grpc_backend();
 std::vector<backend_info> fusewire_backends();

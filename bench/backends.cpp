@@ -67,6 +67,7 @@ const std::vector<backend_info>& backends() {
     }
 #endif
     out.push_back(floor_backend());
+    out.push_back(futex_backend());
 #if !FWBENCH_HAS_PROTOBUF
     for (backend_info& b : out) b.serialized = false;
 #endif

@@ -7,10 +7,11 @@
 #   10 B round trip p50, block mode fusewire-uring/asio vs floor:block, ZeroMQ, gRPC
 #   skew payload (6.03 MiB)         bandwidth and round trip vs ZeroMQ and gRPC, next to the
 #                                   TCP ceiling (iperf3, one stream) and the copy ceiling (memcpy)
-#   same host (second table)        fusewire-shm, TensorPipe (uv and shm transports, basic and
-#                                   cma channels) and UCX shared memory (posix, sysv, cma), as
-#                                   ratios to fusewire-uring over loopback: 10 B and skew round
-#                                   trip, skew bandwidth
+#   same host (second table)        the futex floor (shared memory, futex wake-ups; poll and
+#                                   block), fusewire-shm, TensorPipe (uv and shm transports, basic
+#                                   and cma channels) and UCX shared memory (posix, sysv, cma), as
+#                                   ratios to fusewire-uring over loopback and to the futex floor:
+#                                   10 B and skew round trip, skew bandwidth
 #
 # Usage: bench/peers.sh [--time SEC] [--repetitions N] [--build DIR] [--out DIR] [--quick]
 #   --time SEC        measured seconds per backend and repetition (default 3; --quick: 0.5)
@@ -76,14 +77,14 @@ fi
 join() { local IFS=,; echo "$*"; }
 
 echo "peers: 10 B round trip, poll mode"
-"${fw[@]}" --buffers 10 --backend fusewire-uring:poll,fusewire-asio:poll,fusewire-shm:poll,floor:poll --pin \
+"${fw[@]}" --buffers 10 --backend fusewire-uring:poll,fusewire-asio:poll,fusewire-shm:poll,floor:poll,futex:poll --pin \
   --json "$out/lat_poll.json"
 echo "peers: 10 B round trip, block mode"
-block=$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block floor:block zmq:block grpc "${tp[@]}")
+block=$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block floor:block futex:block zmq:block grpc "${tp[@]}")
 "${fw[@]}" --buffers 10 --backend "$block" --pin --json "$out/lat_block.json"
 echo "peers: skew payload, bandwidth and round trip"
 "${fw[@]}" --benchmark p2p-bandwidth,p2p-latency --scheme skew \
-  --backend "$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block zmq:block grpc "${tp[@]}")" \
+  --backend "$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block futex:block zmq:block grpc "${tp[@]}")" \
   --json "$out/skew.json"
 skew_bytes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["payload_bytes"])' "$out/skew.json")
 
@@ -236,32 +237,38 @@ for what, unit, better, fws, peers in rows:
               f"{fmt(a) if i == 0 else '':>8}  {peer:32} {fmt(pv):>8} {ru:>10} {ra:>9}")
 
 # Same host: every peer as a ratio to fusewire-uring over loopback, the
-# transport a PS and a worker on one host use without fusewire-shm.
+# transport a PS and a worker on one host use without fusewire-shm, and to
+# the futex floor in the row's mode, what a shared-memory transport can reach.
 tp = [f"tensorpipe-{t}-{c}" for t in ("uv", "shm") for c in ("basic", "cma")]
 ucx_names = {"posix": "posix,self", "sysv": "sysv,self", "cma": "posix,cma,self"}
-same = []  # (what, unit, reference name, reference value, [(peer, value)])
-same.append(("10 B round trip p50, poll, pinned", "us", "fusewire-uring:poll", lat_poll.get(("fusewire-uring:poll", lat)),
-             [("fusewire-shm:poll", lat_poll.get(("fusewire-shm:poll", lat)))] +
+same = []  # (what, unit, reference value, futex floor value, [(peer, value)])
+futex_poll, futex_block = lat_poll.get(("futex:poll", lat)), lat_block.get(("futex:block", lat))
+same.append(("10 B round trip p50, poll, pinned", "us", lat_poll.get(("fusewire-uring:poll", lat)), futex_poll,
+             [("futex:poll (busy-polling C)", futex_poll),
+              ("fusewire-shm:poll", lat_poll.get(("fusewire-shm:poll", lat)))] +
              [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_small")) for n, t in ucx_names.items()]))
-same.append(("10 B round trip p50, block, pinned", "us", "fusewire-uring:block",
-             lat_block.get(("fusewire-uring:block", lat)),
-             [("fusewire-shm:block", lat_block.get(("fusewire-shm:block", lat)))] +
+same.append(("10 B round trip p50, block, pinned", "us", lat_block.get(("fusewire-uring:block", lat)), futex_block,
+             [("futex:block (futex-waking C)", futex_block),
+              ("fusewire-shm:block", lat_block.get(("fusewire-shm:block", lat)))] +
              [(b, lat_block.get((b, lat))) for b in tp]))
-same.append(("skew round trip p50", "us", "fusewire-uring:block", skew.get(("fusewire-uring:block", lat)),
-             [("fusewire-shm:block", skew.get(("fusewire-shm:block", lat)))] +
+futex_skew = skew.get(("futex:block", lat))
+same.append(("skew round trip p50", "us", skew.get(("fusewire-uring:block", lat)), futex_skew,
+             [("futex:block", futex_skew), ("fusewire-shm:block", skew.get(("fusewire-shm:block", lat)))] +
              [(b, skew.get((b, lat))) for b in tp] +
              [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_skew")) for n, t in ucx_names.items()]))
-same.append(("skew bandwidth", "MB/s", "fusewire-uring:block", skew.get(("fusewire-uring:block", bw)),
-             [("fusewire-shm:block", skew.get(("fusewire-shm:block", bw)))] +
+futex_bw = skew.get(("futex:block", bw))
+same.append(("skew bandwidth", "MB/s", skew.get(("fusewire-uring:block", bw)), futex_bw,
+             [("futex:block", futex_bw), ("fusewire-shm:block", skew.get(("fusewire-shm:block", bw)))] +
              [(b, skew.get((b, bw))) for b in tp] +
              [(f"UCX {n} tag_bw, streamed ({t})", ucx_shm(n, "bw_skew")) for n, t in ucx_names.items()]))
 
-print(f"\npeers, same host: medians of {reps} repetition(s); x = peer / fusewire-uring over loopback "
-      "(latency: below 1 is faster, bandwidth: above 1 is faster)")
-print(f"{'what':36} {'unit':5} {'fusewire-uring':>14}  {'peer':40} {'peer':>8} {'x':>7}")
-for what, unit, ref_name, ref, peers in same:
+print(f"\npeers, same host: medians of {reps} repetition(s); x = peer / fusewire-uring over loopback, "
+      "x futex = peer / the futex floor in the row's mode (latency: below 1 is faster, bandwidth: above 1 is faster)")
+print(f"{'what':36} {'unit':5} {'fusewire-uring':>14}  {'peer':40} {'peer':>8} {'x':>7} {'x futex':>8}")
+for what, unit, ref, floor, peers in same:
     for i, (peer, pv) in enumerate(peers):
         x = "-" if pv is None or not ref else f"{pv / ref:.2f}x"
+        xf = "-" if pv is None or not floor else f"{pv / floor:.2f}x"
         print(f"{what if i == 0 else '':36} {unit if i == 0 else '':5} {fmt(ref) if i == 0 else '':>14}  "
-              f"{peer:40} {fmt(pv):>8} {x:>7}")
+              f"{peer:40} {fmt(pv):>8} {x:>7} {xf:>8}")
 EOF
