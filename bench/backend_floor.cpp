@@ -2,8 +2,8 @@
 // this network path can do. One thread per connection on the PS; one frame
 // per payload, sent with one sendmsg of the iovec buffers.
 //
-// Frame (little-endian): magic "FWB1" u32, buffer count u32, body length u64,
-// value u64 (an ack's byte count), then count u64 buffer sizes, then the body.
+// The frame (floor_shared.hpp, shared with the futex floor) has the magic
+// "FWB1".
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -27,60 +26,19 @@
 #include <utility>
 
 #include "backend.hpp"
+#include "floor_shared.hpp"
 #include "serial.hpp"
 
 namespace fusewire::bench {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the floor frame is little-endian and copied as is");
+using namespace floors;
 
-constexpr std::uint32_t frame_magic = 0x31425746;  // "FWB1"
-constexpr std::size_t header_bytes = 24;
-constexpr std::size_t max_body_bytes = 2 * gib;
+/// The frame's magic, "FWB1", and how errors name this backend and a peer's frame.
+constexpr frame_format format{0x31425746, "floor: ", "sent"};
 constexpr int max_iov = 1024;
 
 using clock_type = std::chrono::steady_clock;
-
-[[noreturn]] void throw_errno(errc e, const std::string& what, int err) {
-  throw_error(e, what + ": " + std::strerror(err));
-}
-
-struct frame_header {
-  std::uint32_t count = 0;
-  std::uint64_t body = 0;
-  std::uint64_t value = 0;
-};
-
-void write_header(std::byte* out, const frame_header& h) {
-  std::memcpy(out, &frame_magic, 4);
-  std::memcpy(out + 4, &h.count, 4);
-  std::memcpy(out + 8, &h.body, 8);
-  std::memcpy(out + 16, &h.value, 8);
-}
-
-/// Closes the descriptor it owns.
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~unique_fd() { reset(); }
-  int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 void set_socket_options(int fd, wait_mode mode) {
   int one = 1;
@@ -125,21 +83,6 @@ class waiter {
   clock_type::time_point spin_start_{};
 };
 
-/// A received frame inside the connection's buffer.
-struct frame_view {
-  frame_header header;
-  const std::byte* sizes = nullptr;  ///< count little-endian u64
-  const_buffer body;
-  std::size_t frame_bytes = 0;
-  const_buffer whole;
-
-  std::uint64_t size_at(std::size_t i) const {
-    std::uint64_t v;
-    std::memcpy(&v, sizes + 8 * i, 8);
-    return v;
-  }
-};
-
 /// One TCP connection with fwbench framing.
 class connection {
  public:
@@ -151,13 +94,9 @@ class connection {
 
   /// Sends header + sizes + body buffers in as few sendmsg calls as the kernel allows.
   void send(const frame_header& h, std::span<const const_buffer> sized_buffers, std::span<const const_buffer> body) {
-    const std::size_t prefix = header_bytes + 8 * sized_buffers.size();
+    const std::size_t prefix = frame_prefix_bytes(sized_buffers.size());
     if (tx_.size() < prefix) tx_.resize(prefix);
-    write_header(tx_.data(), h);
-    for (std::size_t i = 0; i < sized_buffers.size(); ++i) {
-      const std::uint64_t size = sized_buffers[i].size();
-      std::memcpy(tx_.data() + header_bytes + 8 * i, &size, 8);
-    }
+    write_frame_prefix(tx_.data(), format, h, sized_buffers);
     iov_.clear();
     iov_.push_back({tx_.data(), prefix});
     for (const_buffer b : body) {
@@ -175,40 +114,16 @@ class connection {
 
   /// Receives one whole frame; throws `connection_closed` at end of stream.
   frame_view receive(const std::atomic<bool>* stop) {
-    fill(header_bytes, stop);
-    std::uint32_t magic;
-    frame_header h;
-    std::memcpy(&magic, rx_.get(), 4);
-    std::memcpy(&h.count, rx_.get() + 4, 4);
-    std::memcpy(&h.body, rx_.get() + 8, 8);
-    std::memcpy(&h.value, rx_.get() + 16, 8);
-    if (magic != frame_magic) {
-      throw_error(errc::bad_magic, "floor: " + peer_ + " sent a frame without the FWB1 magic");
-    }
-    if (h.count > max_buffer_count || h.body > max_body_bytes) {
-      throw_error(errc::frame_too_large, "floor: " + peer_ + " sent a frame of " + std::to_string(h.count) +
-                                             " buffers and " + std::to_string(h.body) + " bytes");
-    }
-    const std::size_t frame_bytes = header_bytes + 8 * h.count + h.body;
-    fill(frame_bytes, stop);
-    frame_view f;
-    f.header = h;
-    f.sizes = rx_.get() + header_bytes;
-    f.body = {rx_.get() + header_bytes + 8 * h.count, h.body};
-    f.frame_bytes = frame_bytes;
-    f.whole = {rx_.get(), frame_bytes};
-    std::uint64_t sum = 0;
-    for (std::size_t i = 0; i < h.count; ++i) sum += f.size_at(i);
-    if (sum != h.body) {
-      throw_error(errc::malformed_frame, "floor: " + peer_ + " sent buffer sizes that do not add up to the body");
-    }
-    return f;
+    fill(frame_header_bytes, stop);
+    const frame_header h = read_frame_header(rx_.get(), format, peer_);
+    fill(frame_bytes(h), stop);  // may move the buffer: the view comes after
+    return view_frame(rx_.get(), h, format, peer_);
   }
 
   /// Drops the frame `receive` returned (keeps bytes that came after it).
   void consume(const frame_view& f) {
-    const std::size_t rest = have_ - f.frame_bytes;
-    if (rest) std::memmove(rx_.get(), rx_.get() + f.frame_bytes, rest);
+    const std::size_t rest = have_ - f.whole.size();
+    if (rest) std::memmove(rx_.get(), rx_.get() + f.whole.size(), rest);
     have_ = rest;
   }
 
@@ -284,48 +199,12 @@ class connection {
   std::size_t have_ = 0;
 };
 
-addrinfo* resolve(const endpoint& ep, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* result = nullptr;
-  const std::string port = std::to_string(ep.port);
-  const int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &result);
-  if (rc != 0) {
-    throw_error(errc::invalid_argument, "floor: cannot resolve host '" + ep.host + "': " + ::gai_strerror(rc));
-  }
-  return result;
-}
-
 class floor_server final : public server {
  public:
   explicit floor_server(const server_config& config) : config_(config) {
-    addrinfo* list = resolve(config.listen, true);
-    int last_error = 0;
-    for (addrinfo* a = list; a && listen_fd_.get() < 0; a = a->ai_next) {
-      unique_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-      if (fd.get() < 0) {
-        last_error = errno;
-        continue;
-      }
-      int one = 1;
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
-        last_error = errno;
-        continue;
-      }
-      listen_fd_ = std::move(fd);
-    }
-    ::freeaddrinfo(list);
-    if (listen_fd_.get() < 0) {
-      throw_errno(errc::invalid_argument, "floor: cannot listen on " + config.listen.to_string(), last_error);
-    }
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    tcp_listener l = listen_tcp(config.listen, 128, format.prefix);
+    listen_fd_ = std::move(l.fd);
+    port_ = l.port;
   }
 
   ~floor_server() override {
@@ -378,29 +257,11 @@ class floor_server final : public server {
     try {
       while (!stopping_.load(std::memory_order_relaxed)) {
         const frame_view f = conn.receive(&stopping_);
-        if (config_.mode == wire_mode::raw) {
-          if (config_.reply == reply_kind::echo) {
-            conn.send_bytes(f.whole);
-          } else {
-            conn.send({0, 0, f.header.body}, {}, {});
-          }
-        } else {
-          if (f.header.count != 1 || !codec.decode(f.body)) {
-            throw_error(errc::malformed_frame, "floor: " + conn.peer() + " sent no serialized fwbench.Payload");
-          }
-          const std::string& out =
-              config_.reply == reply_kind::echo ? codec.encode_decoded() : codec.encode_ack(codec.decoded_bytes());
-          const const_buffer body{reinterpret_cast<const std::byte*>(out.data()), out.size()};
-          conn.send({1, out.size(), 0}, std::span(&body, 1), std::span(&body, 1));
-        }
+        answer_request(conn, f, config_, codec, format);
         conn.consume(f);
       }
     } catch (const std::system_error& e) {
-      // A worker leaving ends its connection; anything else is worth a line.
-      if (e.code() != make_error_code(errc::connection_closed) && e.code() != make_error_code(errc::cancelled) &&
-          !stopping_.load()) {
-        std::fprintf(stderr, "fwbench ps: %s\n", e.what());
-      }
+      report_connection_end(e, stopping_.load());
     }
   }
 
@@ -417,7 +278,7 @@ unique_fd connect_to(const endpoint& ep, const transport_settings& t) {
   const auto deadline = clock_type::now() + std::chrono::duration<double>(t.connect_timeout_s);
   int last_error = 0;
   while (true) {
-    addrinfo* list = resolve(ep, false);
+    addrinfo* list = resolve(ep, false, format.prefix);
     for (addrinfo* a = list; a; a = a->ai_next) {
       unique_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
       if (fd.get() < 0) {
@@ -443,7 +304,7 @@ unique_fd connect_to(const endpoint& ep, const transport_settings& t) {
 
 class floor_client final : public client {
  public:
-  explicit floor_client(const client_config& config) : config_(config) {
+  explicit floor_client(const client_config& config) : frames_(config, format) {
     for (std::size_t i = 0; i < config.ps.size(); ++i) {
       conns_.push_back(std::make_unique<connection>(connect_to(config.ps[i], config.transport), config.transport,
                                                     "PS " + std::to_string(i) + " (" + config.ps[i].to_string() + ")"));
@@ -451,61 +312,20 @@ class floor_client final : public client {
   }
 
   std::size_t exchange(std::span<const const_buffer> payload, bool verify) override {
-    std::size_t total = 0;
-    for (const_buffer b : payload) total += b.size();
-    if (config_.mode == wire_mode::raw) {
-      for (auto& c : conns_) c->send({static_cast<std::uint32_t>(payload.size()), total, 0}, payload, payload);
-    } else {
-      const std::string& wire = codec_.encode(payload);
-      const const_buffer body{reinterpret_cast<const std::byte*>(wire.data()), wire.size()};
-      for (auto& c : conns_) c->send({1, wire.size(), 0}, std::span(&body, 1), std::span(&body, 1));
-    }
+    const request_frames::request r = frames_.make(payload);
+    for (auto& c : conns_) c->send(r.header, r.sized_buffers, r.body);
     std::size_t replied = 0;
     for (auto& c : conns_) {
       const frame_view f = c->receive(nullptr);
-      replied += check_reply(*c, f, payload, total, verify);
+      replied += frames_.check_reply(c->peer(), f, verify);
       c->consume(f);
     }
     return replied;
   }
 
  private:
-  std::size_t check_reply(const connection& c, const frame_view& f, std::span<const const_buffer> payload,
-                          std::size_t total, bool verify) {
-    auto mismatch = [&](const std::string& what) {
-      throw_error(errc::malformed_frame,
-                  "floor: " + c.peer() + " " + what + "; does the PS run the same --benchmark and --mode?");
-    };
-    if (config_.mode == wire_mode::raw) {
-      if (config_.reply == reply_kind::ack) {
-        if (f.header.count != 0) mismatch("sent a payload where an ack was expected");
-        return f.header.value;
-      }
-      if (f.header.count != payload.size() || f.header.body != total) mismatch("sent something other than the echo");
-      std::size_t at = 0;
-      for (std::size_t i = 0; i < payload.size(); ++i) {
-        if (f.size_at(i) != payload[i].size()) mismatch("echoed buffers of other sizes");
-        if (verify && std::memcmp(f.body.data() + at, payload[i].data(), payload[i].size()) != 0) {
-          mismatch("echoed different bytes in buffer " + std::to_string(i));
-        }
-        at += payload[i].size();
-      }
-      return total;
-    }
-    if (f.header.count != 1) mismatch("sent no serialized reply");
-    if (config_.reply == reply_kind::ack) {
-      std::uint64_t bytes = 0;
-      if (!codec_.decode_ack(f.body, bytes)) mismatch("sent no fwbench.Ack");
-      return bytes;
-    }
-    if (!codec_.decode(f.body)) mismatch("sent no fwbench.Payload");
-    if (verify && !same_buffers(codec_, payload)) mismatch("echoed a different payload");
-    return codec_.decoded_bytes();
-  }
-
-  client_config config_;
+  request_frames frames_;
   std::vector<std::unique_ptr<connection>> conns_;
-  payload_codec codec_;
 };
 
 }  // namespace

@@ -13,15 +13,14 @@
 // life: its hang-up tells a waiting side that its peer is gone.
 //
 // A memfd holds the futex word in its first cache line and one frame from
-// frame_offset, in the floor's layout (little-endian): magic "FWF1" u32,
-// buffer count u32, body length u64, value u64 (an ack's byte count), then
-// count u64 buffer sizes, then the body. The writer copies its buffers into
-// the frame and publishes it through the word; the reader copies the whole
-// frame into its own memory before using it, as a socket's receive does: one
-// copy on each side of each direction, as a shared-memory transport that
-// delivers into the receiver's memory makes. A frame larger than the memfd
-// grows it (the file is sealed against shrinking, so no page can vanish
-// under a mapping) and the reader remaps to follow, so any payload is one frame.
+// frame_offset, the floor's frame (floor_shared.hpp) with the magic "FWF1".
+// The writer copies its buffers into the frame and publishes it through the
+// word; the reader copies the whole frame into its own memory before using
+// it, as a socket's receive does: one copy on each side of each direction, as
+// a shared-memory transport that delivers into the receiver's memory makes. A
+// frame larger than the memfd grows it (the file is sealed against shrinking,
+// so no page can vanish under a mapping) and the reader remaps to follow, so
+// any payload is one frame.
 //
 // The word: bits 3..31 count the frames published, bit 2 says that the
 // reader's wait must end (set in the reader's own process: its peer hung up,
@@ -40,8 +39,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -52,7 +49,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -67,19 +63,20 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "floor_shared.hpp"
 #include "serial.hpp"
 
 namespace fusewire::bench {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the futex frame is little-endian and copied as is");
+using namespace floors;
+
 static_assert(std::atomic_ref<std::uint32_t>::is_always_lock_free, "the futex word is shared with another process");
 
-constexpr std::uint32_t frame_magic = 0x31465746;  // "FWF1"
+/// The frame's magic, "FWF1", and how errors name this backend and a peer's frame.
+constexpr frame_format format{0x31465746, "futex: ", "published"};
 constexpr std::uint32_t hello_magic = 0x48465746;  // "FWFH": a worker's hello, carrying its two memfds
 constexpr std::uint32_t ready_magic = 0x4b465746;  // "FWFK": the PS's answer, both mapped
-constexpr std::size_t header_bytes = 24;
-constexpr std::size_t max_body_bytes = 2 * gib;
 /// The word has the first cache line to itself and the frame starts at the
 /// next 128-byte pair of lines, so that the reader setting its bit shares
 /// neither a line nor an adjacent-line prefetch pair with the data.
@@ -87,7 +84,7 @@ constexpr std::size_t frame_offset = 128;
 /// A new memfd's size: room for small payloads; larger ones grow it. At least
 /// one page of any page size Linux uses, as the word's own mapping is one.
 constexpr std::size_t initial_segment_bytes = 64 * kib;
-constexpr std::size_t max_segment_bytes = frame_offset + header_bytes + 8 * max_buffer_count + max_body_bytes;
+constexpr std::size_t max_segment_bytes = frame_offset + frame_prefix_bytes(max_buffer_count) + max_frame_body_bytes;
 
 constexpr std::uint32_t sleeping_bit = 1;
 constexpr std::uint32_t closed_bit = 2;
@@ -102,52 +99,11 @@ constexpr std::chrono::seconds handshake_timeout{10};
 
 using clock_type = std::chrono::steady_clock;
 
-[[noreturn]] void throw_errno(errc e, const std::string& what, int err) {
-  throw_error(e, what + ": " + std::strerror(err));
-}
-
 std::string seconds_text(double s) {
   char out[32];
   std::snprintf(out, sizeof out, "%g", s);
   return out;
 }
-
-struct frame_header {
-  std::uint32_t count = 0;
-  std::uint64_t body = 0;
-  std::uint64_t value = 0;
-};
-
-void write_header(std::byte* out, const frame_header& h) {
-  std::memcpy(out, &frame_magic, 4);
-  std::memcpy(out + 4, &h.count, 4);
-  std::memcpy(out + 8, &h.body, 8);
-  std::memcpy(out + 16, &h.value, 8);
-}
-
-/// Closes the descriptor it owns.
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~unique_fd() { reset(); }
-  int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 /// FUTEX_WAIT on a word of a shared mapping (no FUTEX_PRIVATE_FLAG: the waker
 /// is another process) while it holds `expected`. Returns when woken, when the
@@ -306,20 +262,6 @@ class segment {
   std::size_t size_ = 0;
 };
 
-/// A received frame, copied into the connection's own buffer.
-struct frame_view {
-  frame_header header;
-  const std::byte* sizes = nullptr;  ///< count little-endian u64
-  const_buffer body;
-  const_buffer whole;
-
-  std::uint64_t size_at(std::size_t i) const {
-    std::uint64_t v;
-    std::memcpy(&v, sizes + 8 * i, 8);
-    return v;
-  }
-};
-
 /// The abstract Unix socket address of a PS ("\0fwbench-futex/HOST:PORT").
 socklen_t socket_name(const endpoint& ep, sockaddr_un& addr) {
   const std::string name = "fwbench-futex/" + ep.host + ":" + std::to_string(ep.port);
@@ -427,19 +369,12 @@ class connection {
 
   /// Copies header + sizes + body buffers into the outgoing frame and publishes it.
   void send(const frame_header& h, std::span<const const_buffer> sized_buffers, std::span<const const_buffer> body) {
-    if (sized_buffers.size() > max_buffer_count || h.body > max_body_bytes) {
+    if (sized_buffers.size() > max_buffer_count || h.body > max_frame_body_bytes) {
       throw_error(errc::frame_too_large, "futex: a frame of " + std::to_string(sized_buffers.size()) + " buffers and " +
                                              std::to_string(h.body) + " bytes is too large");
     }
-    out_.reserve(header_bytes + 8 * sized_buffers.size() + h.body);
-    std::byte* at = out_.frame();
-    write_header(at, h);
-    at += header_bytes;
-    for (const_buffer b : sized_buffers) {
-      const std::uint64_t size = b.size();
-      std::memcpy(at, &size, 8);
-      at += 8;
-    }
+    out_.reserve(frame_prefix_bytes(sized_buffers.size()) + h.body);
+    std::byte* at = write_frame_prefix(out_.frame(), format, h, sized_buffers);
     for (const_buffer b : body) {
       if (b.empty()) continue;
       std::memcpy(at, b.data(), b.size());
@@ -459,36 +394,14 @@ class connection {
   /// when the peer closed its side or went away.
   frame_view receive() {
     await_frame();
-    reserve_rx(header_bytes);
-    std::memcpy(rx_.get(), in_.frame(), header_bytes);
-    std::uint32_t magic;
-    frame_header h;
-    std::memcpy(&magic, rx_.get(), 4);
-    std::memcpy(&h.count, rx_.get() + 4, 4);
-    std::memcpy(&h.body, rx_.get() + 8, 8);
-    std::memcpy(&h.value, rx_.get() + 16, 8);
-    if (magic != frame_magic) {
-      throw_error(errc::bad_magic, "futex: " + peer_ + " published a frame without the FWF1 magic");
-    }
-    if (h.count > max_buffer_count || h.body > max_body_bytes) {
-      throw_error(errc::frame_too_large, "futex: " + peer_ + " published a frame of " + std::to_string(h.count) +
-                                             " buffers and " + std::to_string(h.body) + " bytes");
-    }
-    const std::size_t frame_bytes = header_bytes + 8 * h.count + h.body;
-    in_.follow(frame_bytes);
-    reserve_rx(frame_bytes);
-    std::memcpy(rx_.get() + header_bytes, in_.frame() + header_bytes, frame_bytes - header_bytes);
-    frame_view f;
-    f.header = h;
-    f.sizes = rx_.get() + header_bytes;
-    f.body = {rx_.get() + header_bytes + 8 * h.count, h.body};
-    f.whole = {rx_.get(), frame_bytes};
-    std::uint64_t sum = 0;
-    for (std::size_t i = 0; i < h.count; ++i) sum += f.size_at(i);
-    if (sum != h.body) {
-      throw_error(errc::malformed_frame, "futex: " + peer_ + " published buffer sizes that do not add up to the body");
-    }
-    return f;
+    reserve_rx(frame_header_bytes);
+    std::memcpy(rx_.get(), in_.frame(), frame_header_bytes);
+    const frame_header h = read_frame_header(rx_.get(), format, peer_);
+    const std::size_t bytes = frame_bytes(h);
+    in_.follow(bytes);
+    reserve_rx(bytes);
+    std::memcpy(rx_.get() + frame_header_bytes, in_.frame() + frame_header_bytes, bytes - frame_header_bytes);
+    return view_frame(rx_.get(), h, format, peer_);
   }
 
   /// Tells the peer that this side is done (its wait ends at once) and ends
@@ -597,7 +510,7 @@ class connection {
     if (bytes <= capacity_) return;
     const std::size_t grown = std::max({bytes, capacity_ * 2, 64 * kib});
     auto bigger = std::make_unique_for_overwrite<std::byte[]>(grown);
-    if (capacity_) std::memcpy(bigger.get(), rx_.get(), std::min(capacity_, header_bytes));
+    if (capacity_) std::memcpy(bigger.get(), rx_.get(), std::min(capacity_, frame_header_bytes));
     rx_ = std::move(bigger);
     capacity_ = grown;
   }
@@ -619,50 +532,14 @@ class connection {
   std::thread watcher_;
 };
 
-addrinfo* resolve(const endpoint& ep) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* result = nullptr;
-  const std::string port = std::to_string(ep.port);
-  const int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &result);
-  if (rc != 0) {
-    throw_error(errc::invalid_argument, "futex: cannot resolve host '" + ep.host + "': " + ::gai_strerror(rc));
-  }
-  return result;
-}
-
 class futex_server final : public server {
  public:
   explicit futex_server(const server_config& config) : config_(config) {
     // The TCP listener only owns the port: the kernel's choice for port 0, and
     // one that no other PS (of any backend) takes meanwhile.
-    addrinfo* list = resolve(config.listen);
-    int last_error = 0;
-    for (addrinfo* a = list; a && port_fd_.get() < 0; a = a->ai_next) {
-      unique_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-      if (fd.get() < 0) {
-        last_error = errno;
-        continue;
-      }
-      int one = 1;
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1) != 0) {
-        last_error = errno;
-        continue;
-      }
-      port_fd_ = std::move(fd);
-    }
-    ::freeaddrinfo(list);
-    if (port_fd_.get() < 0) {
-      throw_errno(errc::invalid_argument, "futex: cannot listen on " + config.listen.to_string(), last_error);
-    }
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    ::getsockname(port_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    tcp_listener owner = listen_tcp(config.listen, 1, format.prefix);
+    port_fd_ = std::move(owner.fd);
+    port_ = owner.port;
 
     const endpoint named{config.listen.host, port_};
     sockaddr_un unix_addr;
@@ -730,29 +607,10 @@ class futex_server final : public server {
     try {
       l.accept_segments();
       while (!stopping_.load()) {
-        const frame_view f = l.receive();
-        if (config_.mode == wire_mode::raw) {
-          if (config_.reply == reply_kind::echo) {
-            l.send_bytes(f.whole);
-          } else {
-            l.send({0, 0, f.header.body}, {}, {});
-          }
-        } else {
-          if (f.header.count != 1 || !codec.decode(f.body)) {
-            throw_error(errc::malformed_frame, "futex: " + l.peer() + " sent no serialized fwbench.Payload");
-          }
-          const std::string& out =
-              config_.reply == reply_kind::echo ? codec.encode_decoded() : codec.encode_ack(codec.decoded_bytes());
-          const const_buffer body{reinterpret_cast<const std::byte*>(out.data()), out.size()};
-          l.send({1, out.size(), 0}, std::span(&body, 1), std::span(&body, 1));
-        }
+        answer_request(l, l.receive(), config_, codec, format);
       }
     } catch (const std::system_error& e) {
-      // A worker leaving ends its connection; anything else is worth a line.
-      if (e.code() != make_error_code(errc::connection_closed) && e.code() != make_error_code(errc::cancelled) &&
-          !stopping_.load()) {
-        std::fprintf(stderr, "fwbench ps: %s\n", e.what());
-      }
+      report_connection_end(e, stopping_.load());
     }
     l.close();
     // The thread holds the last reference: the segments go when it ends, so
@@ -800,7 +658,7 @@ std::unique_ptr<connection> connect_to(const endpoint& ep, const transport_setti
 
 class futex_client final : public client {
  public:
-  explicit futex_client(const client_config& config) : config_(config) {
+  explicit futex_client(const client_config& config) : frames_(config, format) {
     for (std::size_t i = 0; i < config.ps.size(); ++i) {
       conns_.push_back(connect_to(config.ps[i], config.transport,
                                   "PS " + std::to_string(i) + " (" + config.ps[i].to_string() + ")"));
@@ -808,57 +666,16 @@ class futex_client final : public client {
   }
 
   std::size_t exchange(std::span<const const_buffer> payload, bool verify) override {
-    std::size_t total = 0;
-    for (const_buffer b : payload) total += b.size();
-    if (config_.mode == wire_mode::raw) {
-      for (auto& l : conns_) l->send({static_cast<std::uint32_t>(payload.size()), total, 0}, payload, payload);
-    } else {
-      const std::string& wire = codec_.encode(payload);
-      const const_buffer body{reinterpret_cast<const std::byte*>(wire.data()), wire.size()};
-      for (auto& l : conns_) l->send({1, wire.size(), 0}, std::span(&body, 1), std::span(&body, 1));
-    }
+    const request_frames::request r = frames_.make(payload);
+    for (auto& l : conns_) l->send(r.header, r.sized_buffers, r.body);
     std::size_t replied = 0;
-    for (auto& l : conns_) replied += check_reply(*l, l->receive(), payload, total, verify);
+    for (auto& l : conns_) replied += frames_.check_reply(l->peer(), l->receive(), verify);
     return replied;
   }
 
  private:
-  std::size_t check_reply(const connection& l, const frame_view& f, std::span<const const_buffer> payload,
-                          std::size_t total, bool verify) {
-    auto mismatch = [&](const std::string& what) {
-      throw_error(errc::malformed_frame,
-                  "futex: " + l.peer() + " " + what + "; does the PS run the same --benchmark and --mode?");
-    };
-    if (config_.mode == wire_mode::raw) {
-      if (config_.reply == reply_kind::ack) {
-        if (f.header.count != 0) mismatch("sent a payload where an ack was expected");
-        return f.header.value;
-      }
-      if (f.header.count != payload.size() || f.header.body != total) mismatch("sent something other than the echo");
-      std::size_t at = 0;
-      for (std::size_t i = 0; i < payload.size(); ++i) {
-        if (f.size_at(i) != payload[i].size()) mismatch("echoed buffers of other sizes");
-        if (verify && std::memcmp(f.body.data() + at, payload[i].data(), payload[i].size()) != 0) {
-          mismatch("echoed different bytes in buffer " + std::to_string(i));
-        }
-        at += payload[i].size();
-      }
-      return total;
-    }
-    if (f.header.count != 1) mismatch("sent no serialized reply");
-    if (config_.reply == reply_kind::ack) {
-      std::uint64_t bytes = 0;
-      if (!codec_.decode_ack(f.body, bytes)) mismatch("sent no fwbench.Ack");
-      return bytes;
-    }
-    if (!codec_.decode(f.body)) mismatch("sent no fwbench.Payload");
-    if (verify && !same_buffers(codec_, payload)) mismatch("echoed a different payload");
-    return codec_.decoded_bytes();
-  }
-
-  client_config config_;
+  request_frames frames_;
   std::vector<std::unique_ptr<connection>> conns_;
-  payload_codec codec_;
 };
 
 }  // namespace
