@@ -593,14 +593,7 @@ class futex_server final : public server {
   }
 
  private:
-  void join_all() {
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard lock(mutex_);
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) t.join();
-  }
+  void join_all() { floors::join_all(mutex_, threads_); }
 
   void serve(connection& l) {
     payload_codec codec;

@@ -28,11 +28,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fusewire/core/error.hpp>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "backend.hpp"
 #include "serial.hpp"
@@ -317,6 +320,17 @@ inline tcp_listener listen_tcp(const endpoint& at, int backlog, std::string_view
   l.port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return l;
+}
+
+/// Joins a PS's connection threads, taken out from under `mu` first, so that
+/// no lock is held while joining (a thread may take it on its way out).
+inline void join_all(std::mutex& mu, std::vector<std::thread>& threads) {
+  std::vector<std::thread> taken;
+  {
+    std::lock_guard lock(mu);
+    taken.swap(threads);
+  }
+  for (auto& t : taken) t.join();
 }
 
 }  // namespace fusewire::bench::floors

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "shm_harness.hpp"
 #include "support/process_resources.hpp"
 
 namespace fw = fusewire;
@@ -34,52 +35,11 @@ using namespace std::chrono_literals;
 using fusewire::test::count_fds;
 using fusewire::test::count_segment_mappings;
 using fusewire::test::dev_shm;
+using fusewire::test::shm::group_t;
+using fusewire::test::shm::raw_peer;
+using fusewire::test::shm::reported_group;
 
 namespace {
-
-using group_t = fw::basic_reactor_group<fw::asio_engine>;
-
-/// A group of one reactor whose reports (protocol errors, dropped hellos) the test reads.
-struct reported_group {
-  std::mutex mu;
-  std::vector<std::string> reports;
-  group_t group;
-
-  explicit reported_group(fw::reactor_mode mode = fw::reactor_mode::adaptive) : group(config(this, mode)) {}
-  ~reported_group() { group.stop(); }
-
-  static fw::reactor_config config(reported_group* self, fw::reactor_mode mode) {
-    fw::reactor_config cfg;
-    cfg.mode = mode;
-    cfg.count = 1;
-    cfg.on_error = [self](unsigned, std::string_view what) {
-      std::lock_guard<std::mutex> lock(self->mu);
-      self->reports.emplace_back(what);
-    };
-    return cfg;
-  }
-
-  template <class F>
-  auto on(F&& f) {
-    auto fut = group.submit(0, std::forward<F>(f));
-    REQUIRE(fut.wait_for(60s) == std::future_status::ready);
-    return fut.get();
-  }
-
-  /// Waits until a report containing `part` arrived.
-  bool wait_report(const std::string& part) {
-    for (int i = 0; i < 1000; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const auto& r : reports) {
-          if (r.find(part) != std::string::npos) return true;
-        }
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-};
 
 /// The server side of a test: a listener on reactor 0 that keeps what it
 /// accepts (the connections die there: clear `accepted` on the reactor).
@@ -97,55 +57,6 @@ struct server {
       accepted.push_back(p);
       next.set_value(p.get());
     });
-  }
-};
-
-/// A hand-made connecting side: what the transport's connect does, with every
-/// piece replaceable, so the test can send what a well-behaved peer never would.
-struct raw_peer {
-  seg::unique_fd sock, memfd, client_bell, server_bell;
-  seg::mapping map;
-
-  bool connect(std::uint16_t port) {
-    sock = seg::unique_fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    sockaddr_un addr;
-    const socklen_t len = seg::socket_name("127.0.0.1", port, addr);
-    return ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0;
-  }
-  void make_segment(std::size_t ring) {
-    std::error_code ec;
-    auto [fd, m] = seg::create_segment(ring, ec);
-    REQUIRE_FALSE(ec);
-    memfd = std::move(fd);
-    map = std::move(m);
-    client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  }
-  bool send_hello(const seg::hello& h, std::vector<int> fds) {
-    iovec iov{const_cast<seg::hello*>(&h), sizeof h};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (!fds.empty()) {
-      msg.msg_control = cbuf;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
-    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
-  }
-  bool send_good_hello(std::size_t ring) {
-    make_segment(ring);
-    return send_hello({seg::segment_magic, seg::segment_version, 0, ring},
-                      {memfd.get(), client_bell.get(), server_bell.get()});
-  }
-  void ring_server() const {
-    const std::uint64_t one = 1;
-    CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
   }
 };
 

@@ -5,29 +5,25 @@
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/shm.hpp>
 
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "shm_harness.hpp"
+
 namespace fw = fusewire;
 namespace seg = fusewire::detail::shm;
 using namespace std::chrono_literals;
+using fusewire::test::shm::raw_peer;
+using fusewire::test::shm::reported_group;
 
 namespace {
-
-using group_t = fw::basic_reactor_group<fw::asio_engine>;
 
 std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
@@ -35,50 +31,12 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-/// Two reactors with reports kept: the listener's side on 0, the connecting side on 1.
-struct pair_group {
-  std::mutex mu;
-  std::vector<std::string> reports;
-  group_t group;
-
-  explicit pair_group(fw::reactor_mode mode) : group(config(this, mode)) {}
-  ~pair_group() { group.stop(); }
-  static fw::reactor_config config(pair_group* self, fw::reactor_mode mode) {
-    fw::reactor_config cfg;
-    cfg.mode = mode;
-    cfg.count = 2;
-    cfg.on_error = [self](unsigned, std::string_view what) {
-      std::lock_guard<std::mutex> lock(self->mu);
-      self->reports.emplace_back(what);
-    };
-    return cfg;
-  }
-  template <class F>
-  auto on(unsigned r, F&& f) {
-    auto fut = group.submit(r, std::forward<F>(f));
-    REQUIRE(fut.wait_for(60s) == std::future_status::ready);
-    return fut.get();
-  }
-  bool wait_report(const std::string& part) {
-    for (int i = 0; i < 1000; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const auto& r : reports) {
-          if (r.find(part) != std::string::npos) return true;
-        }
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-};
-
 /// A connected pair: `server` lives on reactor 0, `client` on reactor 1.
 struct connected {
   fw::shm_listener listener;
   std::unique_ptr<fw::shm_connection> server, client;
 
-  void open(pair_group& g, const fw::shm& server_side, const fw::shm& client_side) {
+  void open(reported_group& g, const fw::shm& server_side, const fw::shm& client_side) {
     std::promise<void> accepted, made;
     const std::uint16_t port = g.on(0, [&] {
       listener = server_side.listen(*fw::asio_reactor::current(), "single-copy", 0);
@@ -103,7 +61,7 @@ struct connected {
   }
   /// One byte each way: a side probes its peer on its first read, so after
   /// this each has learnt whether it reads the other's pieces.
-  void warm_up(pair_group& g) {
+  void warm_up(reported_group& g) {
     static const std::byte one[1] = {std::byte{1}};
     const fw::const_buffer sg[] = {fw::const_buffer(one, 1)};
     for (unsigned reader : {0u, 1u}) {
@@ -124,7 +82,7 @@ struct connected {
       REQUIRE_FALSE(f.get());
     }
   }
-  void close(pair_group& g) {
+  void close(reported_group& g) {
     g.on(1, [&] {
       client.reset();
       return 0;
@@ -170,43 +128,18 @@ struct exact_reader {
   }
 };
 
-/// A hand-made connecting side (what shm::connect does), so that the test can
-/// announce pieces a well-behaved peer never would.
-struct raw_peer {
-  seg::unique_fd sock, memfd, client_bell, server_bell;
-  seg::mapping map;
+/// The hand-made connecting side, with the probe the accepting side reads
+/// published (this process is the peer it sees), so that it reads pieces.
+struct piece_peer : raw_peer {
   std::uint64_t probe = 0x1234abcd5678ef01ull;
 
-  bool connect(std::uint16_t port, const char* host) {
-    sock = seg::unique_fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    sockaddr_un addr;
-    const socklen_t len = seg::socket_name(host, port, addr);
-    if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) return false;
-    std::error_code ec;
-    auto [fd, m] = seg::create_segment(4096, ec);
-    REQUIRE_FALSE(ec);
-    memfd = std::move(fd);
-    map = std::move(m);
-    client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    // The probe the accepting side reads (this process is the peer it sees).
+  bool open(std::uint16_t port, const char* host) {
+    if (!connect(port, host)) return false;
+    make_segment(4096);
     map.header()->side[0].probe_value.store(probe);
     map.header()->side[0].probe_addr.store(reinterpret_cast<std::uintptr_t>(&probe));
-    seg::hello h{seg::segment_magic, seg::segment_version, 0, 4096};
-    iovec iov{&h, sizeof h};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 3)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * 3);
-    const int fds[3] = {memfd.get(), client_bell.get(), server_bell.get()};
-    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+    return send_hello({seg::segment_magic, seg::segment_version, 0, 4096},
+                      {memfd.get(), client_bell.get(), server_bell.get()});
   }
   /// Announces a piece of `size` bytes at `addr`, at ring position `at`.
   void announce(std::uint64_t at, const void* addr, std::uint64_t size) {
@@ -214,8 +147,7 @@ struct raw_peer {
     const std::uint64_t n = q.head.load();
     q.slot[n % seg::remote_slots] = {at, reinterpret_cast<std::uintptr_t>(addr), size};
     q.head.store(n + 1);
-    const std::uint64_t one = 1;
-    CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
+    ring_server();
   }
 };
 
@@ -233,7 +165,7 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
         CAPTURE(static_cast<int>(mode));
         fw::shm::config on_cfg, off_cfg;
         on_cfg.single_copy_min = 64 * 1024;
-        pair_group g(mode);
+        reported_group g(mode, 2);
         connected p;
         p.open(g, fw::shm(server_on ? on_cfg : off_cfg), fw::shm(client_on ? on_cfg : off_cfg));
         p.warm_up(g);
@@ -312,7 +244,7 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
 }
 
 TEST_CASE("shm single copy: a writer that closes before its piece was read fails the read, not with its bytes") {
-  pair_group g(fw::reactor_mode::block);
+  reported_group g(fw::reactor_mode::block, 2);
   connected p;
   fw::shm::config cfg;
   cfg.single_copy_min = 64 * 1024;
@@ -363,7 +295,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
                                    "(read index 4)"},
                            hostile{"to a side that reads none", false, "but this side reads no pieces"}}) {
     CAPTURE(h.name);
-    pair_group g(fw::reactor_mode::block);
+    reported_group g(fw::reactor_mode::block, 2);
     fw::shm::config cfg;
     if (h.reader_on) cfg.single_copy_min = 64 * 1024;
     fw::shm transport(cfg);
@@ -379,8 +311,8 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
       });
       return listener.port();
     });
-    raw_peer peer;
-    REQUIRE(peer.connect(port, "single-copy-raw"));
+    piece_peer peer;
+    REQUIRE(peer.open(port, "single-copy-raw"));
     REQUIRE(accepted.get_future().wait_for(10s) == std::future_status::ready);
 
     // An honest piece first (when the side reads pieces): it arrives, and is acknowledged.
@@ -396,8 +328,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
       });
       std::memcpy(peer.map.ring_data(0), data.data(), 4);
       peer.map.header()->ring[0].head.store(4);
-      const std::uint64_t one = 1;
-      CHECK(::write(peer.server_bell.get(), &one, sizeof one) == sizeof one);
+      peer.ring_server();
       CHECK_FALSE(first.get_future().get());
       CHECK(peer.map.header()->side[1].reads_peer.load() == static_cast<std::uint32_t>(seg::single_copy::works));
       std::promise<std::error_code> second;

@@ -1,0 +1,130 @@
+#pragma once
+// What the shm transport's own tests share: a reactor group whose reports
+// the test reads, and a hand-made connecting side that can send what a
+// well-behaved peer never would.
+#include <fusewire/reactor/reactor.hpp>
+#include <fusewire/transport/shm.hpp>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace fusewire::test::shm {
+
+namespace fw = fusewire;
+namespace seg = fusewire::detail::shm;
+using namespace std::chrono_literals;
+
+using group_t = fw::basic_reactor_group<fw::asio_engine>;
+
+/// A group of `count` reactors whose reports (protocol errors, dropped hellos) the test reads.
+struct reported_group {
+  std::mutex mu;
+  std::vector<std::string> reports;
+  group_t group;
+
+  explicit reported_group(fw::reactor_mode mode = fw::reactor_mode::adaptive, unsigned count = 1)
+      : group(config(this, mode, count)) {}
+  ~reported_group() { group.stop(); }
+
+  static fw::reactor_config config(reported_group* self, fw::reactor_mode mode, unsigned count) {
+    fw::reactor_config cfg;
+    cfg.mode = mode;
+    cfg.count = count;
+    cfg.on_error = [self](unsigned, std::string_view what) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->reports.emplace_back(what);
+    };
+    return cfg;
+  }
+
+  /// Runs `f` on reactor `r` and returns what it returned.
+  template <class F>
+  auto on(unsigned r, F&& f) {
+    auto fut = group.submit(r, std::forward<F>(f));
+    REQUIRE(fut.wait_for(60s) == std::future_status::ready);
+    return fut.get();
+  }
+  template <class F>
+  auto on(F&& f) {
+    return on(0, std::forward<F>(f));
+  }
+
+  /// Waits until a report containing `part` arrived.
+  bool wait_report(const std::string& part) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& r : reports) {
+          if (r.find(part) != std::string::npos) return true;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+/// A hand-made connecting side: what the transport's connect does, with every
+/// piece replaceable, so the test can send what a well-behaved peer never would.
+struct raw_peer {
+  seg::unique_fd sock, memfd, client_bell, server_bell;
+  seg::mapping map;
+
+  bool connect(std::uint16_t port, const char* host = "127.0.0.1") {
+    sock = seg::unique_fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr;
+    const socklen_t len = seg::socket_name(host, port, addr);
+    return ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0;
+  }
+  void make_segment(std::size_t ring) {
+    std::error_code ec;
+    auto [fd, m] = seg::create_segment(ring, ec);
+    REQUIRE_FALSE(ec);
+    memfd = std::move(fd);
+    map = std::move(m);
+    client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  }
+  bool send_hello(const seg::hello& h, std::vector<int> fds) {
+    iovec iov{const_cast<seg::hello*>(&h), sizeof h};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (!fds.empty()) {
+      msg.msg_control = cbuf;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+  }
+  bool send_good_hello(std::size_t ring) {
+    make_segment(ring);
+    return send_hello({seg::segment_magic, seg::segment_version, 0, ring},
+                      {memfd.get(), client_bell.get(), server_bell.get()});
+  }
+  void ring_server() const {
+    const std::uint64_t one = 1;
+    CHECK(::write(server_bell.get(), &one, sizeof one) == sizeof one);
+  }
+};
+
+}  // namespace fusewire::test::shm
