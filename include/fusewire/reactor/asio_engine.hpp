@@ -34,10 +34,21 @@ class asio_engine {
     /// instead of waiting for epoll to report them; the most recently waiting
     /// ones win (at most detail::spin_list::max_readers). 0: off.
     unsigned spin_readers = 4;
+    /// While the reactor spins and its polls find nothing, poll() asks epoll
+    /// only every this many calls (1: every call). An epoll_wait(0) is a
+    /// system call, several times dearer than a tick of a polling reactor
+    /// whose work is in memory (shm rings, posted tasks); a handler made ready
+    /// meanwhile waits at most this many ticks. Sleeping reactors are not
+    /// affected: wait() asks epoll itself.
+    unsigned idle_poll_stride = 8;
   };
 
   asio_engine(const config& cfg, detail::engine_hooks& hooks)
-      : context_(cfg.concurrency_hint), work_(context_.get_executor()), wake_(context_), spin_(cfg.spin_readers) {
+      : context_(cfg.concurrency_hint),
+        work_(context_.get_executor()),
+        wake_(context_),
+        spin_(cfg.spin_readers),
+        stride_(cfg.idle_poll_stride == 0 ? 1 : cfg.idle_poll_stride) {
     const int fd = ::dup(hooks.wake_fd());
     if (fd < 0) throw std::system_error(errno, std::system_category(), "asio_engine: dup(eventfd) failed");
     wake_.assign(fd);
@@ -56,9 +67,20 @@ class asio_engine {
   /// The io_context sockets of this reactor are created on. Reactor thread only.
   boost::asio::io_context& context() noexcept { return context_; }
 
-  bool poll() { return context_.poll() != 0; }
+  bool poll() {
+    if (skip_ != 0) {
+      --skip_;
+      return false;
+    }
+    const bool ran = context_.poll() != 0;
+    // Quiet while spinning: leave the next stride - 1 calls to memory alone.
+    if (!ran && spinning_) skip_ = stride_ - 1;
+    return ran;
+  }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
+    spinning_ = false;
+    skip_ = 0;
     spin_.stop_all();  // readers that relied on the plain recvs get Asio's wait again
     if (timeout) {
       context_.run_one_for(*timeout);
@@ -85,7 +107,10 @@ class asio_engine {
   void unwatch(detail::spin_reader& r) noexcept { spin_.unwatch(r); }
 
   /// The reactor calls this on ticks it will not sleep after; true if a reader took bytes.
-  bool spin() { return spin_.spin(true); }
+  bool spin() {
+    spinning_ = true;
+    return spin_.spin(true);
+  }
 
   static constexpr std::string_view name() noexcept { return "asio"; }
 
@@ -103,6 +128,9 @@ class asio_engine {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::posix::stream_descriptor wake_;
   detail::spin_list spin_;  ///< connections read with a plain recv while spinning
+  unsigned stride_;
+  unsigned skip_ = 0;      ///< poll() calls left to answer without epoll
+  bool spinning_ = false;  ///< spin() was called since the last wait()
 };
 
 static_assert(reactor_engine<asio_engine>);
