@@ -255,7 +255,7 @@ concept connection_takes_read_ahead = requires(C& c, mutable_buffer dst) {
 /// is not an error (too few bytes, a read pending, a closed connection): the
 /// caller goes on with async_read. It lets a caller parse a small message that
 /// arrived whole (a frame's meta and payload behind its header) without one
-/// completion per piece. Both TCP transports model it; verbs does not.
+/// completion per piece. The TCP transports and shm model it; verbs does not.
 template <class C>
 concept readahead_connection = connection<C> && detail::connection_takes_read_ahead<C>;
 

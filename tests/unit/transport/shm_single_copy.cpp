@@ -243,6 +243,57 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
   }
 }
 
+TEST_CASE("shm single copy: try_read takes the ring's bytes, never an announced piece") {
+  fw::shm::config on_cfg;
+  on_cfg.single_copy_min = 64 * 1024;
+  reported_group g(fw::reactor_mode::block, 2);
+  connected p;
+  p.open(g, fw::shm(on_cfg), fw::shm(on_cfg));
+  p.warm_up(g);
+  const auto small = pattern(10, 7), big = pattern(100 * 1024, 8);
+  const fw::const_buffer sg[] = {fw::const_buffer(small.data(), small.size()),
+                                 fw::const_buffer(big.data(), big.size())};
+  std::promise<std::error_code> sent;
+  g.on(1, [&] {
+    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+    return 0;
+  });
+  struct outcome {
+    bool rest = false, piece = true;
+    std::error_code ec;
+  };
+  std::vector<std::byte> got(small.size() + big.size());
+  std::promise<outcome> done;
+  g.on(0, [&] {
+    p.server->async_read(fw::mutable_buffer(got.data(), 5), [&](std::error_code ec, std::size_t) {
+      outcome o;
+      o.rest = !ec && p.server->try_read(fw::mutable_buffer(got.data() + 5, 5));
+      std::byte b{};
+      o.piece = p.server->try_read(fw::mutable_buffer(&b, 1));  // the next byte is the piece's
+      p.server->async_read(fw::mutable_buffer(got.data() + 10, big.size()),
+                           [&, o](std::error_code e, std::size_t) mutable {
+                             o.ec = e;
+                             done.set_value(o);
+                           });
+    });
+    return 0;
+  });
+  auto f = done.get_future();
+  REQUIRE(f.wait_for(30s) == std::future_status::ready);
+  const outcome o = f.get();
+  CHECK(o.rest);
+  CHECK_FALSE(o.piece);
+  CHECK_FALSE(o.ec);
+  auto sf = sent.get_future();
+  REQUIRE(sf.wait_for(30s) == std::future_status::ready);  // the piece was read whole: acknowledged
+  CHECK_FALSE(sf.get());
+  std::vector<std::byte> expect(small);
+  expect.insert(expect.end(), big.begin(), big.end());
+  CHECK(got == expect);
+  CHECK(g.on(0, [&] { return p.server->stats().single_copy_received; }) == big.size());
+  p.close(g);
+}
+
 TEST_CASE("shm single copy: a writer that closes before its piece was read fails the read, not with its bytes") {
   reported_group g(fw::reactor_mode::block, 2);
   connected p;

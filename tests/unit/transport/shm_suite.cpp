@@ -42,3 +42,4 @@ TEST_CASE_TEMPLATE_APPLY(suite_connect_refused, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_off_thread, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_group_stop, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_try_read, shm_transports);

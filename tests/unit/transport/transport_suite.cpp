@@ -41,6 +41,7 @@ TEST_CASE_TEMPLATE_APPLY(suite_connect_refused, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_off_thread, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_group_stop, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_try_read, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(handoff_moves_on, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(handoff_read_ahead, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(handoff_pending_reads, tcp_transports);
@@ -517,57 +518,6 @@ TEST_CASE_TEMPLATE_DEFINE("a bad config.local_send_buffer is refused, naming the
   }
 }
 TEST_CASE_TEMPLATE_APPLY(bad_local_send_buffer, tcp_transports);
-
-TEST_CASE_TEMPLATE_DEFINE(
-    "try_read takes bytes that arrived with an earlier read, all or nothing, never past a queued read", T, try_read) {
-  static_assert(fw::readahead_connection<typename T::connection_type>);
-  harness<T> h(fw::reactor_mode::block);
-  using conn_t = typename T::connection_type;
-  const auto src = pattern_bytes(100, 23);  // one write: one segment, read ahead whole behind the first 10 bytes
-  struct outcome {
-    bool too_many = true, empty = false, behind_queued_read = true, some = false, rest_read = false, drained = true,
-         closed = true;
-    std::vector<std::byte> got = std::vector<std::byte>(100);
-  };
-  std::promise<outcome> done;
-  const std::uint16_t port = h.serve(0, [&](conn_t c) {
-    auto conn = std::make_shared<conn_t>(std::move(c));
-    auto o = std::make_shared<outcome>();
-    conn->async_read(fw::mutable_buffer(o->got.data(), 10), [&, conn, o](std::error_code ec, std::size_t) {
-      REQUIRE_FALSE(ec);
-      o->too_many = conn->try_read(fw::mutable_buffer(o->got.data() + 10, 91));  // 90 are there
-      o->empty = conn->try_read(fw::mutable_buffer());
-      conn->async_read(fw::mutable_buffer(o->got.data() + 10, 5), [&, conn, o](std::error_code e5, std::size_t) {
-        REQUIRE_FALSE(e5);
-        o->some = conn->try_read(fw::mutable_buffer(o->got.data() + 15, 15));
-        conn->async_read(fw::mutable_buffer(o->got.data() + 30, 70), [&, conn, o](std::error_code e, std::size_t n) {
-          o->rest_read = !e && n == 70;
-          std::byte extra{};
-          o->drained = conn->try_read(fw::mutable_buffer(&extra, 1));
-          conn->close();
-          o->closed = conn->try_read(fw::mutable_buffer());
-          done.set_value(*o);
-        });
-      });
-      // Bytes 10-14 arrived, but they belong to the read just queued.
-      std::byte b{};
-      o->behind_queued_read = conn->try_read(fw::mutable_buffer(&b, 1));
-    });
-  });
-  auto eof = h.write_in_pieces(port, src, src.size());
-  auto f = done.get_future();
-  const outcome o = get(f);
-  CHECK_FALSE(o.too_many);
-  CHECK(o.empty);
-  CHECK_FALSE(o.behind_queued_read);
-  CHECK(o.some);
-  CHECK(o.rest_read);
-  CHECK_FALSE(o.drained);
-  CHECK_FALSE(o.closed);
-  CHECK(o.got == src);  // nothing lost or taken twice by the refused calls
-  CHECK(get(eof) == fw::errc::connection_closed);
-}
-TEST_CASE_TEMPLATE_APPLY(try_read, tcp_transports);
 
 namespace {
 

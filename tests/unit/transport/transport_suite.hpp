@@ -786,6 +786,56 @@ TEST_CASE_TEMPLATE_DEFINE("calls off the owning reactor's thread are refused wit
   h.on(0, [l] { typename T::listener_type dies_here = std::move(*l); });  // handles die on their reactor
 }
 
+TEST_CASE_TEMPLATE_DEFINE("try_read takes bytes that already arrived, all or nothing, in stream order", T,
+                          suite_try_read) {
+  static_assert(fw::readahead_connection<typename T::connection_type>);
+  harness<T> h(fw::reactor_mode::block);
+  using conn_t = typename T::connection_type;
+  const auto src = pattern_bytes(100, 23);  // one write: all there once the first 10 bytes are
+  struct outcome {
+    bool too_many = true, empty = false, some = false, rest_read = false, drained = true, closed = true;
+    std::size_t ahead = 0;  ///< bytes a try_read took behind a queued read
+    std::vector<std::byte> got = std::vector<std::byte>(100);
+  };
+  std::promise<outcome> done;
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    auto conn = std::make_shared<conn_t>(std::move(c));
+    auto o = std::make_shared<outcome>();
+    conn->async_read(fw::mutable_buffer(o->got.data(), 10), [&, conn, o](std::error_code ec, std::size_t) {
+      REQUIRE_FALSE(ec);
+      o->too_many = conn->try_read(fw::mutable_buffer(o->got.data() + 10, 91));  // 90 are there
+      o->empty = conn->try_read(fw::mutable_buffer());
+      conn->async_read(fw::mutable_buffer(o->got.data() + 10, 5), [&, conn, o](std::error_code e5, std::size_t) {
+        REQUIRE_FALSE(e5);
+        o->some = conn->try_read(fw::mutable_buffer(o->got.data() + 15 + o->ahead, 15 - o->ahead));
+        conn->async_read(fw::mutable_buffer(o->got.data() + 30, 70), [&, conn, o](std::error_code e, std::size_t n) {
+          o->rest_read = !e && n == 70;
+          std::byte extra{};
+          o->drained = conn->try_read(fw::mutable_buffer(&extra, 1));
+          conn->close();
+          o->closed = conn->try_read(fw::mutable_buffer());
+          done.set_value(*o);
+        });
+      });
+      // Bytes 10-14 belong to the read just queued, whether it holds them
+      // already (shm fills it at once) or not yet (TCP: then this is refused);
+      // a byte taken now can only be byte 15.
+      if (conn->try_read(fw::mutable_buffer(o->got.data() + 15, 1))) o->ahead = 1;
+    });
+  });
+  auto eof = h.write_in_pieces(port, src, src.size());
+  auto f = done.get_future();
+  const outcome o = get(f);
+  CHECK_FALSE(o.too_many);
+  CHECK(o.empty);
+  CHECK(o.some);
+  CHECK(o.rest_read);
+  CHECK_FALSE(o.drained);
+  CHECK_FALSE(o.closed);
+  CHECK(o.got == src);  // nothing lost, taken twice or out of order by the calls
+  CHECK(get(eof) == fw::errc::connection_closed);
+}
+
 TEST_CASE_TEMPLATE_DEFINE("stopping the group completes pending operations with errc::cancelled" *
                               doctest::timeout(120),
                           T, suite_group_stop) {

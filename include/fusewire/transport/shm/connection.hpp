@@ -85,6 +85,7 @@ class shm_connection_state final : public ref_counted, public closable {
     shm::segment_header* h = map_.header();
     ring_size_ = (map_.size() - shm::header_size) / 2;
     mask_ = ring_size_ - 1;
+    publish_step_ = std::max<std::size_t>(ring_size_ / 16, 4096);
     out_ = &h->ring[side];
     in_ = &h->ring[1 - side];
     out_data_ = map_.ring_data(side);
@@ -157,6 +158,29 @@ class shm_connection_state final : public ref_counted, public closable {
     r.sh = std::move(h);
     reads_.push_back(std::move(r));
     pump();
+  }
+
+  /// Fills exactly `dst` now, when no read is queued and the incoming ring
+  /// already holds that many bytes before the next piece announced for single
+  /// copy (see readahead_connection); otherwise consumes nothing and returns
+  /// false, and async_read goes on from there in stream order.
+  bool try_read(mutable_buffer dst) noexcept {
+    if (!open_ || failed_ || !map_ || !reads_.empty()) return false;
+    const std::uint64_t head = in_->head.load(std::memory_order_acquire);
+    // A bad index is pull_reads' to report; here it only means "not now".
+    if (head - in_tail_ > ring_size_) return false;
+    std::uint64_t stop = head;
+    if (piece_) {
+      stop = std::min(stop, piece_->p.at);  // taken and checked: at or after in_tail_
+    } else if (in_rq_->head.load(std::memory_order_acquire) != in_rem_tail_) {
+      return false;  // a piece not checked yet (take_piece's job): somewhere in those bytes
+    }
+    if (stop - in_tail_ < dst.size()) return false;
+    if (dst.empty()) return true;
+    copy_out(dst.data(), dst.size());
+    stats_.bytes_received += dst.size();
+    publish_reads();
+    return true;
   }
 
   void close() noexcept {
@@ -329,19 +353,18 @@ class shm_connection_state final : public ref_counted, public closable {
       fail_writes(make_error_code(errc::connection_reset));  // as TCP's broken pipe
       return true;
     }
-    const std::uint64_t tail = out_->tail.load(std::memory_order_acquire);
-    const std::uint64_t used = out_head_ - tail;
-    if (used > ring_size_) {
-      protocol_error("the peer's read index " + std::to_string(tail) + " is not within the ring of " +
-                     std::to_string(ring_size_) + " bytes behind the write index " + std::to_string(out_head_));
-      return false;
-    }
-    std::size_t space = ring_size_ - static_cast<std::size_t>(used);
+    std::size_t space = 0;
+    if (!load_space(space)) return false;
     // Single copy: only where the peer said it reads this process's memory,
     // and while the piece queue has room (else the ring takes the bytes).
     const bool remote_ok = single_copy_min_ != 0 && them_->reads_peer.load(std::memory_order_acquire) ==
                                                         static_cast<std::uint32_t>(shm::single_copy::works);
     const std::uint64_t start = out_head_, rem_start = out_rem_head_;
+    // At most a ring's worth per call (the other connections of this reactor
+    // get their turn), shown to the peer a step at a time so that it copies
+    // out while this side copies in.
+    std::size_t budget = ring_size_;
+    std::uint64_t seen_at = out_head_;  ///< out_head_ when `space` was last computed
     while (!writes_.empty()) {
       write_op& w = writes_.front();
       while (w.idx < w.sg.size()) {
@@ -360,14 +383,25 @@ class shm_connection_state final : public ref_counted, public closable {
           w.off = 0;
           continue;
         }
-        const std::size_t n = std::min(left, space);
+        if (space == 0 && budget != 0 && out_head_ != seen_at) {
+          // The peer may have made room while this side copied.
+          publish_writes();
+          seen_at = out_head_;
+          if (!load_space(space)) return false;
+        }
+        const std::size_t n = std::min({left, space, budget, publish_step_});
         if (n > 0) {
           copy_in(b.data() + w.off, n);
           space -= n;
+          budget -= n;
           w.off += n;
           w.done += n;
+          if (out_head_ - shown_head_ >= publish_step_) publish_writes();
         }
-        if (w.off < b.size()) break;
+        if (w.off < b.size()) {
+          if (n > 0) continue;  // the next step of this buffer
+          break;
+        }
         ++w.idx;
         w.off = 0;
       }
@@ -380,17 +414,40 @@ class shm_connection_state final : public ref_counted, public closable {
       }
       writes_.pop_front();
     }
-    // The pieces before the ring's head: a consumer that sees the head sees them.
-    if (out_rem_head_ != rem_start) out_rq_->head.store(out_rem_head_, std::memory_order_seq_cst);
-    if (out_head_ != start) {
-      out_->head.store(out_head_, std::memory_order_seq_cst);
-      stats_.bytes_sent += out_head_ - start;
-    }
+    stats_.bytes_sent += out_head_ - start;
     if (out_head_ != start || out_rem_head_ != rem_start) {
       moved = true;
-      notify_peer();
+      publish_writes();
     }
     return true;
+  }
+
+  /// The free bytes of the outgoing ring, from the peer's read index. False
+  /// after a protocol error (an index outside the ring).
+  bool load_space(std::size_t& space) noexcept {
+    const std::uint64_t tail = out_->tail.load(std::memory_order_acquire);
+    const std::uint64_t used = out_head_ - tail;
+    if (used > ring_size_) {
+      protocol_error("the peer's read index " + std::to_string(tail) + " is not within the ring of " +
+                     std::to_string(ring_size_) + " bytes behind the write index " + std::to_string(out_head_));
+      return false;
+    }
+    space = ring_size_ - static_cast<std::size_t>(used);
+    return true;
+  }
+
+  /// Shows the peer what this side wrote so far, the pieces before the ring's
+  /// head (a consumer that sees the head sees them), and wakes it if it sleeps.
+  void publish_writes() noexcept {
+    if (out_rem_head_ != shown_rem_head_) {
+      out_rq_->head.store(out_rem_head_, std::memory_order_seq_cst);
+      shown_rem_head_ = out_rem_head_;
+    }
+    if (out_head_ != shown_head_) {
+      out_->head.store(out_head_, std::memory_order_seq_cst);
+      shown_head_ = out_head_;
+    }
+    notify_peer();
   }
 
   /// Completes the writes whose pieces the peer has copied. False after a protocol error.
@@ -415,24 +472,16 @@ class shm_connection_state final : public ref_counted, public closable {
     if (reads_peer_ == shm::single_copy::unknown) probe_peer();
     // The flag first: bytes produced before the peer closed are then all visible.
     const bool peer_done = peer_gone_ || them_->closed.load(std::memory_order_acquire) != 0;
-    const std::uint64_t head = in_->head.load(std::memory_order_acquire);
-    if (head - in_tail_ > ring_size_) {
-      protocol_error("the peer's write index " + std::to_string(head) + " is not within the ring of " +
-                     std::to_string(ring_size_) + " bytes ahead of the read index " + std::to_string(in_tail_));
-      return false;
-    }
-    // After the ring's head: every piece announced before that head is seen.
-    const std::uint64_t rem_head = in_rq_->head.load(std::memory_order_acquire);
-    if (rem_head - in_rem_tail_ > shm::remote_slots) {
-      protocol_error("the peer announced piece " + std::to_string(rem_head) + ", more than " +
-                     std::to_string(shm::remote_slots) + " ahead of piece " + std::to_string(in_rem_tail_));
-      return false;
-    }
+    std::uint64_t head = 0, rem_head = 0;
+    if (!load_head(head, rem_head)) return false;
     const std::uint64_t start = in_tail_, rem_start = in_rem_tail_;
     std::uint64_t piece_bytes = 0;
-    // At most a ring's worth of pieces per call, as the ring itself bounds
-    // what one call copies: the other connections of this reactor get their turn.
-    std::size_t piece_budget = ring_size_;
+    // At most a ring's worth of the ring's bytes and of pieces per call: the
+    // other connections of this reactor get their turn. The ring's bytes are
+    // handed back a step at a time, so that the peer copies in while this
+    // side copies out.
+    std::size_t ring_budget = ring_size_, piece_budget = ring_size_;
+    std::uint64_t seen_at = in_tail_;  ///< in_tail_ when `head` was last loaded
     bool failed = false;
     while (!reads_.empty()) {
       if (!piece_ && in_rem_tail_ != rem_head && !take_piece()) return false;
@@ -441,10 +490,20 @@ class shm_connection_state final : public ref_counted, public closable {
       // The ring's bytes up to the next piece, then the piece, then the ring again.
       const std::uint64_t stop = piece_ ? std::min(head, piece_->p.at) : head;
       const bool from_peer = piece_ && in_tail_ == piece_->p.at;
-      const std::size_t avail = static_cast<std::size_t>(
-          from_peer ? std::min<std::uint64_t>(piece_->p.size - piece_->off, piece_budget) : stop - in_tail_);
-      if (avail == 0) break;
-      const std::size_t n = std::min(want, avail);
+      const std::size_t avail =
+          static_cast<std::size_t>(from_peer ? std::min<std::uint64_t>(piece_->p.size - piece_->off, piece_budget)
+                                             : std::min<std::uint64_t>(stop - in_tail_, ring_budget));
+      if (avail == 0) {
+        if (from_peer || ring_budget == 0 || in_tail_ == seen_at) break;
+        // The peer may have written more while this side copied.
+        publish_reads();
+        seen_at = in_tail_;
+        if (!load_head(head, rem_head)) return false;
+        continue;
+      }
+      // An exact read from the ring goes a step at a time; a read_some is one
+      // delivery (at most read_some_max).
+      const std::size_t n = r.some || from_peer ? std::min(want, avail) : std::min({want, avail, publish_step_});
       std::byte* dst = nullptr;
       tensor_buffer b;
       if (r.some) {
@@ -464,6 +523,8 @@ class shm_connection_state final : public ref_counted, public closable {
         piece_budget -= n;
       } else {
         copy_out(dst, n);
+        ring_budget -= n;
+        if (in_tail_ - shown_tail_ >= publish_step_) publish_reads();
       }
       if (r.some) {
         complete_some(std::move(r.sh), {}, std::move(b));
@@ -474,10 +535,7 @@ class shm_connection_state final : public ref_counted, public closable {
       }
       reads_.pop_front();
     }
-    if (in_tail_ != start) {
-      in_->tail.store(in_tail_, std::memory_order_seq_cst);
-      stats_.bytes_received += in_tail_ - start;
-    }
+    stats_.bytes_received += in_tail_ - start;
     if (in_rem_tail_ != rem_start) in_rq_->tail.store(in_rem_tail_, std::memory_order_seq_cst);
     if (piece_bytes != 0) {
       stats_.bytes_received += piece_bytes;
@@ -485,13 +543,40 @@ class shm_connection_state final : public ref_counted, public closable {
     }
     if (in_tail_ != start || piece_bytes != 0) {
       moved = true;
-      notify_peer();
+      publish_reads();
     }
     if (!reads_.empty() && head == in_tail_ && !piece_ && in_rem_tail_ == rem_head && peer_done) {
       const bool clean = them_->closed.load(std::memory_order_acquire) != 0;
       fail_reads(make_error_code(clean ? errc::connection_closed : errc::connection_reset));
     }
     return true;
+  }
+
+  /// The peer's write index, then its piece queue's (every piece announced
+  /// before that index is then seen), both checked. False after a protocol error.
+  bool load_head(std::uint64_t& head, std::uint64_t& rem_head) noexcept {
+    head = in_->head.load(std::memory_order_acquire);
+    if (head - in_tail_ > ring_size_) {
+      protocol_error("the peer's write index " + std::to_string(head) + " is not within the ring of " +
+                     std::to_string(ring_size_) + " bytes ahead of the read index " + std::to_string(in_tail_));
+      return false;
+    }
+    rem_head = in_rq_->head.load(std::memory_order_acquire);
+    if (rem_head - in_rem_tail_ > shm::remote_slots) {
+      protocol_error("the peer announced piece " + std::to_string(rem_head) + ", more than " +
+                     std::to_string(shm::remote_slots) + " ahead of piece " + std::to_string(in_rem_tail_));
+      return false;
+    }
+    return true;
+  }
+
+  /// Hands the bytes this side copied out back to the peer and wakes it if it sleeps.
+  void publish_reads() noexcept {
+    if (in_tail_ != shown_tail_) {
+      in_->tail.store(in_tail_, std::memory_order_seq_cst);
+      shown_tail_ = in_tail_;
+    }
+    notify_peer();
   }
 
   /// Takes the next announced piece, checked: it starts within the ring's
@@ -687,6 +772,12 @@ class shm_connection_state final : public ref_counted, public closable {
   shm::remote_queue* in_rq_ = nullptr;
   std::uint64_t out_head_ = 0;  ///< this side's own copies of its indices: never read back from the segment
   std::uint64_t in_tail_ = 0;
+  std::uint64_t shown_head_ = 0;      ///< out_head_ as last stored for the peer
+  std::uint64_t shown_rem_head_ = 0;  ///< out_rem_head_ as last stored for the peer
+  std::uint64_t shown_tail_ = 0;      ///< in_tail_ as last stored for the peer
+  /// How many bytes one side copies before it shows them to the other: the
+  /// two copies (in on one side, out on the other) overlap in steps of this.
+  std::size_t publish_step_ = 0;
   std::uint64_t out_rem_head_ = 0;   ///< pieces announced
   std::uint64_t out_rem_acked_ = 0;  ///< pieces the peer copied
   std::uint64_t in_rem_tail_ = 0;    ///< the peer's pieces copied in full

@@ -226,5 +226,8 @@ class shm {
   config config_;
 };
 
+static_assert(transport<shm>);
+static_assert(readahead_connection<shm_connection>);
+
 }  // namespace v0
 }  // namespace fusewire
