@@ -34,12 +34,13 @@ class asio_engine {
     /// instead of waiting for epoll to report them; the most recently waiting
     /// ones win (at most detail::spin_list::max_readers). 0: off.
     unsigned spin_readers = 4;
-    /// While the reactor spins and its polls find nothing, poll() asks epoll
-    /// only every this many calls (1: every call). An epoll_wait(0) is a
-    /// system call, several times dearer than a tick of a polling reactor
-    /// whose work is in memory (shm rings, posted tasks); a handler made ready
-    /// meanwhile waits at most this many ticks. Sleeping reactors are not
-    /// affected: wait() asks epoll itself.
+    /// While the reactor spins and its polls find nothing, poll_spinning()
+    /// asks epoll only every this many calls (1: every call). An
+    /// epoll_wait(0) is a system call, several times dearer than a tick of a
+    /// polling reactor whose work is in memory (shm rings, posted tasks); a
+    /// handler made ready meanwhile waits at most this many ticks. poll()
+    /// (ticks that do not spin: block mode, a stopping reactor) and wait()
+    /// always ask epoll.
     unsigned idle_poll_stride = 8;
   };
 
@@ -67,19 +68,25 @@ class asio_engine {
   /// The io_context sockets of this reactor are created on. Reactor thread only.
   boost::asio::io_context& context() noexcept { return context_; }
 
+  /// Runs the ready handlers (epoll_wait with no timeout first).
   bool poll() {
+    skip_ = 0;
+    return context_.poll() != 0;
+  }
+
+  /// poll() for a tick the reactor spins on: after a poll that ran nothing,
+  /// the next idle_poll_stride - 1 calls return false without asking epoll.
+  bool poll_spinning() {
     if (skip_ != 0) {
       --skip_;
       return false;
     }
     const bool ran = context_.poll() != 0;
-    // Quiet while spinning: leave the next stride - 1 calls to memory alone.
-    if (!ran && spinning_) skip_ = stride_ - 1;
+    if (!ran) skip_ = stride_ - 1;
     return ran;
   }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
-    spinning_ = false;
     skip_ = 0;
     spin_.stop_all();  // readers that relied on the plain recvs get Asio's wait again
     if (timeout) {
@@ -107,10 +114,7 @@ class asio_engine {
   void unwatch(detail::spin_reader& r) noexcept { spin_.unwatch(r); }
 
   /// The reactor calls this on ticks it will not sleep after; true if a reader took bytes.
-  bool spin() {
-    spinning_ = true;
-    return spin_.spin(true);
-  }
+  bool spin() { return spin_.spin(true); }
 
   static constexpr std::string_view name() noexcept { return "asio"; }
 
@@ -129,8 +133,7 @@ class asio_engine {
   boost::asio::posix::stream_descriptor wake_;
   detail::spin_list spin_;  ///< connections read with a plain recv while spinning
   unsigned stride_;
-  unsigned skip_ = 0;      ///< poll() calls left to answer without epoll
-  bool spinning_ = false;  ///< spin() was called since the last wait()
+  unsigned skip_ = 0;  ///< poll_spinning() calls left to answer without epoll
 };
 
 static_assert(reactor_engine<asio_engine>);

@@ -320,7 +320,10 @@ class basic_reactor final : private detail::engine_hooks {
     };
     for (;;) {
       if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stop();
-      const bool worked = tick(spinning);
+      // A stopping reactor does not spin: each tick asks its engine for
+      // everything ready, so the handlers of the operations that stopping
+      // cancelled run before the reactor reports itself quiescent.
+      const bool worked = tick(spinning && !stopping_);
       account(worked ? busy_ns_ : idle_ns_);
       spinning = cfg.mode != reactor_mode::block;
       if (stopping_) {
@@ -355,13 +358,22 @@ class basic_reactor final : private detail::engine_hooks {
   /// `spinning`: the loop polls (it did not sleep before this tick and will
   /// not sleep after an idle one), so an engine that can (uring_engine::spin)
   /// may read its hottest connections with a plain recv, as a busy-polling C
-  /// program does; before the posted tasks, which send what those reads answer.
+  /// program does; before the posted tasks, which send what those reads
+  /// answer. An engine whose poll is a system call may offer
+  /// poll_spinning() for such ticks (asio_engine: it asks epoll less often
+  /// while nothing comes).
   bool tick(bool spinning) {
     detail::bump(ticks_);
     bool worked = drain_inboxes();
     if (!timers_.empty()) worked |= run_timers();
     try {
-      worked |= engine_->poll();
+      if constexpr (requires {
+                      { engine_->poll_spinning() } -> std::same_as<bool>;
+                    }) {
+        worked |= spinning ? engine_->poll_spinning() : engine_->poll();
+      } else {
+        worked |= engine_->poll();
+      }
       if constexpr (requires {
                       { engine_->spin() } -> std::same_as<bool>;
                     }) {

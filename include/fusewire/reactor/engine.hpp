@@ -42,6 +42,8 @@ concept reactor_engine = std::destructible<E> && requires { typename E::config; 
                          std::constructible_from<E, const typename E::config&, detail::engine_hooks&> &&
                          requires(E& e, std::optional<std::chrono::nanoseconds> timeout) {
                            /// Non-blocking: submits queued work and runs ready completions; true if any ran.
+                           /// (An engine may also offer poll_spinning(), which the reactor then calls
+                           /// instead on ticks it spins on; it may leave completions for a later tick.)
                            { e.poll() } -> std::same_as<bool>;
                            /// Blocks until a completion is ready, the wake fd is written, or the timeout passes.
                            /// (An engine may also offer wait_until(std::optional<steady_clock::time_point>),
