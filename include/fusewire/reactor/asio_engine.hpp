@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -35,13 +36,16 @@ class asio_engine {
     /// ones win (at most detail::spin_list::max_readers). 0: off.
     unsigned spin_readers = 4;
     /// While the reactor spins and its polls find nothing, poll_spinning()
-    /// asks epoll only every this many calls (1: every call). An
-    /// epoll_wait(0) is a system call, several times dearer than a tick of a
-    /// polling reactor whose work is in memory (shm rings, posted tasks); a
-    /// handler made ready meanwhile waits at most this many ticks. poll()
-    /// (ticks that do not spin: block mode, a stopping reactor) and wait()
-    /// always ask epoll.
-    unsigned idle_poll_stride = 8;
+    /// asks epoll less and less often: after 1, 2, 4, ... calls, at most
+    /// every this many (1: every call). An epoll_wait(0) is a system call,
+    /// several times dearer than a tick of a polling reactor whose work is in
+    /// memory (shm rings, posted tasks, the plain recvs of spin_readers). A
+    /// poll that runs a handler starts the count again at 1, so sockets that
+    /// epoll serves (writes waiting for room, accepts) keep being asked every
+    /// tick or two while they are busy; an idle one's first event waits at
+    /// most this many ticks (tens of microseconds). poll() (ticks that do not
+    /// spin: block mode, a stopping reactor) and wait() always ask epoll.
+    unsigned idle_poll_stride = 1024;
   };
 
   asio_engine(const config& cfg, detail::engine_hooks& hooks)
@@ -71,23 +75,32 @@ class asio_engine {
   /// Runs the ready handlers (epoll_wait with no timeout first).
   bool poll() {
     skip_ = 0;
+    gap_ = 1;
     return context_.poll() != 0;
   }
 
   /// poll() for a tick the reactor spins on: after a poll that ran nothing,
-  /// the next idle_poll_stride - 1 calls return false without asking epoll.
+  /// the next calls return false without asking epoll, twice as many after
+  /// each such poll (up to idle_poll_stride - 1); a poll that ran a handler
+  /// resets that to none.
   bool poll_spinning() {
     if (skip_ != 0) {
       --skip_;
       return false;
     }
     const bool ran = context_.poll() != 0;
-    if (!ran) skip_ = stride_ - 1;
+    if (ran) {
+      gap_ = 1;
+    } else {
+      skip_ = gap_ - 1;
+      gap_ = std::min(gap_ * 2, stride_);
+    }
     return ran;
   }
 
   void wait(std::optional<std::chrono::nanoseconds> timeout) {
     skip_ = 0;
+    gap_ = 1;
     spin_.stop_all();  // readers that relied on the plain recvs get Asio's wait again
     if (timeout) {
       context_.run_one_for(*timeout);
@@ -134,6 +147,7 @@ class asio_engine {
   detail::spin_list spin_;  ///< connections read with a plain recv while spinning
   unsigned stride_;
   unsigned skip_ = 0;  ///< poll_spinning() calls left to answer without epoll
+  unsigned gap_ = 1;   ///< calls from the next empty poll to the one after (doubles up to stride_)
 };
 
 static_assert(reactor_engine<asio_engine>);

@@ -300,17 +300,21 @@ class basic_reactor final : private detail::engine_hooks {
     const reactor_config& cfg = group_->config();
     auto last_work = clock::now();
     bool spinning = cfg.mode == reactor_mode::poll;  // whether the last tick did not sleep (block: never asked)
-    // The coarse clock is a memory read (vDSO), cheap enough for every tick of
-    // a polling loop; the time between two reads goes to the kind of tick that
-    // ended it, which over many ticks is each kind's share of the time.
-    auto mark = util::coarse_now();
+    // The coarse clock is a memory read (vDSO), cheap enough for once a tick
+    // of a polling loop; the time between two reads goes to the kind of tick
+    // that ended it, which over many ticks is each kind's share of the time.
+    // The same read tells the next tick's run_timers() whether a timer can
+    // be due.
+    coarse_ = util::coarse_now();
+    auto mark = coarse_;
     auto account = [&](std::atomic<std::uint64_t>& to, std::atomic<std::uint64_t>* also = nullptr) {
+      const auto now = util::coarse_now();
+      coarse_ = now;
 #if defined(FUSEWIRE_NO_OBSERVE)
       // Compiled out with the rest of the observability (measuring its cost).
-      (void)to, (void)also;
+      (void)to, (void)also, (void)mark;
       return;
 #endif
-      const auto now = util::coarse_now();
       if (now == mark) return;
       const auto ns =
           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count());
@@ -409,9 +413,11 @@ class basic_reactor final : private detail::engine_hooks {
   }
 
   bool run_timers() {
-    // Most ticks have no timer due for milliseconds: the coarse clock (no TSC
-    // read; a busy-polling reactor ticks millions of times a second) says so.
-    if (util::coarse_now() + util::coarse_lag() < timers_.not_before()) return false;
+    // Most ticks have no timer due for milliseconds: the coarse clock read at
+    // the end of the last tick (no TSC read; a busy-polling reactor ticks
+    // millions of times a second) says so. A timer is then late by at most
+    // the tick that found it due.
+    if (coarse_ + util::coarse_lag() < timers_.not_before()) return false;
     std::vector<util::timer_queue::callback> due;
     timers_.take_expired(clock::now(), [&](util::timer_queue::callback cb) { due.push_back(std::move(cb)); });
     for (auto& cb : due) {
@@ -590,6 +596,7 @@ class basic_reactor final : private detail::engine_hooks {
   int wake_fd_ = -1;
   std::optional<Engine> engine_;
   std::thread thread_;
+  std::chrono::steady_clock::time_point coarse_{};  ///< util::coarse_now() when the last tick ended (reactor thread)
 
   alignas(64) std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_requested_{false};
