@@ -447,8 +447,7 @@ class rdma_direct {
     placed_.fetch_add(1, std::memory_order_relaxed);
     if (!held) {
       if (auto* s = shard.find_slot(op->peer, op->key)) s->waiting.erase(op);
-      tensor_buffer out = op->dst.share();
-      shard.complete(*op, {}, std::move(out));
+      shard.complete_filled(*op, op->dst.share());
       return shard.read_next(ch);
     }
     // The recv timed out meanwhile: its tensor goes to the next recv, as a late one would.

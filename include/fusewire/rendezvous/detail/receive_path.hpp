@@ -90,7 +90,7 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
       // frame's arrival to the handler, reference counts cost atomics.
       const bool head_read = ch->try_read_payload(dst);
       if (head_read && (tail.empty() || ch->try_read_payload(tail))) {  // it arrived with the head: done now
-        complete(*op, {}, std::move(op->dst));
+        complete_filled(*op, std::move(op->dst));
         if (!closing_) read_next(ch);
         return;
       }
@@ -105,7 +105,7 @@ inline void endpoint<Transport>::shard::on_tensor(const std::shared_ptr<channel_
           if (!closing_) inbound_failed(ch, e ? e : make_error_code(errc::timed_out));
           return;
         }
-        complete(*op, {}, std::move(op->dst));
+        complete_filled(*op, std::move(op->dst));
         if (!closing_) read_next(ch);
       };
       if (head_read || tail.empty()) {
@@ -365,8 +365,7 @@ inline void endpoint<Transport>::shard::finish_transfer(const std::shared_ptr<in
   if (op) {
     held.reset();
     if (op->has_dst && op->dst.size() == buf.size() && op->dst.data() == buf.data()) {
-      tensor_buffer out = op->dst.share();
-      return complete(*op, {}, std::move(out));
+      return complete_filled(*op, op->dst.share());
     }
     return hand_over(*op, std::move(buf));
   }
@@ -458,8 +457,7 @@ inline void endpoint<Transport>::shard::hand_over(recv_op& op, tensor_buffer b) 
     if (op.dst.size() != b.size()) return complete(op, make_error_code(errc::size_mismatch), tensor_buffer());
     if (b.size() != 0) std::memcpy(op.dst.data(), b.data(), b.size());
   }
-  tensor_buffer out = op.dst.share();
-  complete(op, {}, std::move(out));
+  complete_filled(op, op.dst.share());
 }
 
 template <transport Transport>

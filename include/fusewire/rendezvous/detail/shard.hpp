@@ -220,15 +220,19 @@ class endpoint<Transport>::shard {
     reactor_->invoke(h, ec);
   }
 
-  void complete(recv_op& op, std::error_code ec, tensor_buffer b) {
+  /// Completes a receive whose destination took the tensor (a split one's
+  /// head and tail both): `head` is the destination (moved out of op.dst or
+  /// shared from it), handed to the handler.
+  void complete_filled(recv_op& op, tensor_buffer head) { complete(op, {}, std::move(head), op.tail.size()); }
+
+  /// Completes a receive with `b` (empty on error); `tail_filled` bytes more
+  /// went to a split destination's tail (complete_filled).
+  void complete(recv_op& op, std::error_code ec, tensor_buffer b, std::size_t tail_filled = 0) {
     if (op.done) return;
     op.done = true;
     if (op.timer) reactor_->cancel(op.timer);
     if (op.list_head != nullptr) {  // started on this reactor: counted
-      // A split destination that took the tensor: `b` is its head (moved out of
-      // op.dst by the zero-copy path, shared from it by the others), the tail holds the rest.
-      const bool split = !ec && !op.tail.empty() && !b.empty() && (op.dst.empty() || b.data() == op.dst.data());
-      const std::size_t got = b.size() + (split ? op.tail.size() : 0);
+      const std::size_t got = b.size() + tail_filled;
       if (peer_cells* c = ep_.cells(op.peer_index)) {
         if (ec) {
           bump(c->recv_errors);
