@@ -40,11 +40,11 @@ class asio_engine {
     /// every this many (1: every call). An epoll_wait(0) is a system call,
     /// several times dearer than a tick of a polling reactor whose work is in
     /// memory (shm rings, posted tasks, the plain recvs of spin_readers). A
-    /// poll that runs a handler starts the count again at 1, so sockets that
-    /// epoll serves (writes waiting for room, accepts) keep being asked every
-    /// tick or two while they are busy; an idle one's first event waits at
-    /// most this many ticks (tens of microseconds). poll() (ticks that do not
-    /// spin: block mode, a stopping reactor) and wait() always ask epoll.
+    /// poll that runs a handler starts the count again at 1, so an event
+    /// only epoll reports is seen at most as many ticks late as had passed
+    /// since the last poll that ran one (and at most this many). poll()
+    /// (ticks that do not spin: block mode, a stopping reactor) and wait()
+    /// always ask epoll.
     unsigned idle_poll_stride = 1024;
   };
 
