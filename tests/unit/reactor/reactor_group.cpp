@@ -4,8 +4,11 @@
 #include <fusewire/reactor/uring_engine.hpp>
 #endif
 
+#include <boost/asio/post.hpp>
 #include <doctest/doctest.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -13,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -629,4 +633,69 @@ TEST_CASE_TEMPLATE("a spinning reactor reads the connections it watches each tic
       return 0;
     });
   }
+}
+
+namespace {
+
+/// The hooks an engine needs, without a reactor: a wake eventfd nobody writes.
+class bare_hooks final : public fw::detail::engine_hooks {
+ public:
+  bare_hooks() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) { REQUIRE(fd_ >= 0); }
+  ~bare_hooks() { ::close(fd_); }
+  bare_hooks(const bare_hooks&) = delete;
+  bare_hooks& operator=(const bare_hooks&) = delete;
+  int wake_fd() const noexcept override { return fd_; }
+  void report(std::string_view) noexcept override {}
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+TEST_CASE("an idle spinning Asio engine asks epoll ever less often, and again at once after a handler") {
+  bare_hooks hooks;
+  fw::asio_engine::config cfg;
+  cfg.idle_poll_stride = 8;
+  fw::asio_engine engine(cfg, hooks);
+  int ran = 0;
+  auto post_one = [&] { boost::asio::post(engine.context(), [&ran] { ++ran; }); };
+  // Calls of poll_spinning() until the posted handler ran.
+  auto calls_until_run = [&] {
+    const int before = ran;
+    int calls = 0;
+    while (ran == before) {
+      ++calls;
+      const bool worked = engine.poll_spinning();
+      CHECK(worked == (ran != before));
+      REQUIRE(calls <= 64);
+    }
+    return calls;
+  };
+
+  post_one();
+  CHECK(calls_until_run() == 1);  // a fresh engine asks at once
+
+  // An event is seen at most as many calls late as had passed since the last
+  // handler ran (the gap doubles: asked after 1, 2, 4, ... calls).
+  for (int idle = 0; idle <= 20; ++idle) {
+    CAPTURE(idle);
+    post_one();
+    REQUIRE(calls_until_run() == 1);  // right after a handler: asked at once
+    for (int i = 0; i < idle; ++i) CHECK_FALSE(engine.poll_spinning());
+    post_one();
+    const int late = calls_until_run();
+    CHECK(late <= idle + 1);
+    CHECK(late <= 8);  // never more than the stride apart
+  }
+
+  // A long idle spell: still at most the stride.
+  for (int i = 0; i < 1000; ++i) (void)engine.poll_spinning();
+  post_one();
+  CHECK(calls_until_run() <= 8);
+
+  // poll() always asks, whatever the gap.
+  for (int i = 0; i < 100; ++i) (void)engine.poll_spinning();
+  post_one();
+  CHECK(engine.poll());
 }
