@@ -175,6 +175,18 @@ Transport make_transport(const transport_settings& t, [[maybe_unused]] const fus
   }
 }
 
+/// `n` bytes: with --shared-pool, from the transport's shared pool where it
+/// has one (as a program that allocates its tensors with allocate_registered
+/// has them: a send to a peer on this host is then copied once, by the
+/// peer); else from the heap.
+template <class Transport>
+fusewire::tensor_buffer tensor_for(rv::endpoint<Transport>& ep, const transport_settings& t, std::size_t n) {
+  if constexpr (fusewire::shared_memory_transport<Transport>) {
+    if (t.shared_pool) return ep.allocate_registered(n);
+  }
+  return fusewire::tensor_buffer::allocate(n);
+}
+
 /// The endpoint's options and transport for a task of role `r`.
 template <class Transport>
 rv::endpoint_config<Transport> make_endpoint_config(const std::string& backend, const transport_settings& t,
@@ -290,7 +302,7 @@ class fusewire_server final : public server {
   fusewire::tensor_buffer take_buffer(peer& p, std::size_t n) {
     auto it =
         std::find_if(p.free.begin(), p.free.end(), [n](const fusewire::tensor_buffer& b) { return b.size() == n; });
-    if (it == p.free.end()) return fusewire::tensor_buffer::allocate(n);
+    if (it == p.free.end()) return tensor_for(ep_, config_.transport, n);
     fusewire::tensor_buffer b = std::move(*it);
     p.free.erase(it);
     return b;
@@ -495,7 +507,7 @@ class fusewire_client final : public client {
     error_.clear();
     std::size_t total = 0;
     for (const_buffer b : payload) total += b.size();
-    std::span<const const_buffer> body = payload;
+    std::span<const const_buffer> body = staged(payload);
     if (config_.mode == wire_mode::serialized) {
       const std::string& wire = request_codec_.encode(payload);
       encoded_ = const_buffer{reinterpret_cast<const std::byte*>(wire.data()), wire.size()};
@@ -528,12 +540,39 @@ class fusewire_client final : public client {
       ps_state& s = *ps_[i];
       auto handler = [this, i](std::error_code ec, fusewire::tensor_buffer b) { on_reply(i, ec, std::move(b)); };
       if (config_.mode == wire_mode::raw) {
-        if (s.reply.size() != reply_bytes) s.reply = fusewire::tensor_buffer::allocate(reply_bytes);
+        if (s.reply.size() != reply_bytes) s.reply = tensor_for(ep_, config_.transport, reply_bytes);
         ep_.recv(s.id, reply_key, fusewire::tensor_buffer::view(s.reply.data(), s.reply.size()), std::move(handler),
                  timeout);
       } else {
         ep_.recv(s.id, reply_key, std::move(handler), timeout);
       }
+    }
+  }
+
+  /// The payload as sent: with --shared-pool, a copy of its large buffers in
+  /// the pool, made when the payload changes (the driver sends one payload
+  /// over and over, as a trainer sends tensors it allocated once).
+  std::span<const const_buffer> staged(std::span<const const_buffer> payload) {
+    if constexpr (!fusewire::shared_memory_transport<Transport>) {
+      return payload;
+    } else {
+      if (!config_.transport.shared_pool) return payload;
+      const auto same = [](const_buffer a, const_buffer b) { return a.data() == b.data() && a.size() == b.size(); };
+      if (std::equal(payload.begin(), payload.end(), staged_from_.begin(), staged_from_.end(), same)) return staged_sg_;
+      staged_from_.assign(payload.begin(), payload.end());
+      staged_.clear();
+      staged_sg_.clear();
+      for (const_buffer b : payload) {
+        if (b.size() < 16 * 1024) {  // the ring carries these anyway
+          staged_sg_.push_back(b);
+          continue;
+        }
+        fusewire::tensor_buffer t = ep_.allocate_registered(b.size());
+        std::memcpy(t.data(), b.data(), b.size());
+        staged_sg_.push_back(t.bytes());
+        staged_.push_back(std::move(t));
+      }
+      return staged_sg_;
     }
   }
 
@@ -613,6 +652,8 @@ class fusewire_client final : public client {
   // The running exchange: written by the thread that starts it, then only by
   // the reactor's handlers until on_done_ hands it back.
   std::span<const const_buffer> payload_;
+  std::vector<const_buffer> staged_from_, staged_sg_;  ///< staged(): the payload seen, and what is sent for it
+  std::vector<fusewire::tensor_buffer> staged_;        ///< staged(): the pool's copies
   const_buffer encoded_;
   bool verify_ = false;
   std::size_t pending_ = 0;

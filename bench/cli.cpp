@@ -71,6 +71,7 @@ struct raw_options {
   std::string reactor_mode = "adaptive";
   std::string idle_poll = "200";
   bool fusion = false;
+  bool shared_pool = false;
   bool pin = false;
   std::string grpc_threads = "1";
   std::string zc_threshold;
@@ -110,6 +111,7 @@ transport_settings transport_from(const raw_options& o) {
   t.idle_poll = std::chrono::microseconds(
       parse_bounded(o.idle_poll, "--idle-poll", 0, 10'000'000, "the idle poll is 0 to 10000000 us"));
   t.fusion = o.fusion;
+  t.shared_pool = o.shared_pool;
   t.pin = o.pin;
   t.grpc_threads =
       static_cast<unsigned>(parse_bounded(o.grpc_threads, "--grpc-threads", 1, 64, "gRPC takes 1 to 64 threads"));
@@ -272,6 +274,9 @@ parse_result parse_command_line(const std::vector<std::string>& args) {
       ->capture_default_str()
       ->group(tr);
   app.add_flag("--fusion,!--no-fusion", o.fusion, "Tensor fusion (fusewire backends)")->group(tr);
+  app.add_flag("--shared-pool", o.shared_pool,
+               "fusewire-shm/-auto: tensors in the transport's shared pool (a peer on this host copies them once)")
+      ->group(tr);
   app.add_flag("--pin", o.pin, "Pin each process to one CPU of its cpuset")->group(tr);
   app.add_option("--grpc-threads", o.grpc_threads, "gRPC PS completion-queue threads")
       ->type_name("N")
@@ -498,6 +503,7 @@ std::vector<std::string> role_arguments(const role_config& c) {
             std::to_string(c.transport.grpc_threads), "--connect-timeout", number_text(c.transport.connect_timeout_s)});
   a.push_back(c.transport.fusion ? "--fusion" : "--no-fusion");
   if (c.transport.pin) a.push_back("--pin");
+  if (c.transport.shared_pool) a.push_back("--shared-pool");
   if (c.transport.zc_threshold) a.insert(a.end(), {"--zc-threshold", std::to_string(*c.transport.zc_threshold)});
   if (c.transport.local_send_buffer) {
     a.insert(a.end(), {"--local-send-buffer", std::to_string(*c.transport.local_send_buffer)});

@@ -124,8 +124,11 @@ struct transport_settings {
   wait_mode mode = wait_mode::adaptive;
   std::chrono::microseconds idle_poll{200};  ///< adaptive: spin this long before sleeping
   bool fusion = false;                       ///< fusewire backends: tensor fusion on
-  bool pin = false;                          ///< pin each process to one CPU of its cpuset
-  unsigned grpc_threads = 1;                 ///< gRPC PS: completion-queue threads
+  /// fusewire-shm/-auto: tensors in the transport's shared pool (allocate_registered),
+  /// so that a peer on this host copies them once, straight out of the pool.
+  bool shared_pool = false;
+  bool pin = false;           ///< pin each process to one CPU of its cpuset
+  unsigned grpc_threads = 1;  ///< gRPC PS: completion-queue threads
   /// fusewire-uring: writes of at least this many bytes use SEND_ZC (0: never);
   /// unset: the transport's default (uring_tcp::config::zc_threshold).
   std::optional<std::size_t> zc_threshold;

@@ -565,6 +565,7 @@ json config_json(const run_config& rc) {
           {"reactor_mode", std::string(option_name(rc.transport.mode))},
           {"idle_poll_us", rc.transport.idle_poll.count()},
           {"fusion", rc.transport.fusion},
+          {"shared_pool", rc.transport.shared_pool},
           {"pin", rc.transport.pin},
           {"grpc_threads", rc.transport.grpc_threads},
           {"zc_threshold", rc.transport.zc_threshold ? json(*rc.transport.zc_threshold) : json(nullptr)},

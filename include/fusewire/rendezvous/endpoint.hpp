@@ -354,6 +354,15 @@ class endpoint {
       throw_error(errc::invalid_argument, "endpoint::allocate_registered: called on the reactor thread");
     return group_->submit(0, [this, n] { return shard_list_[0]->direct_.allocate(*shard_list_[0], n); }).get();
   }
+  /// For a transport with shared memory (shm, or per_host with shm near):
+  /// `n` bytes of its shared pool. A send from it to a peer on this host is
+  /// copied once, by the peer, straight out of the pool; elsewhere it is
+  /// ordinary memory. Any thread (see shm::allocate_shared).
+  tensor_buffer allocate_registered(std::size_t n)
+    requires(!rdma_transport<Transport> && shared_memory_transport<Transport>)
+  {
+    return transport_.allocate_shared(n);
+  }
   /// Counters of the direct-placement path.
   direct_stats rdma_stats() const noexcept
     requires rdma_transport<Transport>

@@ -296,5 +296,14 @@ template <class T>
 concept rdma_transport = transport<T> && detail::rdma_makes_registered_pools<T> && detail::rdma_describes_memory<T> &&
                          detail::connection_writes_remote<typename T::connection_type>;
 
+/// A transport whose peers can read part of this process's memory directly:
+/// `t.allocate_shared(n)` gives `n` bytes such that a write of them is copied
+/// once, by the peer, instead of through the transport's buffers (shm's
+/// shared pool). Any thread.
+template <class T>
+concept shared_memory_transport = transport<T> && requires(const T& t, std::size_t n) {
+  { t.allocate_shared(n) } -> std::same_as<tensor_buffer>;
+};
+
 }  // namespace v0
 }  // namespace fusewire

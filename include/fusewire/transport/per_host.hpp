@@ -329,6 +329,14 @@ class per_host {
   /// Whether connect() tries Near first for `host`.
   bool near_host(std::string_view host) const { return is_near_ ? is_near_(host) : detail::is_this_host(host); }
 
+  /// Near's allocate_shared(): memory Near's peers read directly, and which
+  /// Far sends as it sends any other.
+  tensor_buffer allocate_shared(std::size_t n) const
+    requires shared_memory_transport<Near>
+  {
+    return near_.allocate_shared(n);
+  }
+
   /// Connects to host:port over Near or Far (see the top of this file):
   /// `handler(error_code, connection)`, never inline.
   template <connection_handler<connection_type> H>

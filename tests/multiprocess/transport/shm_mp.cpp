@@ -1,14 +1,17 @@
 // Multi-process tests of the shm transport (real processes, fork):
 //
 //   shm_mp exchange     a child echo server; the parent sends 1 B .. 16 MiB and
-//                       reads it back byte for byte, twice per connection (the
-//                       second time by single copy both ways where the size
-//                       allows; every process here turns it on), in block and
-//                       poll modes
+//                       reads it back byte for byte, three times per connection
+//                       (the second time by single copy both ways where the size
+//                       allows, since every process here turns it on; the third
+//                       from the parent's shared pool), in every reactor mode
 //   shm_mp kill_client  the parent accepts; its client child is SIGKILLed with a
 //                       read and a ring-filling write pending: both fail with
 //                       errc::connection_reset, nothing hangs
 //   shm_mp kill_server  the same with the roles swapped
+//   shm_mp pool_writer_dies  a client child writes a piece of its shared pool
+//                       and is SIGKILLed before the parent reads it: the parent
+//                       still reads every byte, then errc::connection_reset
 //
 // After each, the parent holds no segment mapping and no descriptor it did not
 // hold before, and /dev/shm is as it was. Every process runs under alarm();
@@ -187,6 +190,24 @@ void kill_with_pending(group_t& group, std::shared_ptr<fw::shm_connection> conn,
   EXPECT(ready(fl) && fl.get() == fw::errc::connection_reset);
 }
 
+/// Listens on reactor 0 of `group` (a free port, written to `port`) and
+/// accepts one connection into the future returned.
+std::future<std::shared_ptr<fw::shm_connection>> accept_one(group_t& group, const fw::shm& transport,
+                                                            const std::shared_ptr<fw::shm_listener>& listener,
+                                                            std::uint16_t& port) {
+  auto accepted = std::make_shared<std::promise<std::shared_ptr<fw::shm_connection>>>();
+  auto fp = group.submit(0, [&transport, listener, accepted] {
+    *listener = transport.listen(*fw::asio_reactor::current(), host, 0);
+    listener->async_accept([accepted](std::error_code ec, fw::shm_connection c) {
+      if (ec) return;
+      accepted->set_value(std::make_shared<fw::shm_connection>(std::move(c)));
+    });
+    return listener->port();
+  });
+  port = fp.get();
+  return accepted->get_future();
+}
+
 /// Forks a child_server and reads its port.
 pid_t start_server(bool echo, std::uint16_t& port) {
   int p[2];
@@ -215,18 +236,9 @@ void kill_client(fw::reactor_mode mode) {
     group_t group(config(mode));
     const fw::shm transport = single_copy_shm();
     auto listener = std::make_shared<fw::shm_listener>();
-    std::promise<std::shared_ptr<fw::shm_connection>> accepted;
-    auto fp = group.submit(0, [&, listener] {
-      *listener = transport.listen(*fw::asio_reactor::current(), host, 0);
-      listener->async_accept([&](std::error_code ec, fw::shm_connection c) {
-        if (ec) return;
-        accepted.set_value(std::make_shared<fw::shm_connection>(std::move(c)));
-      });
-      return listener->port();
-    });
-    const std::uint16_t port = fp.get();
+    std::uint16_t port = 0;
+    auto fa = accept_one(group, transport, listener, port);
     EXPECT(::write(p[1], &port, sizeof port) == sizeof port);
-    auto fa = accepted.get_future();
     EXPECT(ready(fa));
     auto conn = fa.get();
     // The child's 1000 bytes arrive first.
@@ -280,6 +292,85 @@ void kill_server(fw::reactor_mode mode) {
   }
 }
 
+/// Child: connects to the port read from `in`, writes `pool_piece` bytes of
+/// its shared pool, tells the parent over `out` once the piece is announced,
+/// and waits to be killed.
+constexpr std::size_t pool_piece = 300 * 1024;
+[[noreturn]] void child_pool_writer(int in, int out) {
+  ::alarm(120);
+  std::uint16_t port = 0;
+  if (::read(in, &port, sizeof port) != sizeof port) ::_exit(1);
+  group_t group(config(fw::reactor_mode::adaptive));
+  const fw::shm transport;
+  static fw::tensor_buffer piece = transport.allocate_shared(pool_piece);
+  const auto bytes = pattern_bytes(pool_piece, 7);
+  std::memcpy(piece.data(), bytes.data(), pool_piece);
+  group.submit_to(0, [&] {
+    transport.connect(*fw::asio_reactor::current(), host, port, [out](std::error_code ec, fw::shm_connection c) {
+      if (ec) ::_exit(1);
+      static fw::shm_connection keep;
+      keep = std::move(c);
+      const fw::const_buffer one[] = {piece.bytes()};
+      keep.async_write(one, [](std::error_code, std::size_t) {});
+      // async_write announced the piece before it returned.
+      const char ok = keep.stats().pool_sent == pool_piece ? 'y' : 'n';
+      if (::write(out, &ok, 1) != 1) ::_exit(1);
+    });
+  });
+  for (;;) ::pause();
+}
+
+void pool_writer_dies(fw::reactor_mode mode) {
+  int to_child[2], from_child[2];
+  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) std::abort();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    child_pool_writer(to_child[0], from_child[1]);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  {
+    group_t group(config(mode));
+    const fw::shm transport;
+    auto listener = std::make_shared<fw::shm_listener>();
+    std::uint16_t port = 0;
+    auto fa = accept_one(group, transport, listener, port);
+    EXPECT(::write(to_child[1], &port, sizeof port) == sizeof port);
+    char announced = 0;
+    EXPECT(::read(from_child[0], &announced, 1) == 1 && announced == 'y');
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    EXPECT(ready(fa));
+    auto conn = fa.get();
+    std::promise<std::error_code> got, after;
+    auto buf = std::make_shared<std::vector<std::byte>>(pool_piece);
+    auto one = std::make_shared<std::vector<std::byte>>(1);
+    group.submit_to(0, [&, conn, buf, one] {
+      conn->async_read(fw::mutable_buffer(*buf), [&, buf](std::error_code ec, std::size_t) { got.set_value(ec); });
+      conn->async_read(fw::mutable_buffer(*one), [&, one](std::error_code ec, std::size_t) { after.set_value(ec); });
+    });
+    auto fg = got.get_future();
+    auto fn = after.get_future();
+    EXPECT(ready(fg) && !fg.get());
+    EXPECT(*buf == pattern_bytes(pool_piece, 7));
+    EXPECT(ready(fn) && fn.get() == fw::errc::connection_reset);
+    auto fc = group.submit(0, [conn, listener] {
+      EXPECT(conn->stats().pool_received == pool_piece);
+      conn->close();
+      *conn = fw::shm_connection();
+      listener->close();
+      *listener = fw::shm_listener();
+      return 0;
+    });
+    fc.get();
+    group.stop();
+  }
+  ::close(to_child[1]);
+  ::close(from_child[0]);
+}
+
 void exchange(fw::reactor_mode mode) {
   std::uint16_t port = 0;
   const pid_t child = start_server(true, port);
@@ -289,7 +380,9 @@ void exchange(fw::reactor_mode mode) {
     for (std::size_t n : {std::size_t{1}, std::size_t{10}, std::size_t{4096}, std::size_t{100000}, std::size_t{3} << 20,
                           std::size_t{16} << 20}) {
       const auto src = pattern_bytes(n, static_cast<unsigned>(n));
-      std::vector<std::byte> dst(n), again(n);
+      std::vector<std::byte> dst(n), again(n), third(n);
+      fw::tensor_buffer pooled = transport.allocate_shared(n);
+      std::memcpy(pooled.data(), src.data(), n);
       std::promise<std::error_code> done;
       fw::shm_stats st;
       // Twice over one connection: the first round trip lets each side learn
@@ -306,9 +399,14 @@ void exchange(fw::reactor_mode mode) {
             const fw::const_buffer two[] = {fw::const_buffer(src)};
             conn->async_write(two, [conn](std::error_code, std::size_t) {});
             conn->async_read(fw::mutable_buffer(again), [&, conn](std::error_code e2, std::size_t) {
-              st = conn->stats();
-              conn->close();
-              done.set_value(e2);
+              if (e2) return done.set_value(e2);
+              const fw::const_buffer three[] = {pooled.bytes()};
+              conn->async_write(three, [conn](std::error_code, std::size_t) {});
+              conn->async_read(fw::mutable_buffer(third), [&, conn](std::error_code e3, std::size_t) {
+                st = conn->stats();
+                conn->close();
+                done.set_value(e3);
+              });
             });
           });
         });
@@ -317,6 +415,8 @@ void exchange(fw::reactor_mode mode) {
       EXPECT(ready(f, 60s) && !f.get());
       EXPECT(src == dst);
       EXPECT(src == again);
+      EXPECT(src == third);
+      EXPECT(st.pool_sent == (n >= fw::detail::shm::pool_piece_min ? n : 0));
       if (n >= single_copy_min) {
         EXPECT(st.single_copy_sent >= n);
         EXPECT(st.single_copy_received >= n);
@@ -344,8 +444,10 @@ int main(int argc, char** argv) {
       kill_client(mode);
     } else if (scenario == "kill_server") {
       kill_server(mode);
+    } else if (scenario == "pool_writer_dies") {
+      pool_writer_dies(mode);
     } else {
-      std::fprintf(stderr, "usage: shm_mp exchange|kill_client|kill_server\n");
+      std::fprintf(stderr, "usage: shm_mp exchange|kill_client|kill_server|pool_writer_dies\n");
       return 2;
     }
     EXPECT(count_segment_mappings() == 0);

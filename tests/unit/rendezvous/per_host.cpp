@@ -2,11 +2,14 @@
 // per_host<shm, asio_tcp>, and workers on per_host (reaching it over shm),
 // per_host that takes no host for this one (over TCP), plain asio_tcp and
 // plain shm. Every worker exchanges every size with the PS, both ways,
-// chunked and whole, in block and poll modes.
+// chunked and whole, in block and poll modes; the tensors are in the shared
+// pool of whichever side has one (endpoint::allocate_registered), which shm
+// peers copy straight out of and TCP sends as ordinary memory.
 #include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/transport/per_host.hpp>
 #include <fusewire/transport/shm.hpp>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +22,18 @@
 using namespace fusewire::test;
 
 namespace {
+
+/// `t` moved into the shared pool of `ep`'s transport, where it has one.
+template <class T>
+fw::tensor_buffer pooled(rv::endpoint<T>& ep, fw::tensor_buffer t) {
+  if constexpr (fw::shared_memory_transport<T>) {
+    fw::tensor_buffer p = ep.allocate_registered(t.size());
+    std::memcpy(p.data(), t.data(), t.size());
+    return p;
+  } else {
+    return t;
+  }
+}
 
 using mixed = fw::per_host<fw::shm, fw::asio_tcp>;
 
@@ -40,7 +55,7 @@ struct worker_of final : worker_side {
     std::vector<std::error_code> out;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       const auto s = static_cast<std::uint32_t>(seed * 100 + k);
-      out.push_back(ep.send_sync(ps0, "up/" + std::to_string(k), pattern(sizes[k], s), 60s));
+      out.push_back(ep.send_sync(ps0, "up/" + std::to_string(k), pooled(ep, pattern(sizes[k], s)), 60s));
       auto r = ep.recv_sync(ps0, "down/" + std::to_string(k), 60s);
       if (!r.ec && !matches(r.buffer, sizes[k], s)) r.ec = make_error_code(fw::errc::malformed_frame);
       out.push_back(r.ec);
@@ -77,7 +92,7 @@ TEST_CASE("per_host: one PS serves workers over shm, over TCP, and on either pla
         auto r = ps.recv_sync(w, "up/" + std::to_string(k), 60s);
         REQUIRE_FALSE(r.ec);
         CHECK(matches(r.buffer, sizes[k], i * 100 + k));
-        REQUIRE_FALSE(ps.send_sync(w, "down/" + std::to_string(k), std::move(r.buffer), 60s));
+        REQUIRE_FALSE(ps.send_sync(w, "down/" + std::to_string(k), pooled(ps, std::move(r.buffer)), 60s));
       }
     }
     for (unsigned i = 0; i < ws.size(); ++i) {

@@ -99,22 +99,11 @@ struct raw_peer {
     client_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     server_bell = seg::unique_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   }
-  bool send_hello(const seg::hello& h, std::vector<int> fds) {
-    iovec iov{const_cast<seg::hello*>(&h), sizeof h};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (!fds.empty()) {
-      msg.msg_control = cbuf;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
-    return ::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+  bool send_hello(const seg::hello& h, std::vector<int> fds) { return send_message(h, std::move(fds)); }
+  /// Sends `m` with `fds` on the socket (as a hello, or later as a pool).
+  template <class M>
+  bool send_message(const M& m, const std::vector<int>& fds) {
+    return seg::send_with_fds(sock.get(), &m, sizeof m, fds) == static_cast<ssize_t>(sizeof m);
   }
   bool send_good_hello(std::size_t ring) {
     make_segment(ring);

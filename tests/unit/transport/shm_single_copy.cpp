@@ -1,18 +1,26 @@
-// shm's single copy: pieces of a write at least single_copy_min long that the
-// peer copies straight out of the writer's memory. Stream order with the
-// ring's bytes, either side switching it off, a writer closing before its
-// piece was read, and a peer announcing pieces it should not.
+// shm's pieces: parts of a write that the peer copies straight out of the
+// writer's memory (single copy, at least single_copy_min long) or out of the
+// writer's shared pool. Stream order with the ring's bytes, either side
+// switching single copy off, a pool that is off or full, a writer closing
+// before its piece was read, and a peer announcing pieces, or sending a
+// pool, it should not.
+#include <fcntl.h>
+#include <sys/mman.h>
+
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/shm.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shm_harness.hpp"
@@ -145,9 +153,106 @@ struct piece_peer : raw_peer {
   void announce(std::uint64_t at, const void* addr, std::uint64_t size) {
     seg::remote_queue& q = map.header()->remote[0];
     const std::uint64_t n = q.head.load();
-    q.slot[n % seg::remote_slots] = {at, reinterpret_cast<std::uintptr_t>(addr), size};
+    q.slot[n % seg::remote_slots] = {at, reinterpret_cast<std::uintptr_t>(addr), size, seg::piece_kind::process};
     q.head.store(n + 1);
     ring_server();
+  }
+};
+
+/// `n` bytes read from `conn` (on reactor `r` of `g`) by async_read in steps of `step`.
+std::vector<std::byte> read_exactly(reported_group& g, unsigned r, fw::shm_connection& conn, std::size_t n,
+                                    std::size_t step) {
+  std::vector<std::byte> back(n);
+  exact_reader er;
+  er.conn = &conn;
+  er.dst = &back;
+  er.step = step;
+  g.on(r, [&] {
+    er.next();
+    return 0;
+  });
+  auto ef = er.done.get_future();
+  REQUIRE(ef.wait_for(30s) == std::future_status::ready);
+  CHECK_FALSE(ef.get());
+  return back;
+}
+
+/// Client -> server: `sg` written twice and read by async_read_some; server ->
+/// client: `big` written once and read by async_read in odd steps. Checks
+/// every byte and that the writes completed in order; returns the client's
+/// and the server's stats.
+std::pair<fw::shm_stats, fw::shm_stats> exchange(reported_group& g, connected& p, std::span<const fw::const_buffer> sg,
+                                                 fw::const_buffer big) {
+  std::vector<std::byte> expect;
+  for (const auto& piece : sg) expect.insert(expect.end(), piece.data(), piece.data() + piece.size());
+  const std::size_t one_write = expect.size();
+  expect.insert(expect.end(), expect.begin(), expect.end());
+  std::vector<int> order;
+  std::promise<void> written;
+  g.on(1, [&] {
+    for (int i = 0; i < 2; ++i) {
+      p.client->async_write(sg, [&, i](std::error_code ec, std::size_t n) {
+        CHECK_FALSE(ec);
+        CHECK(n == one_write);
+        order.push_back(i);
+        if (order.size() == 2) written.set_value();
+      });
+    }
+    return 0;
+  });
+  some_reader sr;
+  sr.conn = p.server.get();
+  sr.want = expect.size();
+  g.on(0, [&] {
+    sr.next();
+    return 0;
+  });
+  auto sf = sr.done.get_future();
+  REQUIRE(sf.wait_for(30s) == std::future_status::ready);
+  CHECK_FALSE(sf.get());
+  REQUIRE(written.get_future().wait_for(30s) == std::future_status::ready);
+  CHECK(order == std::vector<int>{0, 1});
+  CHECK(sr.got == expect);
+
+  const fw::const_buffer one[] = {big};
+  std::promise<std::error_code> sent;
+  g.on(0, [&] {
+    p.server->async_write(one, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+    return 0;
+  });
+  const std::vector<std::byte> back = read_exactly(g, 1, *p.client, big.size(), 333331);
+  CHECK_FALSE(sent.get_future().get());
+  CHECK(std::equal(back.begin(), back.end(), big.begin(), big.end()));
+  return {g.on(1, [&] { return p.client->stats(); }), g.on(0, [&] { return p.server->stats(); })};
+}
+
+/// A listener on reactor 0 of `g` that accepted one hand-made connecting
+/// side, `peer`, which publishes this process as the one to read pieces of.
+struct raw_accepted {
+  fw::shm_listener listener;
+  std::unique_ptr<fw::shm_connection> conn;
+  piece_peer peer;
+
+  raw_accepted(reported_group& g, const fw::shm& transport, const char* host) {
+    std::promise<void> accepted;
+    const std::uint16_t port = g.on(0, [&] {
+      listener = transport.listen(*fw::asio_reactor::current(), host, 0);
+      listener.async_accept([&](std::error_code ec, fw::shm_connection c) {
+        REQUIRE_FALSE(ec);
+        conn = std::make_unique<fw::shm_connection>(std::move(c));
+        accepted.set_value();
+      });
+      return listener.port();
+    });
+    REQUIRE(peer.open(port, host));
+    REQUIRE(accepted.get_future().wait_for(10s) == std::future_status::ready);
+  }
+  void close(reported_group& g) {
+    g.on(0, [&] {
+      conn.reset();
+      listener.close();
+      return 0;
+    });
   }
 };
 
@@ -170,69 +275,15 @@ TEST_CASE("shm single copy: large pieces are copied once, in stream order with t
         p.open(g, fw::shm(server_on ? on_cfg : off_cfg), fw::shm(client_on ? on_cfg : off_cfg));
         p.warm_up(g);
 
-        // Client -> server: two writes of small and large pieces, read by async_read_some.
         const fw::const_buffer sg[] = {
             fw::const_buffer(small_a.data(), small_a.size()), fw::const_buffer(a.data(), a.size()),
             fw::const_buffer(small_b.data(), small_b.size()), fw::const_buffer(b.data(), b.size()),
             fw::const_buffer(small_c.data(), small_c.size())};
-        std::vector<std::byte> expect;
-        for (const auto& piece : sg) expect.insert(expect.end(), piece.data(), piece.data() + piece.size());
-        const std::size_t one_write = expect.size();
-        expect.insert(expect.end(), expect.begin(), expect.end());
-        std::vector<int> order;
-        std::promise<void> written;
-        g.on(1, [&] {
-          for (int i = 0; i < 2; ++i) {
-            p.client->async_write(sg, [&, i](std::error_code ec, std::size_t n) {
-              CHECK_FALSE(ec);
-              CHECK(n == one_write);
-              order.push_back(i);
-              if (order.size() == 2) written.set_value();
-            });
-          }
-          return 0;
-        });
-        some_reader sr;
-        sr.conn = p.server.get();
-        sr.want = expect.size();
-        g.on(0, [&] {
-          sr.next();
-          return 0;
-        });
-        auto sf = sr.done.get_future();
-        REQUIRE(sf.wait_for(30s) == std::future_status::ready);
-        CHECK_FALSE(sf.get());
-        REQUIRE(written.get_future().wait_for(30s) == std::future_status::ready);
-        CHECK(order == std::vector<int>{0, 1});
-        CHECK(sr.got == expect);
-
-        // Server -> client: one large piece read by async_read in odd steps.
-        const fw::const_buffer big[] = {fw::const_buffer(c.data(), c.size())};
-        std::promise<std::error_code> sent;
-        g.on(0, [&] {
-          p.server->async_write(big, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
-          return 0;
-        });
-        std::vector<std::byte> back(c.size());
-        exact_reader er;
-        er.conn = p.client.get();
-        er.dst = &back;
-        er.step = 333331;
-        g.on(1, [&] {
-          er.next();
-          return 0;
-        });
-        auto ef = er.done.get_future();
-        REQUIRE(ef.wait_for(30s) == std::future_status::ready);
-        CHECK_FALSE(ef.get());
-        CHECK_FALSE(sent.get_future().get());
-        CHECK(back == c);
-
-        const fw::shm_stats cs = g.on(1, [&] { return p.client->stats(); });
-        const fw::shm_stats ss = g.on(0, [&] { return p.server->stats(); });
+        const std::size_t one_write = small_a.size() + a.size() + small_b.size() + b.size() + small_c.size();
+        const auto [cs, ss] = exchange(g, p, sg, fw::const_buffer(c.data(), c.size()));
         const bool both = server_on && client_on;
-        CHECK(cs.bytes_sent == expect.size() + 1);  // and warm_up's byte
-        CHECK(ss.bytes_received == expect.size() + 1);
+        CHECK(cs.bytes_sent == 2 * one_write + 1);  // and warm_up's byte
+        CHECK(ss.bytes_received == 2 * one_write + 1);
         CHECK(cs.single_copy_sent == (both ? 2 * (big_a + big_b) : 0));
         CHECK(ss.single_copy_received == cs.single_copy_sent);
         CHECK(ss.single_copy_sent == (both ? c.size() : 0));
@@ -349,22 +400,9 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
     reported_group g(fw::reactor_mode::block, 2);
     fw::shm::config cfg;
     if (h.reader_on) cfg.single_copy_min = 64 * 1024;
-    fw::shm transport(cfg);
-    fw::shm_listener listener;
-    std::unique_ptr<fw::shm_connection> conn;
-    std::promise<void> accepted;
-    const std::uint16_t port = g.on(0, [&] {
-      listener = transport.listen(*fw::asio_reactor::current(), "single-copy-raw", 0);
-      listener.async_accept([&](std::error_code ec, fw::shm_connection c) {
-        REQUIRE_FALSE(ec);
-        conn = std::make_unique<fw::shm_connection>(std::move(c));
-        accepted.set_value();
-      });
-      return listener.port();
-    });
-    piece_peer peer;
-    REQUIRE(peer.open(port, "single-copy-raw"));
-    REQUIRE(accepted.get_future().wait_for(10s) == std::future_status::ready);
+    raw_accepted r(g, fw::shm(cfg), "single-copy-raw");
+    piece_peer& peer = r.peer;
+    std::unique_ptr<fw::shm_connection>& conn = r.conn;
 
     // An honest piece first (when the side reads pieces): it arrives, and is acknowledged.
     const auto data = pattern(100, 11);
@@ -415,10 +453,181 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
     CHECK(ec == fw::errc::malformed_frame);
     CHECK(n == 0);
     CHECK(g.wait_report(h.report));
-    g.on(0, [&] {
-      conn.reset();
-      listener.close();
-      return 0;
-    });
+    r.close(g);
+  }
+}
+
+TEST_CASE("shm shared pool: pieces in the pool are copied once by the peer, in stream order with the ring's bytes") {
+  const std::size_t big_a = 200 * 1024, big_b = (std::size_t{1} << 20) + 3, big_c = 3 * 1024 * 1024;
+  const auto small_a = pattern(10, 1), small_b = pattern(100, 2), small_c = pattern(5, 3), small_pool = pattern(999, 7);
+  for (const bool single_copy : {false, true}) {
+    for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll}) {
+      CAPTURE(single_copy);
+      CAPTURE(static_cast<int>(mode));
+      fw::shm::config cfg;
+      cfg.single_copy_min = single_copy ? 64 * 1024 : 0;
+      const fw::shm server_side(cfg), client_side(cfg);
+      // The pool's buffers, and one of ordinary memory (through the ring, or by single copy).
+      fw::tensor_buffer a = client_side.allocate_shared(big_a), tiny = client_side.allocate_shared(small_pool.size());
+      fw::tensor_buffer c = server_side.allocate_shared(big_c);
+      const auto a_bytes = pattern(big_a, 4), b = pattern(big_b, 5), c_bytes = pattern(big_c, 6);
+      std::memcpy(a.data(), a_bytes.data(), big_a);
+      std::memcpy(tiny.data(), small_pool.data(), small_pool.size());
+      std::memcpy(c.data(), c_bytes.data(), big_c);
+      reported_group g(mode, 2);
+      connected p;
+      p.open(g, server_side, client_side);
+      p.warm_up(g);
+
+      const fw::const_buffer sg[] = {fw::const_buffer(small_a.data(), small_a.size()),
+                                     fw::const_buffer(a.bytes()),
+                                     fw::const_buffer(small_b.data(), small_b.size()),
+                                     fw::const_buffer(b.data(), b.size()),
+                                     fw::const_buffer(tiny.bytes()),
+                                     fw::const_buffer(small_c.data(), small_c.size())};
+      std::size_t one_write = 0;
+      for (const fw::const_buffer& piece : sg) one_write += piece.size();
+      const auto [cs, ss] = exchange(g, p, sg, c.bytes());  // server -> client: one piece of the server's pool
+      CHECK(cs.bytes_sent == 2 * one_write + 1);            // and warm_up's byte
+      CHECK(ss.bytes_received == 2 * one_write + 1);
+      CHECK(cs.pool_sent == 2 * big_a);  // the tiny pool buffer is below pool_piece_min: the ring takes it
+      CHECK(ss.pool_received == cs.pool_sent);
+      CHECK(cs.single_copy_sent == (single_copy ? 2 * big_b : 0));
+      CHECK(ss.single_copy_received == cs.single_copy_sent);
+      CHECK(ss.pool_sent == big_c);
+      CHECK(cs.pool_received == big_c);
+      CHECK(ss.single_copy_sent == 0);
+      p.close(g);
+    }
+  }
+}
+
+TEST_CASE("shm shared pool: without a pool, or when it is full, allocate_shared gives ordinary memory") {
+  fw::shm::config off, small;
+  off.pool_size = 0;
+  small.pool_size = std::size_t{1} << 20;
+  const fw::shm no_pool(off), small_pool(small);
+  const std::size_t n = 600 * 1024;
+  fw::tensor_buffer in_pool = small_pool.allocate_shared(n);
+  fw::tensor_buffer over = small_pool.allocate_shared(n);  // the pool has no second block this large
+  fw::tensor_buffer plain = no_pool.allocate_shared(n);
+  for (fw::tensor_buffer* t : {&in_pool, &over, &plain}) {
+    REQUIRE(t->size() == n);
+    std::memset(t->data(), 0x5a, n);
+  }
+  const auto data = pattern(n, 9);
+  std::memcpy(over.data(), data.data(), n);
+  reported_group g(fw::reactor_mode::block, 2);
+  connected p;
+  p.open(g, no_pool, small_pool);
+  p.warm_up(g);
+  const fw::const_buffer sg[] = {fw::const_buffer(in_pool.bytes()), fw::const_buffer(over.bytes())};
+  std::promise<std::error_code> sent;
+  g.on(1, [&] {
+    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+    return 0;
+  });
+  const std::vector<std::byte> back = read_exactly(g, 0, *p.server, 2 * n, 2 * n);
+  CHECK_FALSE(sent.get_future().get());
+  CHECK(std::all_of(back.begin(), back.begin() + n, [](std::byte x) { return x == std::byte{0x5a}; }));
+  CHECK(std::equal(back.begin() + n, back.end(), data.begin()));
+  const fw::shm_stats cs = g.on(1, [&] { return p.client->stats(); });
+  CHECK(cs.pool_sent == n);  // the first buffer only
+  p.close(g);
+  // A pool buffer may outlive its transport and its connections.
+  in_pool.data()[0] = std::byte{1};
+}
+
+namespace {
+/// A sealed memfd of `size` bytes mapped writable, as a pool a raw peer sends.
+struct raw_pool {
+  seg::unique_fd fd;
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+  explicit raw_pool(std::size_t n, int seals = F_SEAL_SHRINK | F_SEAL_GROW) : size(n) {
+    fd = seg::unique_fd(::memfd_create("test-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    REQUIRE(fd);
+    REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(n)) == 0);
+    if (seals != 0) REQUIRE(::fcntl(fd.get(), F_ADD_SEALS, seals) == 0);
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    base = static_cast<std::byte*>(p);
+  }
+  ~raw_pool() { ::munmap(base, size); }
+  seg::pool_hello hello() const { return {seg::pool_magic, seg::segment_version, 0, size}; }
+};
+
+void announce_pool(piece_peer& peer, std::uint64_t at, std::uint64_t offset, std::uint64_t size) {
+  seg::remote_queue& q = peer.map.header()->remote[0];
+  const std::uint64_t n = q.head.load();
+  q.slot[n % seg::remote_slots] = {at, offset, size, seg::piece_kind::pool};
+  q.head.store(n + 1);
+  peer.ring_server();
+}
+}  // namespace
+
+TEST_CASE("shm shared pool: a peer's bad pool or pool piece fails the connection with errc::malformed_frame") {
+  const std::size_t pool_bytes = std::size_t{1} << 20;
+  for (const char* name :
+       {"no pool sent", "outside the pool", "unsealed pool", "pool sent twice", "junk message", "too small a pool"}) {
+    CAPTURE(name);
+    const std::string which = name;
+    reported_group g(fw::reactor_mode::block, 1);
+    raw_accepted r(g, fw::shm(), "pool-raw");  // no single copy: pool pieces need none
+    piece_peer& peer = r.peer;
+    std::unique_ptr<fw::shm_connection>& conn = r.conn;
+    raw_pool pool(which == "too small a pool" ? 64 * 1024 : pool_bytes,
+                  which == "unsealed pool" ? 0 : F_SEAL_SHRINK | F_SEAL_GROW);
+    const auto data = pattern(100 * 1024, 12);
+    if (pool.size >= 4096 + data.size()) std::memcpy(pool.base + 4096, data.data(), data.size());
+    std::vector<std::byte> got(data.size());
+    const auto read = [&](std::promise<std::pair<std::error_code, std::size_t>>& done) {
+      g.on(0, [&] {
+        conn->async_read(fw::mutable_buffer(got.data(), got.size()), [&](std::error_code ec, std::size_t n) {
+          done.set_value({ec, n});
+        });
+        return 0;
+      });
+    };
+    std::string report;
+    if (which == "no pool sent") {
+      report = "announced a piece of 102400 bytes at ring position 0 (read index 0), but sent no pool";
+    } else if (which == "junk message") {
+      const std::uint64_t junk = 42;
+      REQUIRE(peer.send_message(junk, {}));
+      report = "a message of 8 bytes and 0 descriptors on the control socket that is not its pool";
+    } else {
+      REQUIRE(peer.send_message(pool.hello(), {pool.fd.get()}));
+      if (which == "unsealed pool") report = "pool is not a memfd sealed against shrinking and growing";
+      if (which == "too small a pool") report = "the peer's pool of 65536 bytes is not within";
+      if (which == "pool sent twice" || which == "outside the pool") {
+        // An honest piece of the pool first: it arrives, and is acknowledged.
+        std::promise<std::pair<std::error_code, std::size_t>> first;
+        read(first);
+        announce_pool(peer, 0, 4096, data.size());
+        auto ff = first.get_future();
+        REQUIRE(ff.wait_for(10s) == std::future_status::ready);
+        CHECK_FALSE(ff.get().first);
+        CHECK(got == data);
+        CHECK(peer.map.header()->remote[0].tail.load() == 1);
+        if (which == "pool sent twice") {
+          REQUIRE(peer.send_message(pool.hello(), {pool.fd.get()}));
+          report = "the peer sent its pool a second time";
+        } else {
+          report = "at offset 1048000 of its pool of 1048576 bytes";
+        }
+      }
+    }
+    std::promise<std::pair<std::error_code, std::size_t>> done;
+    read(done);
+    if (which == "outside the pool") announce_pool(peer, 0, 1048000, data.size());
+    if (which == "no pool sent") announce_pool(peer, 0, 4096, data.size());
+    auto df = done.get_future();
+    REQUIRE(df.wait_for(10s) == std::future_status::ready);
+    const auto [ec, n] = df.get();
+    CHECK(ec == fw::errc::malformed_frame);
+    CHECK(n == 0);
+    CHECK(g.wait_report(report));
+    r.close(g);
   }
 }

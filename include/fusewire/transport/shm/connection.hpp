@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -36,6 +37,7 @@
 #include <fusewire/transport/detail/member_task.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/stream_handle.hpp>
+#include <fusewire/transport/shm/pool.hpp>
 #include <fusewire/transport/shm/segment.hpp>
 
 namespace fusewire {
@@ -50,6 +52,8 @@ struct shm_stats {
   std::uint64_t spins = 0;                 ///< posted re-checks of the rings (poll mode, adaptive within idle_poll)
   std::uint64_t single_copy_sent = 0;      ///< of bytes_sent, those the peer copied straight from this side's buffers
   std::uint64_t single_copy_received = 0;  ///< of bytes_received, those copied straight from the peer's buffers
+  std::uint64_t pool_sent = 0;             ///< of bytes_sent, those the peer copied out of this side's shared pool
+  std::uint64_t pool_received = 0;         ///< of bytes_received, those copied out of the peer's shared pool
 };
 
 namespace detail {
@@ -61,6 +65,9 @@ struct shm_link_options {
   /// read this process's memory; 0 = never (and this side reads none either).
   std::size_t single_copy_min = 0;
   pid_t peer_pid = 0;  ///< from SO_PEERCRED; 0 = unknown (no single copy)
+  /// This side's shared pool (its transport's), or null: pieces of a write
+  /// that lie in it go by reference.
+  std::shared_ptr<shm::shared_pool> pool;
 };
 
 /// One shm connection's state, shared by its handle and its pending waits.
@@ -81,7 +88,8 @@ class shm_connection_state final : public ref_counted, public closable {
         peer_(std::move(peer)),
         read_some_max_(opts.read_some_max),
         single_copy_min_(opts.peer_pid > 0 ? opts.single_copy_min : 0),
-        peer_pid_(opts.peer_pid) {
+        peer_pid_(opts.peer_pid),
+        pool_(opts.pool) {
     shm::segment_header* h = map_.header();
     ring_size_ = (map_.size() - shm::header_size) / 2;
     mask_ = ring_size_ - 1;
@@ -283,6 +291,7 @@ class shm_connection_state final : public ref_counted, public closable {
     bell_->close(ignored);
     peer_bell_.reset();
     map_.reset();
+    peer_pool_.reset();
     out_ = in_ = nullptr;
     out_rq_ = in_rq_ = nullptr;
     me_ = them_ = nullptr;
@@ -370,17 +379,17 @@ class shm_connection_state final : public ref_counted, public closable {
       while (w.idx < w.sg.size()) {
         const const_buffer& b = w.sg[w.idx];
         const std::size_t left = b.size() - w.off;
-        if (remote_ok && left >= single_copy_min_ && out_rem_head_ - out_rem_acked_ < shm::remote_slots) {
-          shm::remote_piece& slot = out_rq_->slot[out_rem_head_ % shm::remote_slots];
-          slot.at = out_head_;
-          slot.addr = reinterpret_cast<std::uintptr_t>(b.data() + w.off);
-          slot.size = left;
-          w.need_ack = ++out_rem_head_;
-          w.done += left;
-          stats_.bytes_sent += left;
+        const bool slot_free = out_rem_head_ - out_rem_acked_ < shm::remote_slots;
+        std::optional<std::uint64_t> in_pool;
+        if (pool_ && slot_free && left >= shm::pool_piece_min) in_pool = pool_->offset_of(b.data() + w.off, left);
+        if (in_pool && offer_pool()) {
+          announce(w, shm::piece_kind::pool, *in_pool, left);
+          stats_.pool_sent += left;
+          continue;
+        }
+        if (remote_ok && slot_free && left >= single_copy_min_) {
+          announce(w, shm::piece_kind::process, reinterpret_cast<std::uintptr_t>(b.data() + w.off), left);
           stats_.single_copy_sent += left;
-          ++w.idx;
-          w.off = 0;
           continue;
         }
         if (space == 0 && budget != 0 && out_head_ != seen_at) {
@@ -420,6 +429,31 @@ class shm_connection_state final : public ref_counted, public closable {
       publish_writes();
     }
     return true;
+  }
+
+  /// Puts the rest of `w`'s current buffer (`left` bytes) in the piece queue
+  /// at the ring's head; `w` completes once the peer copied it.
+  void announce(write_op& w, shm::piece_kind kind, std::uint64_t addr, std::size_t left) noexcept {
+    shm::remote_piece& slot = out_rq_->slot[out_rem_head_ % shm::remote_slots];
+    slot.at = out_head_;
+    slot.addr = addr;
+    slot.size = left;
+    slot.kind = kind;
+    w.need_ack = ++out_rem_head_;
+    w.done += left;
+    stats_.bytes_sent += left;
+    ++w.idx;
+    w.off = 0;
+  }
+
+  /// Whether the peer has (or, sent now, will have before it sees the next
+  /// piece) this side's pool. The descriptor goes over the Unix socket before
+  /// any piece of the pool is published, so the peer finds it queued there.
+  bool offer_pool() noexcept {
+    if (pool_offer_ == offer::sent) return true;
+    if (pool_offer_ == offer::refused) return false;
+    pool_offer_ = pool_->send_to(sock_->native_handle()) ? offer::sent : offer::refused;
+    return pool_offer_ == offer::sent;
   }
 
   /// The free bytes of the outgoing ring, from the peer's read index. False
@@ -537,10 +571,7 @@ class shm_connection_state final : public ref_counted, public closable {
     }
     stats_.bytes_received += in_tail_ - start;
     if (in_rem_tail_ != rem_start) in_rq_->tail.store(in_rem_tail_, std::memory_order_seq_cst);
-    if (piece_bytes != 0) {
-      stats_.bytes_received += piece_bytes;
-      stats_.single_copy_received += piece_bytes;
-    }
+    stats_.bytes_received += piece_bytes;
     if (in_tail_ != start || piece_bytes != 0) {
       moved = true;
       publish_reads();
@@ -580,24 +611,43 @@ class shm_connection_state final : public ref_counted, public closable {
   }
 
   /// Takes the next announced piece, checked: it starts within the ring's
-  /// unread bytes and is not empty. False after a protocol error.
+  /// unread bytes, is not empty, and lies in memory this side reads: the
+  /// peer's process where single copy works, or the peer's pool (whose
+  /// descriptor must be on the socket by now). False after a protocol error.
   bool take_piece() noexcept {
     const shm::remote_piece p = in_rq_->slot[in_rem_tail_ % shm::remote_slots];  // a copy: the peer may scribble
-    if (p.at < in_tail_ || p.at - in_tail_ > ring_size_ || p.size == 0 || p.addr + p.size < p.addr ||
-        single_copy_min_ == 0 || reads_peer_ != shm::single_copy::works) {
-      protocol_error("the peer announced a piece of " + std::to_string(p.size) + " bytes at ring position " +
-                     std::to_string(p.at) + " (read index " + std::to_string(in_tail_) + ")" +
-                     (reads_peer_ == shm::single_copy::works ? "" : ", but this side reads no pieces"));
-      return false;
+    std::string why;
+    if (p.at < in_tail_ || p.at - in_tail_ > ring_size_ || p.size == 0) {
+      why = "";
+    } else if (p.kind == shm::piece_kind::pool) {
+      if (!peer_pool_ && receive_control() != control::pool) {
+        if (failed_) return false;
+        why = ", but sent no pool";
+      } else if (p.addr > peer_pool_.size() || p.size > peer_pool_.size() - p.addr) {
+        why =
+            ", at offset " + std::to_string(p.addr) + " of its pool of " + std::to_string(peer_pool_.size()) + " bytes";
+      } else {
+        piece_ = piece_in{p, 0};
+        return true;
+      }
+    } else if (p.kind != shm::piece_kind::process) {
+      why = " of an unknown kind " + std::to_string(static_cast<std::uint64_t>(p.kind));
+    } else if (p.addr + p.size < p.addr || single_copy_min_ == 0 || reads_peer_ != shm::single_copy::works) {
+      why = p.addr + p.size < p.addr ? "" : ", but this side reads no pieces";
+    } else {
+      piece_ = piece_in{p, 0};
+      return true;
     }
-    piece_ = piece_in{p, 0};
-    return true;
+    protocol_error("the peer announced a piece of " + std::to_string(p.size) + " bytes at ring position " +
+                   std::to_string(p.at) + " (read index " + std::to_string(in_tail_) + ")" + why);
+    return false;
   }
 
   /// Copies `n` bytes of the current piece out of the peer's memory. False
   /// when the connection failed (`failed`: by a protocol error) or the peer's
   /// close may have taken the piece's memory back (the reads then fail).
   bool copy_from_peer(std::byte* dst, std::size_t n, bool& failed) noexcept {
+    if (piece_->p.kind == shm::piece_kind::pool) return copy_from_pool(dst, n);
     iovec local{dst, n};
     iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(piece_->p.addr + piece_->off)), n};
     ssize_t got = -1;
@@ -625,12 +675,31 @@ class shm_connection_state final : public ref_counted, public closable {
       fail_reads(make_error_code(errc::connection_reset));
       return false;
     }
+    stats_.single_copy_received += n;
+    piece_done(n);
+    return true;
+  }
+
+  /// copy_from_peer() for a piece of the peer's pool. The mapping stays
+  /// valid whatever the peer does; only a peer that closed may have reused
+  /// the piece's memory (one that died reuses nothing).
+  bool copy_from_pool(std::byte* dst, std::size_t n) noexcept {
+    std::memcpy(dst, peer_pool_.data() + piece_->p.addr + piece_->off, n);
+    if (them_->closed.load(std::memory_order_seq_cst) != 0) {
+      fail_reads(make_error_code(errc::connection_reset));
+      return false;
+    }
+    stats_.pool_received += n;
+    piece_done(n);
+    return true;
+  }
+
+  void piece_done(std::size_t n) noexcept {
     piece_->off += n;
     if (piece_->off == piece_->p.size) {
       piece_.reset();
       ++in_rem_tail_;
     }
-    return true;
   }
 
   /// Reads the peer's probe word through process_vm_readv (once, when the
@@ -723,26 +792,51 @@ class shm_connection_state final : public ref_counted, public closable {
                       });
   }
 
+  /// What the Unix socket had: nothing yet, the peer's pool (now mapped),
+  /// its hang-up, or something that broke the protocol (the connection failed).
+  enum class control { nothing, pool, hang_up, failed };
+
+  /// Takes one message off the Unix socket, if one is there. After the
+  /// handshake the only message a peer may send is its pool, once.
+  control receive_control() noexcept {
+    shm::pool_hello h{};
+    const shm::received_message m = shm::receive_with_fds(sock_->native_handle(), &h, sizeof h);
+    if (m.bytes < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return control::nothing;
+    if (m.bytes <= 0) return control::hang_up;
+    std::string why;
+    if (m.bytes != static_cast<ssize_t>(sizeof h) || m.truncated || m.fd_count != 1) {
+      why = "the peer sent a message of " + std::to_string(m.bytes) + (m.truncated ? " or more" : "") + " bytes and " +
+            std::to_string(m.fd_count) + " descriptors on the control socket that is not its pool";
+    } else if (peer_pool_) {
+      why = "the peer sent its pool a second time";
+    } else {
+      peer_pool_ = shm::accept_pool(h, m.fds[0].get(), why);
+      if (peer_pool_) return control::pool;
+    }
+    protocol_error(why);
+    return control::failed;
+  }
+
   /// The Unix socket stays open for the connection's life: its hang-up is the
-  /// peer's death (or close). Bytes on it after the handshake break the protocol.
+  /// peer's death (or close). The peer's pool may arrive on it, once.
   void watch_socket() {
     sock_waiting_ = true;
     sock_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                       [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
                         self->sock_waiting_ = false;
                         if (ec || !self->map_) return self->let_go_if_idle();
-                        char b = 0;
-                        const ssize_t n = ::recv(self->sock_->native_handle(), &b, 1, MSG_DONTWAIT);
-                        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-                          self->watch_socket();
-                          return;
+                        switch (self->receive_control()) {
+                          case control::nothing:
+                            return self->watch_socket();
+                          case control::pool:
+                            self->watch_socket();
+                            return self->pump();
+                          case control::hang_up:
+                            self->peer_gone_ = true;
+                            return self->pump();
+                          case control::failed:
+                            return self->let_go_if_idle();
                         }
-                        if (n > 0) {
-                          self->protocol_error("the peer sent bytes on the control socket after the handshake");
-                          return;
-                        }
-                        self->peer_gone_ = true;
-                        self->pump();
                       });
   }
 
@@ -760,6 +854,10 @@ class shm_connection_state final : public ref_counted, public closable {
   shm::unique_fd peer_pidfd_;                                ///< readable once the peer's process ended
   std::uint64_t probe_word_ = 0;                             ///< what the peer reads through side_flags::probe_addr
   shm::single_copy reads_peer_ = shm::single_copy::unknown;  ///< this side's own finding
+  std::shared_ptr<shm::shared_pool> pool_;                   ///< this side's pool, or null
+  enum class offer : std::uint8_t { not_yet, sent, refused };
+  offer pool_offer_ = offer::not_yet;  ///< whether the peer was sent pool_'s descriptor
+  shm::mapping peer_pool_;             ///< the peer's pool, read-only, once it sent it
   std::size_t ring_size_ = 0;
   std::uint64_t mask_ = 0;
   shm::ring_indices* out_ = nullptr;

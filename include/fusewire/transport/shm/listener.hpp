@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
-#include <vector>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 
@@ -27,6 +27,7 @@
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/stream_handle.hpp>
 #include <fusewire/transport/shm/connection.hpp>
+#include <fusewire/transport/shm/pool.hpp>
 #include <fusewire/transport/shm/segment.hpp>
 
 namespace fusewire {
@@ -40,6 +41,7 @@ struct shm_listener_options {
   std::size_t single_copy_min;
   std::chrono::milliseconds handshake_timeout;
   bool same_user_only;
+  std::shared_ptr<shm::shared_pool> pool;  ///< the transport's, for its connections
 };
 
 /// A listening socket's state, shared by its handle and its pending waits.
@@ -186,27 +188,10 @@ class shm_listener_state final : public ref_counted, public closable {
   bool receive_hello() {
     const int fd = hs_native();
     shm::hello h{};
-    iovec iov{&h, sizeof h};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * (shm::hello_fds + 4))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    shm::received_message m = shm::receive_with_fds(fd, &h, sizeof h);
+    const ssize_t n = m.bytes;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-    std::vector<shm::unique_fd> fds;
-    if (n >= 0) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (std::size_t i = 0; i < count; ++i) {
-          int one = -1;
-          std::memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-          fds.emplace_back(one);
-        }
-      }
-    }
+    auto& fds = m.fds;  // the first m.fd_count hold descriptors
     std::string why;
     shm::mapping map;
     ucred cred{};
@@ -215,8 +200,8 @@ class shm_listener_state final : public ref_counted, public closable {
       why = "receiving its hello failed: " + shm::last_error().message();
     } else if (n == 0) {
       why = "it closed before its hello";
-    } else if (static_cast<std::size_t>(n) != sizeof h || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
-               fds.size() != static_cast<std::size_t>(shm::hello_fds)) {
+    } else if (static_cast<std::size_t>(n) != sizeof h || m.truncated ||
+               m.fd_count != static_cast<std::size_t>(shm::hello_fds)) {
       why = "its hello is not " + std::to_string(sizeof h) + " bytes with " + std::to_string(shm::hello_fds) +
             " descriptors";
     } else if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -240,7 +225,7 @@ class shm_listener_state final : public ref_counted, public closable {
       state = ref_ptr<shm_connection_state>(
           new shm_connection_state(*reactor_, std::move(sock), std::move(fds[2]), std::move(fds[1]), std::move(map), 1,
                                    name() + "#" + std::to_string(cred.pid),
-                                   shm_link_options{opts_.read_some_max, opts_.single_copy_min, cred.pid}));
+                                   shm_link_options{opts_.read_some_max, opts_.single_copy_min, cred.pid, opts_.pool}));
     } catch (...) {
       reactor_->report("shm_listener " + name() + ": no memory for a connection; dropped");
       next();

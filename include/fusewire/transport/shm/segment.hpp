@@ -8,7 +8,7 @@
 /// byte stream: the producer advances `head`, the consumer `tail` (both count
 /// bytes since the start, so `head - tail` is what waits). Beside each ring, a
 /// queue of pieces the consumer copies straight out of the producer's memory
-/// (process_vm_readv): each piece sits in the stream at ring position `at`,
+/// (process_vm_readv) or shared pool: each piece sits in the stream at ring position `at`,
 /// after the ring's bytes before `at` and before those from `at` on; the
 /// consumer's `tail` of that queue is the producer's acknowledgement that it
 /// may reuse the piece's memory. Every value in the
@@ -24,11 +24,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -41,7 +43,7 @@ inline namespace v0 {
 namespace detail::shm {
 
 inline constexpr std::uint64_t segment_magic = 0x4d48532d45525746ull;  // "FWRE-SHM", little-endian
-inline constexpr std::uint32_t segment_version = 2;
+inline constexpr std::uint32_t segment_version = 3;
 inline constexpr std::size_t header_size = 4096;
 
 /// One direction's indices, each on its own cache line.
@@ -50,12 +52,19 @@ struct ring_indices {
   alignas(64) std::atomic<std::uint64_t> tail;  ///< bytes consumed (the consumer stores)
 };
 
+/// Where a remote piece's bytes are: in the producer's process memory (read
+/// with process_vm_readv), or in the producer's shared pool (shm/pool.hpp),
+/// which the consumer has mapped.
+enum class piece_kind : std::uint64_t { process = 0, pool = 1 };
+
 /// A piece of the stream left in the producer's memory: `size` bytes at
-/// `addr` in the producer's process, read by the consumer at ring position `at`.
+/// `addr` (an address in the producer's process, or an offset in its pool),
+/// read by the consumer at ring position `at`.
 struct remote_piece {
   std::uint64_t at;
   std::uint64_t addr;
   std::uint64_t size;
+  piece_kind kind;
 };
 inline constexpr std::size_t remote_slots = 16;
 
@@ -152,6 +161,7 @@ class mapping {
     return static_cast<std::byte*>(base_) + header_size + static_cast<std::size_t>(i) * ring_size_of();
   }
   std::size_t size() const noexcept { return size_; }
+  const std::byte* data() const noexcept { return static_cast<const std::byte*>(base_); }
   explicit operator bool() const noexcept { return base_ != nullptr; }
 
  private:
@@ -161,6 +171,69 @@ class mapping {
 };
 
 inline std::error_code last_error() noexcept { return {errno, std::system_category()}; }
+
+/// The most descriptors one message on a connection's Unix socket carries.
+inline constexpr std::size_t max_message_fds = 8;
+
+/// Sends `len` bytes at `data` and the descriptors `fds` (SCM_RIGHTS) as one
+/// message on a Unix socket: the bytes sent, or -1 with errno set.
+inline ssize_t send_with_fds(int sock, const void* data, std::size_t len, std::span<const int> fds,
+                             int flags = 0) noexcept {
+  if (fds.size() > max_message_fds) {
+    errno = EINVAL;
+    return -1;
+  }
+  iovec iov{const_cast<void*>(data), len};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * max_message_fds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!fds.empty()) {
+    msg.msg_control = cbuf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  return ::sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
+}
+
+/// One message taken off a Unix socket by receive_with_fds.
+struct received_message {
+  ssize_t bytes = -1;  ///< as recvmsg: -1 with errno set, 0 at the peer's hang-up
+  std::array<unique_fd, max_message_fds> fds;
+  std::size_t fd_count = 0;
+  bool truncated = false;  ///< longer than the buffer, or with more descriptors than fit (those are closed)
+};
+
+/// Takes one message of at most `len` bytes into `data`, and its descriptors
+/// (close-on-exec; closed with the result unless moved out), without waiting.
+inline received_message receive_with_fds(int sock, void* data, std::size_t len) noexcept {
+  received_message r;
+  iovec iov{data, len};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * max_message_fds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof cbuf;
+  r.bytes = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (r.bytes < 0) return r;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int one = -1;
+      std::memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      unique_fd fd(one);
+      if (r.fd_count < max_message_fds) r.fds[r.fd_count++] = std::move(fd);
+    }
+  }
+  r.truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  return r;
+}
 
 /// A ring size is a power of two from 4 KiB to 1 GiB.
 inline bool valid_ring_size(std::uint64_t n) noexcept {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@
 #include <fusewire/transport/detail/thread_check.hpp>
 #include <fusewire/transport/shm/connection.hpp>
 #include <fusewire/transport/shm/listener.hpp>
+#include <fusewire/transport/shm/pool.hpp>
 #include <fusewire/transport/shm/segment.hpp>
 
 namespace fusewire {
@@ -67,9 +69,13 @@ class shm {
     /// (SO_PEERCRED); abstract Unix sockets have no file permissions.
     bool same_user_only = true;
     int backlog = 1024;
+    /// Bytes of address space of the shared pool (allocate_shared), made on
+    /// the first allocation: 0 = no pool, else 1 MiB..64 GiB. Pages are backed
+    /// only once written, and a block freed stays backed for reuse.
+    std::size_t pool_size = std::size_t{1} << 30;
   };
 
-  shm() = default;
+  shm() : shm(config{}) {}
   /// Throws std::system_error(errc::invalid_argument) naming a bad field.
   explicit shm(config cfg) : config_(cfg) {
     const auto bad = [](const std::string& what) { throw_error(errc::invalid_argument, "shm::config." + what); };
@@ -85,9 +91,30 @@ class shm {
     }
     if (config_.handshake_timeout.count() <= 0) bad("handshake_timeout: must be positive");
     if (config_.backlog < 1) bad("backlog = " + std::to_string(config_.backlog) + ": must be at least 1");
+    if (config_.pool_size != 0 &&
+        (config_.pool_size < detail::shm::min_pool_size || config_.pool_size > detail::shm::max_pool_size)) {
+      bad("pool_size = " + std::to_string(config_.pool_size) + ": must be 0 (no pool) or 1 MiB..64 GiB");
+    }
+    if (config_.pool_size != 0) pool_ = std::make_shared<detail::shm::shared_pool>(config_.pool_size);
   }
 
   const config& settings() const noexcept { return config_; }
+
+  /// `n` bytes of the shared pool: a piece of a write of 16 KiB or more that
+  /// lies in the pool is not copied into the ring; the peer copies it straight
+  /// out of the pool (which it maps read-only), so it is copied once, with
+  /// memcpy, and the write completes once the peer did. Copies of this
+  /// transport object share one pool. When there is no pool, or it is full,
+  /// ordinary memory (which the ring carries); `conn.stats().pool_sent` tells
+  /// the two apart. Any thread; the buffer may outlive the transport.
+  tensor_buffer allocate_shared(std::size_t n) const {
+    if (pool_) {
+      std::string why;
+      tensor_buffer b = pool_->allocate(n, why);
+      if (b.data() != nullptr) return b;
+    }
+    return tensor_buffer::allocate(n);
+  }
 
   /// Connects to the listener of host:port on this host (its thread only):
   /// `handler(error_code, connection)`, never inline. Makes and sends the
@@ -148,8 +175,8 @@ class shm {
       ec = detail::shm::last_error();
       return {};
     }
-    detail::shm_listener_options opts{config_.max_ring_size, config_.read_some_max, config_.single_copy_min,
-                                      config_.handshake_timeout, config_.same_user_only};
+    detail::shm_listener_options opts{config_.max_ring_size,     config_.read_some_max,  config_.single_copy_min,
+                                      config_.handshake_timeout, config_.same_user_only, pool_};
     return detail::handle_access::make<shm_listener>(detail::ref_ptr<detail::shm_listener_state>(
         new detail::shm_listener_state(reactor, fd.release(), std::string(host), bound, opts)));
   }
@@ -193,21 +220,9 @@ class shm {
       ec = s::last_error();
       return {};
     }
-    s::hello h{s::segment_magic, s::segment_version, 0, config_.ring_size};
-    iovec iov{&h, sizeof h};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * s::hello_fds)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * s::hello_fds);
+    const s::hello h{s::segment_magic, s::segment_version, 0, config_.ring_size};
     const int fds[s::hello_fds] = {memfd.get(), mine.get(), theirs.get()};
-    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-    if (::sendmsg(sock.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) {
+    if (s::send_with_fds(sock.get(), &h, sizeof h, fds) != static_cast<ssize_t>(sizeof h)) {
       const int e = errno;
       ec = (e == EPIPE || e == ECONNRESET) ? make_error_code(errc::connection_refused)
                                            : std::error_code(e, std::system_category());
@@ -217,13 +232,14 @@ class shm {
     ucred cred{};
     socklen_t cred_len = sizeof cred;
     if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) cred.pid = 0;
-    const detail::shm_link_options link{config_.read_some_max, config_.single_copy_min, cred.pid};
+    const detail::shm_link_options link{config_.read_some_max, config_.single_copy_min, cred.pid, pool_};
     return detail::ref_ptr<detail::shm_connection_state>(
         new detail::shm_connection_state(reactor, std::move(sock), std::move(mine), std::move(theirs), std::move(map),
                                          0, std::string(host) + ":" + std::to_string(port), link));
   }
 
   config config_;
+  std::shared_ptr<detail::shm::shared_pool> pool_;  ///< null: no pool
 };
 
 static_assert(transport<shm>);
