@@ -299,9 +299,11 @@ class client {
       }
       if (wake) cv.notify_one();
     }
-    /// Waits until an event wakes us (or `until`), then moves every queued event into `got`.
-    void take(std::deque<event>& got, std::chrono::steady_clock::time_point until) {
-      if (spin != std::chrono::steady_clock::duration::zero() && !ready.load(std::memory_order_acquire)) {
+    /// Waits until an event wakes us (or `until`), then moves every queued
+    /// event into `got`. `settle` (settle_sends()): any event wakes us, send
+    /// completions included, and there is no spin first.
+    void take(std::deque<event>& got, std::chrono::steady_clock::time_point until, bool settle = false) {
+      if (!settle && spin != std::chrono::steady_clock::duration::zero() && !ready.load(std::memory_order_acquire)) {
         const auto start = std::chrono::steady_clock::now();
         const auto stop =
             spin == std::chrono::steady_clock::duration::max() || until - start < spin ? until : start + spin;
@@ -312,14 +314,13 @@ class client {
         }
       }
       std::unique_lock lock(mutex);
-      cv.wait_until(lock, until, [this] { return wakeful != 0; });
-      drain(got);
-    }
-    /// Waits for any event, send completions included, then moves them into `got`.
-    void take_any(std::deque<event>& got) {
-      std::unique_lock lock(mutex);
-      settling = true;
-      cv.wait(lock, [this] { return !events.empty(); });
+      settling = settle;
+      const auto woken = [&] { return wakeful != 0 || (settle && !events.empty()); };
+      if (until == std::chrono::steady_clock::time_point::max()) {
+        cv.wait(lock, woken);
+      } else {
+        cv.wait_until(lock, until, woken);
+      }
       settling = false;
       drain(got);
     }

@@ -43,7 +43,7 @@ void client<Transport>::settle_sends(std::vector<attempt>& attempts) {
   };
   std::deque<event> got;
   while (in_flight()) {
-    events_->take_any(got);
+    events_->take(got, std::chrono::steady_clock::time_point::max(), true);
     for (event& e : got) {
       if (!e.is_send) {
         recv_posted_[e.ps] = posted_recv::none;  // a reply after the step ended: nobody waits for it
