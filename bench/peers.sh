@@ -8,7 +8,8 @@
 #   skew payload (6.03 MiB)         bandwidth and round trip vs ZeroMQ and gRPC, next to the
 #                                   TCP ceiling (iperf3, one stream) and the copy ceiling (memcpy)
 #   same host (second table)        the futex floor (shared memory, futex wake-ups; poll and
-#                                   block), fusewire-shm, TensorPipe (uv and shm transports, basic
+#                                   block), fusewire-shm (through its ring, and for the skew payload
+#                                   also from its shared pool), TensorPipe (uv and shm transports, basic
 #                                   and cma channels) and UCX shared memory (posix, sysv, cma), as
 #                                   ratios to fusewire-uring over loopback and to the futex floor:
 #                                   10 B and skew round trip, skew bandwidth
@@ -87,6 +88,9 @@ echo "peers: skew payload, bandwidth and round trip"
   --backend "$(join fusewire-uring:block fusewire-asio:block fusewire-shm:block futex:block zmq:block grpc "${tp[@]}")" \
   --json "$out/skew.json"
 skew_bytes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"][0]["payload_bytes"])' "$out/skew.json")
+echo "peers: skew payload over fusewire-shm from its shared pool (--shared-pool)"
+"${fw[@]}" --benchmark p2p-bandwidth,p2p-latency --scheme skew --shared-pool --backend fusewire-shm:block \
+  --json "$out/skew_pool.json"
 
 # UCX over TCP: tag_lat's latency column is one way (half the round trip).
 if command -v ucx_perftest >/dev/null; then
@@ -169,6 +173,7 @@ def fwbench(name):
     return got
 
 lat_poll, lat_block, skew = fwbench("lat_poll"), fwbench("lat_block"), fwbench("skew")
+skew_pool = fwbench("skew_pool")
 
 def ucx():
     v = []
@@ -253,12 +258,14 @@ same.append(("10 B round trip p50, block, pinned", "us", lat_block.get(("fusewir
              [(b, lat_block.get((b, lat))) for b in tp]))
 futex_skew = skew.get(("futex:block", lat))
 same.append(("skew round trip p50", "us", skew.get(("fusewire-uring:block", lat)), futex_skew,
-             [("futex:block", futex_skew), ("fusewire-shm:block", skew.get(("fusewire-shm:block", lat)))] +
+             [("futex:block", futex_skew), ("fusewire-shm:block", skew.get(("fusewire-shm:block", lat))),
+              ("fusewire-shm:block, shared pool", skew_pool.get(("fusewire-shm:block", lat)))] +
              [(b, skew.get((b, lat))) for b in tp] +
              [(f"UCX {n} tag_lat ({t})", ucx_shm(n, "lat_skew")) for n, t in ucx_names.items()]))
 futex_bw = skew.get(("futex:block", bw))
 same.append(("skew bandwidth", "MB/s", skew.get(("fusewire-uring:block", bw)), futex_bw,
-             [("futex:block", futex_bw), ("fusewire-shm:block", skew.get(("fusewire-shm:block", bw)))] +
+             [("futex:block", futex_bw), ("fusewire-shm:block", skew.get(("fusewire-shm:block", bw))),
+              ("fusewire-shm:block, shared pool", skew_pool.get(("fusewire-shm:block", bw)))] +
              [(b, skew.get((b, bw))) for b in tp] +
              [(f"UCX {n} tag_bw, streamed ({t})", ucx_shm(n, "bw_skew")) for n, t in ucx_names.items()]))
 
