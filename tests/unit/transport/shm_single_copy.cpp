@@ -502,6 +502,39 @@ TEST_CASE("shm shared pool: pieces in the pool are copied once by the peer, in s
   }
 }
 
+TEST_CASE("shm shared pool: the reader of a long pool transfer wakes the sleeping writer once, at its end") {
+  // A 64 KiB ring: the reader takes the 16 MiB piece in 256 steps, and a
+  // writer woken at each would find nothing to do (its write completes when
+  // the whole piece was copied).
+  fw::shm::config cfg;
+  cfg.ring_size = 64 * 1024;
+  const fw::shm side(cfg);
+  const std::size_t n = std::size_t{16} << 20;
+  fw::tensor_buffer big = side.allocate_shared(n);
+  const auto data = pattern(n, 11);
+  std::memcpy(big.data(), data.data(), n);
+  reported_group g(fw::reactor_mode::block, 2);
+  connected p;
+  p.open(g, side, side);
+  p.warm_up(g);
+  const std::uint64_t woken_before = g.on(0, [&] { return p.server->stats().wakeups_sent; });
+  const fw::const_buffer sg[] = {fw::const_buffer(big.bytes())};
+  std::promise<std::error_code> sent;
+  g.on(1, [&] {
+    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+    return 0;
+  });
+  const std::vector<std::byte> back = read_exactly(g, 0, *p.server, n, n);
+  auto sf = sent.get_future();
+  REQUIRE(sf.wait_for(10s) == std::future_status::ready);
+  CHECK_FALSE(sf.get());
+  CHECK(back == data);
+  const fw::shm_stats ss = g.on(0, [&] { return p.server->stats(); });
+  CHECK(ss.pool_received == n);
+  CHECK(ss.wakeups_sent - woken_before <= 1);
+  p.close(g);
+}
+
 TEST_CASE("shm shared pool: without a pool, or when it is full, allocate_shared gives ordinary memory") {
   fw::shm::config off, small;
   off.pool_size = 0;

@@ -187,7 +187,7 @@ class shm_connection_state final : public ref_counted, public closable {
     if (dst.empty()) return true;
     copy_out(dst.data(), dst.size());
     stats_.bytes_received += dst.size();
-    publish_reads();
+    publish_reads(false);
     return true;
   }
 
@@ -321,6 +321,24 @@ class shm_connection_state final : public ref_counted, public closable {
         them_->sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
       ring_bell();
     }
+  }
+
+  /// After this side consumed: wakes the peer if it sleeps, except while
+  /// this side still has pieces of the peer's to copy (`pieces_left`) and the
+  /// peer waits neither for room in the ring nor for an acknowledgement made
+  /// so far: in the middle of a large transfer it would wake to find nothing
+  /// to do, at the cost of a switch there and, between cores, an interrupt
+  /// here. Otherwise a wake-up now, before the answer to what was read is
+  /// ready, overlaps the peer's wake-up with this side's work on it. The
+  /// peer's flags are only advice: they decide whether it is woken, never
+  /// what this side reads or writes.
+  void notify_peer_of_reads(bool pieces_left) noexcept {
+    if (pieces_left && them_->sleeping.load(std::memory_order_seq_cst) != 0 &&
+        them_->wants_room.load(std::memory_order_seq_cst) == 0 &&
+        in_rem_tail_ < them_->ack_wanted.load(std::memory_order_seq_cst)) {
+      return;
+    }
+    notify_peer();
   }
 
   void copy_in(const std::byte* src, std::size_t n) noexcept {
@@ -530,7 +548,7 @@ class shm_connection_state final : public ref_counted, public closable {
       if (avail == 0) {
         if (from_peer || ring_budget == 0 || in_tail_ == seen_at) break;
         // The peer may have written more while this side copied.
-        publish_reads();
+        publish_reads(piece_ || in_rem_tail_ != rem_head);
         seen_at = in_tail_;
         if (!load_head(head, rem_head)) return false;
         continue;
@@ -558,7 +576,7 @@ class shm_connection_state final : public ref_counted, public closable {
       } else {
         copy_out(dst, n);
         ring_budget -= n;
-        if (in_tail_ - shown_tail_ >= publish_step_) publish_reads();
+        if (in_tail_ - shown_tail_ >= publish_step_) publish_reads(piece_ || in_rem_tail_ != rem_head);
       }
       if (r.some) {
         complete_some(std::move(r.sh), {}, std::move(b));
@@ -574,7 +592,7 @@ class shm_connection_state final : public ref_counted, public closable {
     stats_.bytes_received += piece_bytes;
     if (in_tail_ != start || piece_bytes != 0) {
       moved = true;
-      publish_reads();
+      publish_reads(piece_ || in_rem_tail_ != rem_head);
     }
     if (!reads_.empty() && head == in_tail_ && !piece_ && in_rem_tail_ == rem_head && peer_done) {
       const bool clean = them_->closed.load(std::memory_order_acquire) != 0;
@@ -601,13 +619,14 @@ class shm_connection_state final : public ref_counted, public closable {
     return true;
   }
 
-  /// Hands the bytes this side copied out back to the peer and wakes it if it sleeps.
-  void publish_reads() noexcept {
+  /// Hands the bytes this side copied out back to the peer and wakes it if it
+  /// sleeps (notify_peer_of_reads says when not).
+  void publish_reads(bool pieces_left) noexcept {
     if (in_tail_ != shown_tail_) {
       in_->tail.store(in_tail_, std::memory_order_seq_cst);
       shown_tail_ = in_tail_;
     }
-    notify_peer();
+    notify_peer_of_reads(pieces_left);
   }
 
   /// Takes the next announced piece, checked: it starts within the ring's
@@ -737,7 +756,7 @@ class shm_connection_state final : public ref_counted, public closable {
     if (!reads_.empty() && in_->head.load(std::memory_order_seq_cst) != in_tail_) return true;
     if (!writes_.empty() && out_head_ - out_->tail.load(std::memory_order_seq_cst) != ring_size_) return true;
     if (!reads_.empty() && in_rq_->head.load(std::memory_order_seq_cst) != in_rem_tail_) return true;
-    if (!unacked_.empty() && out_rq_->tail.load(std::memory_order_seq_cst) != out_rem_acked_) return true;
+    if (!unacked_.empty() && out_rq_->tail.load(std::memory_order_seq_cst) >= unacked_.front().need_ack) return true;
     return false;
   }
 
@@ -770,6 +789,8 @@ class shm_connection_state final : public ref_counted, public closable {
   }
 
   void sleep() noexcept {
+    me_->wants_room.store(writes_.empty() ? 0 : 1, std::memory_order_relaxed);
+    me_->ack_wanted.store(unacked_.empty() ? ~std::uint64_t{0} : unacked_.front().need_ack, std::memory_order_relaxed);
     me_->sleeping.store(1, std::memory_order_seq_cst);
     if (ready()) {
       me_->sleeping.store(0, std::memory_order_relaxed);

@@ -64,22 +64,15 @@ class shared_pool : public std::enable_shared_from_this<shared_pool> {
     if (std::byte* b = base_.load(std::memory_order_relaxed)) ::munmap(b, size_);
   }
 
-  std::size_t capacity() const noexcept { return size_; }
-
-  /// `n` bytes of the pool (64-byte aligned), or an empty buffer when the
-  /// pool is full or could not be made (`why` then says why). Any thread.
-  tensor_buffer allocate(std::size_t n, std::string& why) {
+  /// `n` bytes of the pool (64-byte aligned), or an empty buffer when `n` is
+  /// 0, the pool is full or it could not be made. Any thread.
+  tensor_buffer allocate(std::size_t n) {
     void* p = nullptr;
     {
       std::lock_guard lock(mutex_);
-      if (algo_ == nullptr && !create(why)) return {};
-      p = n == 0 ? nullptr : algo_->allocate_aligned(n, 64);
-      if (p == nullptr) {
-        why = n == 0 ? "an empty buffer needs no pool"
-                     : "the pool of " + std::to_string(size_) + " bytes has no free block of " + std::to_string(n) +
-                           " (" + std::to_string(algo_->get_free_memory()) + " bytes free)";
-        return {};
-      }
+      if (n == 0 || (algo_ == nullptr && !create())) return {};
+      p = algo_->allocate_aligned(n, 64);
+      if (p == nullptr) return {};
     }
     // Outside the lock: a wrap() that throws has run the deleter already.
     return tensor_buffer::wrap(static_cast<std::byte*>(p), n, [self = shared_from_this(), p]() noexcept {
@@ -113,26 +106,22 @@ class shared_pool : public std::enable_shared_from_this<shared_pool> {
   /// Makes, seals and maps the memfd, and lays the allocator's bookkeeping
   /// into it (readable by peers, like the rest of the pool: it says nothing
   /// but block sizes). Under mutex_.
-  bool create(std::string& why) {
-    if (failed_) {
-      why = *failed_;
-      return false;
-    }
-    const auto fail = [&](const std::string& what) {
-      failed_ = what + ": " + last_error().message();
-      why = *failed_;
+  bool create() {
+    if (create_failed_) return false;
+    const auto fail = [&] {
+      create_failed_ = true;
       return false;
     };
     unique_fd fd(::memfd_create("fusewire-shm-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (!fd) return fail("memfd_create of the shared pool failed");
-    if (::ftruncate(fd.get(), static_cast<off_t>(size_)) != 0) return fail("sizing the shared pool failed");
+    if (!fd) return fail();
+    if (::ftruncate(fd.get(), static_cast<off_t>(size_)) != 0) return fail();
     void* base = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
-    if (base == MAP_FAILED) return fail("mmap of the shared pool failed");
+    if (base == MAP_FAILED) return fail();
     // After this side's writable mapping: F_SEAL_FUTURE_WRITE refuses any
     // later one, so a peer that receives the descriptor can only read.
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
       ::munmap(base, size_);
-      return fail("sealing the shared pool failed");
+      return fail();
     }
     algo_ = ::new (base) algorithm(size_, 0);
     fd_ = std::move(fd);
@@ -144,8 +133,8 @@ class shared_pool : public std::enable_shared_from_this<shared_pool> {
   const std::size_t size_;
   std::atomic<std::byte*> base_{nullptr};  ///< set once, by create()
   unique_fd fd_;
-  algorithm* algo_ = nullptr;          ///< in the pool's first bytes; under mutex_
-  std::optional<std::string> failed_;  ///< why create() failed (it is not tried again)
+  algorithm* algo_ = nullptr;   ///< in the pool's first bytes; under mutex_
+  bool create_failed_ = false;  ///< create() is not tried again
 };
 
 /// The receiving side's checks of a peer's pool message; maps the pool

@@ -43,7 +43,7 @@ inline namespace v0 {
 namespace detail::shm {
 
 inline constexpr std::uint64_t segment_magic = 0x4d48532d45525746ull;  // "FWRE-SHM", little-endian
-inline constexpr std::uint32_t segment_version = 3;
+inline constexpr std::uint32_t segment_version = 4;
 inline constexpr std::size_t header_size = 4096;
 
 /// One direction's indices, each on its own cache line.
@@ -81,7 +81,11 @@ struct remote_queue {
 enum class single_copy : std::uint32_t { unknown = 0, works = 1, off = 2 };
 
 /// One side's flags: `sleeping` (set by the side before it waits on its
-/// eventfd; the peer clears it and signals), `closed` (the side closed: no
+/// eventfd; the peer clears it and signals), `wants_room` and `ack_wanted`
+/// (stored before `sleeping`: what the peer's consuming may wake this side
+/// for; room in the ring when it has writes queued, or the acknowledgement
+/// of piece `ack_wanted`, which completes its oldest unfinished write; bytes
+/// the peer produces wake it whatever they say), `closed` (the side closed: no
 /// more bytes come; what was produced before stays readable), `probe_addr`
 /// and `probe_value` (a word in this side's process, and the random value the
 /// peer must find there to know that it reads this very process) and
@@ -89,6 +93,8 @@ enum class single_copy : std::uint32_t { unknown = 0, works = 1, off = 2 };
 /// peer's pieces).
 struct side_flags {
   alignas(64) std::atomic<std::uint32_t> sleeping;
+  std::atomic<std::uint32_t> wants_room;
+  std::atomic<std::uint64_t> ack_wanted;
   std::atomic<std::uint32_t> closed;
   std::atomic<std::uint64_t> probe_value;
   std::atomic<std::uint64_t> probe_addr;

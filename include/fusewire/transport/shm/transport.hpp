@@ -109,8 +109,7 @@ class shm {
   /// the two apart. Any thread; the buffer may outlive the transport.
   tensor_buffer allocate_shared(std::size_t n) const {
     if (pool_) {
-      std::string why;
-      tensor_buffer b = pool_->allocate(n, why);
+      tensor_buffer b = pool_->allocate(n);
       if (b.data() != nullptr) return b;
     }
     return tensor_buffer::allocate(n);
