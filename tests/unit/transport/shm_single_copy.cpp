@@ -502,6 +502,25 @@ TEST_CASE("shm shared pool: pieces in the pool are copied once by the peer, in s
   }
 }
 
+namespace {
+/// Writes `sg` from the client and reads it on the server in one read;
+/// checks that the write succeeded and returns what was read.
+std::vector<std::byte> client_to_server(reported_group& g, connected& p, std::span<const fw::const_buffer> sg) {
+  std::size_t n = 0;
+  for (const fw::const_buffer& b : sg) n += b.size();
+  std::promise<std::error_code> sent;
+  g.on(1, [&] {
+    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
+    return 0;
+  });
+  std::vector<std::byte> back = read_exactly(g, 0, *p.server, n, n);
+  auto sf = sent.get_future();
+  REQUIRE(sf.wait_for(10s) == std::future_status::ready);
+  CHECK_FALSE(sf.get());
+  return back;
+}
+}  // namespace
+
 TEST_CASE("shm shared pool: the reader of a long pool transfer wakes the sleeping writer once, at its end") {
   // A 64 KiB ring: the reader takes the 16 MiB piece in 256 steps, and a
   // writer woken at each would find nothing to do (its write completes when
@@ -519,16 +538,7 @@ TEST_CASE("shm shared pool: the reader of a long pool transfer wakes the sleepin
   p.warm_up(g);
   const std::uint64_t woken_before = g.on(0, [&] { return p.server->stats().wakeups_sent; });
   const fw::const_buffer sg[] = {fw::const_buffer(big.bytes())};
-  std::promise<std::error_code> sent;
-  g.on(1, [&] {
-    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
-    return 0;
-  });
-  const std::vector<std::byte> back = read_exactly(g, 0, *p.server, n, n);
-  auto sf = sent.get_future();
-  REQUIRE(sf.wait_for(10s) == std::future_status::ready);
-  CHECK_FALSE(sf.get());
-  CHECK(back == data);
+  CHECK(client_to_server(g, p, sg) == data);
   const fw::shm_stats ss = g.on(0, [&] { return p.server->stats(); });
   CHECK(ss.pool_received == n);
   CHECK(ss.wakeups_sent - woken_before <= 1);
@@ -555,13 +565,7 @@ TEST_CASE("shm shared pool: without a pool, or when it is full, allocate_shared 
   p.open(g, no_pool, small_pool);
   p.warm_up(g);
   const fw::const_buffer sg[] = {fw::const_buffer(in_pool.bytes()), fw::const_buffer(over.bytes())};
-  std::promise<std::error_code> sent;
-  g.on(1, [&] {
-    p.client->async_write(sg, [&](std::error_code ec, std::size_t) { sent.set_value(ec); });
-    return 0;
-  });
-  const std::vector<std::byte> back = read_exactly(g, 0, *p.server, 2 * n, 2 * n);
-  CHECK_FALSE(sent.get_future().get());
+  const std::vector<std::byte> back = client_to_server(g, p, sg);
   CHECK(std::all_of(back.begin(), back.begin() + n, [](std::byte x) { return x == std::byte{0x5a}; }));
   CHECK(std::equal(back.begin() + n, back.end(), data.begin()));
   const fw::shm_stats cs = g.on(1, [&] { return p.client->stats(); });
