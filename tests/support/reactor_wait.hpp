@@ -6,7 +6,8 @@
 
 #include <chrono>
 #include <future>
-#include <thread>
+
+#include "support/eventually.hpp"
 
 namespace fusewire::test {
 
@@ -24,16 +25,6 @@ inline reactor_config make_config(reactor_mode mode, unsigned count) {
   cfg.count = count;
   cfg.idle_poll = std::chrono::microseconds(50);
   return cfg;
-}
-
-/// Waits (bounded: 5 s) until `done()` holds; its last answer.
-template <class F>
-bool eventually(F done) {
-  for (int i = 0; i < 5000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
 }
 
 }  // namespace fusewire::test

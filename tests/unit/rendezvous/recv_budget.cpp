@@ -12,7 +12,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <future>
 #include <optional>
 #include <string>
@@ -21,6 +20,7 @@
 
 #include "endpoint_fixture.hpp"
 #include "raw_peer.hpp"
+#include "support/eventually.hpp"
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
@@ -44,15 +44,6 @@ fw::options budget_options() {
   o.recv_peer_budget = peer_budget;
   o.recv_budget = 2 * peer_budget;
   return o;
-}
-
-/// True once `done()` holds, polled for at most 30 s.
-bool eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 6000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
 }
 
 /// The most an endpoint held for unreceived tensors while it watched.

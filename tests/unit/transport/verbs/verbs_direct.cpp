@@ -14,13 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/patterns.hpp"
 #include "support/ports.hpp"
 #include "support/verbs_setup.hpp"
@@ -28,6 +28,7 @@
 namespace fw = fusewire;
 namespace rv = fusewire::rendezvous;
 using namespace std::chrono_literals;
+using fusewire::test::eventually;
 
 namespace {
 
@@ -54,15 +55,6 @@ fw::cluster_spec rdma_cluster() {
   const std::string a = fw::test::rdma_host();
   return fw::cluster_spec::from_string("ps=" + a + ":" + std::to_string(fw::test::free_port()) + ";worker=" + a + ":" +
                                        std::to_string(fw::test::free_port()));
-}
-
-/// Waits (bounded) until `pred` holds; the test then checks it.
-bool eventually(const std::function<bool()>& pred) {
-  for (int i = 0; i < 10000; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return pred();
 }
 
 fw::tensor_buffer registered_pattern(ep_t& ep, std::size_t n, std::uint32_t seed) {
