@@ -170,6 +170,10 @@ Transport make_transport(const transport_settings& t, [[maybe_unused]] const fus
   } else if constexpr (std::is_same_v<Transport, fusewire::shm_or_asio>) {
     return fusewire::shm_or_asio(fusewire::shm(),
                                  make_tcp_transport<fusewire::asio_tcp>(t));  // options for its TCP side
+#if FUSEWIRE_HAS_URING
+  } else if constexpr (std::is_same_v<Transport, fusewire::shm_or_uring>) {
+    return fusewire::shm_or_uring(fusewire::uring_shm(), make_tcp_transport<fusewire::uring_tcp>(t));
+#endif
   } else {
     return make_tcp_transport<Transport>(t);
   }

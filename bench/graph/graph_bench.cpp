@@ -50,7 +50,7 @@ constexpr std::string_view usage_text =
     "partition mode. Prints messages, tensors and bytes per step and the step time.\n"
     "\n"
     "options:\n"
-    "  --transport NAME   auto, uring, asio, shm, shm+asio or verbs (default auto: shm on one host)\n"
+    "  --transport NAME   auto, uring, asio, shm, shm+asio, shm+uring or verbs (default auto: shm on one host)\n"
     "  --modes LIST       comma-separated, from send_recv, send_recv_fuse, star_server,\n"
     "                     star_server_single_call, star_server_lite (default: all)\n"
     "  --steps N          timed steps per mode, 1 to 100000 (default 200)\n"

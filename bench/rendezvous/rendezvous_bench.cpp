@@ -22,7 +22,8 @@
 // that this build and machine can run: uring, asio, shm, auto (shm here: every
 // task is on this host) and the like; verbs is refused, as the clusters are on
 // loopback, which rdmacm cannot route. --transport all (the default) runs each
-// of them but auto and shm+asio, which on loopback run shm.
+// of them but auto and shm+asio, which on loopback run shm (shm+uring stays:
+// it is shm on io_uring's reactor).
 //
 // RVBENCH_STRIPES=n sets endpoint_tuning::stripes (skew); RVBENCH_URING_ZC=bytes
 // sets uring_tcp's zero-copy threshold.
@@ -637,7 +638,8 @@ int main(int argc, char** argv) {
   }
   // The clusters are on loopback: verbs is refused (rdmacm cannot route it),
   // and "all" leaves out the names that run one of the others here: auto
-  // picks shm, and shm+asio reaches every peer on this host over shm.
+  // picks shm, and shm+asio reaches every peer on this host over shm
+  // (shm+uring does too, but on io_uring's reactor: a path of its own).
   std::vector<std::string> transports;
   if (s.transport == "all") {
     for (std::string& n : example::transport_names(false)) {

@@ -1,8 +1,8 @@
 // The transport an example runs on, chosen by name through the library's
 // fusewire::with_transport (transport/select.hpp): "auto" (the default: shm
 // when every task is on this host, verbs when RDMA is enabled and works,
-// shm+asio when the job spans hosts, else uring or asio), "uring", "asio",
-// "shm", "shm+asio" or "verbs" (it needs an RDMA device and a cluster on the
+// shm+uring when the job spans hosts, else uring or asio), "uring", "asio",
+// "shm", "shm+asio", "shm+uring" or "verbs" (it needs an RDMA device and a cluster on the
 // device's IP address, see --host).
 #pragma once
 

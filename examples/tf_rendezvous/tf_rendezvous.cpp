@@ -3,7 +3,7 @@
 // take the placed graph TensorFlow hands over, partition it, run steps, and
 // map the rendezvous keys TensorFlow writes onto fusewire's tasks and keys.
 // By default the cluster runs in this process (graph::local_cluster); with
-// --processes NAME (auto, uring, asio, shm, shm+asio) every task runs in its own process and the
+// --processes NAME (auto, uring, asio, shm, shm+asio, shm+uring) every task runs in its own process and the
 // messages cross loopback connections through fusewire's rendezvous endpoints
 // (graph::rendezvous_channel), as they would between a fork's servers.
 

@@ -1,6 +1,7 @@
 #pragma once
 /// The portable reactor engine: a Boost.Asio io_context owned by one reactor
-/// thread; and the reactor/group aliases built on it.
+/// thread; its readiness wait (asio_fd_wait); and the reactor/group aliases
+/// built on it.
 
 #include <unistd.h>
 
@@ -13,13 +14,17 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include <fusewire/core/error.hpp>
 #include <fusewire/reactor/detail/spin_readers.hpp>
 #include <fusewire/reactor/reactor.hpp>
 
 namespace fusewire {
 inline namespace v0 {
+
+class asio_fd_wait;
 
 /// An io_context driven by the reactor loop: poll() runs ready handlers without
 /// blocking, wait() blocks in run_one until a handler or the wake eventfd is ready.
@@ -27,6 +32,9 @@ inline namespace v0 {
 /// (concurrency hint UNSAFE) unless the config says otherwise.
 class asio_engine {
  public:
+  /// The engine's readiness wait on a descriptor (see asio_fd_wait).
+  using fd_wait = asio_fd_wait;
+
   struct config {
     /// io_context concurrency hint; the default turns off Asio's internal locking.
     int concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
@@ -151,6 +159,41 @@ class asio_engine {
 };
 
 static_assert(reactor_engine<asio_engine>);
+
+/// A descriptor whose readability its reactor's engine reports (here: epoll,
+/// through an Asio stream_descriptor). Owns the descriptor. One wait at a
+/// time; its handler runs on the reactor's thread with no error once the
+/// descriptor is readable, or errc::cancelled when close() came first. Reactor
+/// thread only; destroy it only once no wait is pending.
+class asio_fd_wait {
+ public:
+  asio_fd_wait(asio_engine& engine, int fd) : d_(engine.context(), fd) {}
+
+  int native_handle() noexcept { return d_.native_handle(); }
+
+  /// `h(std::error_code)`, never inline.
+  template <class H>
+  void async_wait(H&& h) {
+    d_.async_wait(boost::asio::posix::descriptor_base::wait_read, [h = std::forward<H>(h)](
+                                                                      const boost::system::error_code& ec) mutable {
+      if (!ec) return h(std::error_code{});
+      h(ec == boost::asio::error::operation_aborted ? make_error_code(errc::cancelled)
+                                                    : std::error_code(ec.value(), std::system_category()));
+    });
+  }
+
+  /// Closes the descriptor; a pending wait completes with errc::cancelled.
+  void close() noexcept {
+    boost::system::error_code ignored;
+    d_.close(ignored);
+  }
+
+  /// Hands the descriptor over (no wait may be pending).
+  int release() { return d_.release(); }
+
+ private:
+  boost::asio::posix::stream_descriptor d_;
+};
 
 /// A reactor running an Asio io_context.
 using asio_reactor = basic_reactor<asio_engine>;

@@ -1,9 +1,12 @@
 #pragma once
 /// The io_uring reactor engine (liburing >= 2.2): one ring per reactor thread,
 /// SQEs batched and submitted once per tick, features probed at runtime with a
-/// working fallback for each; and the reactor/group aliases built on it.
+/// working fallback for each; its readiness wait (uring_fd_wait); and the
+/// reactor/group aliases built on it.
 
 #include <liburing.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -17,11 +20,13 @@
 #include <string_view>
 #include <system_error>
 
+#include <fusewire/core/error.hpp>
 #include <fusewire/reactor/detail/loop_support.hpp>
 #include <fusewire/reactor/detail/spin_readers.hpp>
 #include <fusewire/reactor/detail/uring_buffers.hpp>
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/reactor/uring_features.hpp>
+#include <fusewire/util/unique_function.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -38,10 +43,15 @@ struct uring_op {
 
 }  // namespace detail
 
+class uring_fd_wait;
+
 /// An io_uring owned by one reactor thread. Transports get SQEs with start(op),
 /// which the next poll() or wait() submits (one io_uring_enter per tick).
 class uring_engine {
  public:
+  /// The engine's readiness wait on a descriptor (see uring_fd_wait).
+  using fd_wait = uring_fd_wait;
+
   struct config {
     unsigned sq_entries = 256;
     unsigned cq_entries = 4096;
@@ -387,6 +397,103 @@ class uring_engine {
 };
 
 static_assert(reactor_engine<uring_engine>);
+
+/// A descriptor whose readability its reactor's engine reports (here: a
+/// one-shot IORING_OP_POLL_ADD, submitted with the tick's other SQEs, so a
+/// reactor about to sleep arms it and sleeps in one io_uring_enter). Owns the
+/// descriptor. One wait at a time; its handler runs on the reactor's thread
+/// with no error once the descriptor is readable, or errc::cancelled when
+/// close(), release() or the destructor came first. Reactor thread only. A
+/// pending poll counts as the engine's work (busy()), so a stopping reactor
+/// runs the handler of a cancelled wait before it ends.
+class uring_fd_wait {
+ public:
+  using handler_type = util::unique_function<void(std::error_code)>;
+
+  uring_fd_wait(uring_engine& engine, int fd) noexcept : engine_(&engine), fd_(fd) {}
+  uring_fd_wait(const uring_fd_wait&) = delete;
+  uring_fd_wait& operator=(const uring_fd_wait&) = delete;
+  /// A pending wait is cancelled; its state lives on until the kernel is done with it.
+  ~uring_fd_wait() {
+    if (op_ != nullptr && op_->in_flight) {
+      cancel();
+      op_->closed = op_->orphan = true;
+    } else {
+      delete op_;
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  int native_handle() const noexcept { return fd_; }
+
+  /// `h(std::error_code)`, never inline. Throws std::bad_alloc, or
+  /// std::system_error if the ring takes no SQE (uring_engine::start).
+  void async_wait(handler_type h) {
+    if (op_ == nullptr) op_ = new wait_op;
+    io_uring_sqe* sqe = engine_->start(*op_);
+    io_uring_prep_poll_add(sqe, fd_, POLLIN);
+    op_->handler = std::move(h);
+    op_->in_flight = true;
+    op_->closed = false;
+  }
+
+  /// Closes the descriptor; a pending wait completes with errc::cancelled.
+  void close() noexcept {
+    if (const int fd = release(); fd >= 0) ::close(fd);
+  }
+
+  /// Hands the descriptor over (-1 if closed); a pending wait completes with errc::cancelled.
+  int release() noexcept {
+    if (op_ != nullptr && op_->in_flight) {
+      cancel();
+      op_->closed = true;
+    }
+    return std::exchange(fd_, -1);
+  }
+
+ private:
+  /// The kernel's side of a wait: apart from the descriptor's object, so that
+  /// a wait cancelled by the destructor can finish after it.
+  struct wait_op : detail::uring_op {
+    wait_op() noexcept { complete = &on_cqe; }
+    handler_type handler;
+    bool in_flight = false;
+    bool cancelling = false;
+    bool closed = false;  ///< the handler gets errc::cancelled, whatever the poll found
+    bool orphan = false;  ///< its descriptor object is gone: deleted once complete
+  };
+
+  void cancel() noexcept {
+    if (op_->cancelling) return;
+    try {
+      io_uring_sqe* sqe = engine_->start_untracked();
+      io_uring_prep_cancel64(sqe, reinterpret_cast<std::uint64_t>(static_cast<detail::uring_op*>(op_)), 0);
+      op_->cancelling = true;
+    } catch (...) {
+      // No SQE: the poll ends when the descriptor next becomes readable, and
+      // its handler then sees errc::cancelled.
+    }
+  }
+
+  static void on_cqe(detail::uring_op* o, int res, unsigned) {
+    auto* op = static_cast<wait_op*>(o);
+    op->in_flight = false;
+    op->cancelling = false;
+    std::error_code ec;
+    if (op->closed || res == -ECANCELED) {
+      ec = make_error_code(errc::cancelled);
+    } else if (res < 0) {
+      ec = std::error_code(-res, std::system_category());
+    }
+    handler_type h = std::move(op->handler);
+    if (op->orphan) delete op;
+    h(ec);  // may destroy the uring_fd_wait (and with it op)
+  }
+
+  uring_engine* engine_;
+  int fd_;
+  wait_op* op_ = nullptr;  ///< made on the first wait, reused
+};
 
 /// A reactor running an io_uring.
 using uring_reactor = basic_reactor<uring_engine>;

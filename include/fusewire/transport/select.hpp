@@ -14,10 +14,10 @@
 ///   verbs::preflight passes (an active port with a GID, RLIMIT_MEMLOCK of at
 ///   least TF_RDMA_BUF_SIZE, a registration budget that holds a reactor), and
 ///   the cluster names an address rdmacm can route (not only loopback).
-/// - `shm+asio` (per_host<shm, asio_tcp>) when some task is on another host
-///   and at least two are on this one: each connection is chosen when it is
-///   made, shm to a peer on this host, asio_tcp to the others. (io_uring's
-///   reactor cannot run shm, so TCP peers then go over Asio.)
+/// - `shm+uring` (per_host<uring_shm, uring_tcp>) when some task is on
+///   another host and at least two are on this one: each connection is chosen
+///   when it is made, shm to a peer on this host, uring_tcp to the others; or
+///   `shm+asio` (per_host<shm, asio_tcp>) when io_uring is unusable.
 /// - `uring` when this build has liburing and the kernel sets up a ring.
 /// - `asio` otherwise.
 /// When it settles for TCP although RDMA was enabled, or because a task is on
@@ -70,10 +70,16 @@ namespace fusewire {
 inline namespace v0 {
 
 /// Every name with_transport() takes, "auto" first.
-inline constexpr std::array<std::string_view, 6> transport_names{"auto", "uring", "asio", "shm", "shm+asio", "verbs"};
+inline constexpr std::array<std::string_view, 7> transport_names{"auto",     "uring",     "asio", "shm",
+                                                                 "shm+asio", "shm+uring", "verbs"};
 
 /// The transport "shm+asio" names: shm to peers on this host, asio_tcp to the others.
 using shm_or_asio = per_host<shm, asio_tcp>;
+#if FUSEWIRE_SELECT_URING
+/// The transport "shm+uring" names: shm to peers on this host, uring_tcp to
+/// the others, on io_uring's reactors.
+using shm_or_uring = per_host<uring_shm, uring_tcp>;
+#endif
 
 /// What the choice "auto" knows about this machine; probe_machine() fills it,
 /// a test can make one up.
@@ -90,7 +96,7 @@ struct machine_facts {
 
 /// The transport "auto" picked and why.
 struct transport_choice {
-  std::string name;    ///< "shm", "verbs", "uring" or "asio"
+  std::string name;    ///< "shm", "verbs", "shm+uring", "shm+asio", "uring" or "asio"
   std::string reason;  ///< a sentence for people
   bool fallback =
       false;  ///< a better transport was out of reach (RDMA unusable, a task on another host): worth a log line
@@ -188,7 +194,8 @@ inline std::string join_names(const std::vector<std::string>& names) {
 }  // namespace detail
 
 /// The transports this build has and this machine can run, in the order
-/// uring, asio, shm, verbs ("auto" is not among them; it picks one of them).
+/// uring, asio, shm, shm+asio, shm+uring, verbs ("auto" is not among them; it
+/// picks one of them).
 /// The probes run once per process: an io_uring ring is set up, memfd_create
 /// is tried, the RDMA devices are asked for an active port (verbs::available).
 inline std::vector<std::string> available_transports() {
@@ -198,6 +205,7 @@ inline std::vector<std::string> available_transports() {
   if (detail::shm_probe().ok) {
     names.emplace_back("shm");
     names.emplace_back("shm+asio");
+    if (detail::uring_probe().ok) names.emplace_back("shm+uring");
   }
   if (detail::rdma_device_probe().ok) names.emplace_back("verbs");
   return names;
@@ -211,6 +219,7 @@ inline std::optional<std::string> transport_problem(std::string_view name) {
   const detail::probe_result* p = nullptr;
   if (name == "uring") p = &detail::uring_probe();
   if (name == "shm" || name == "shm+asio") p = &detail::shm_probe();
+  if (name == "shm+uring") p = detail::uring_probe().ok ? &detail::shm_probe() : &detail::uring_probe();
   if (name == "verbs") p = &detail::rdma_device_probe();
   if (p == nullptr) return "unknown transport; " + allowed;
   if (!p->ok) return p->why + "; " + allowed;
@@ -267,11 +276,11 @@ inline transport_choice choose_transport(const options& o, const cluster_spec& s
   }
   const std::size_t here = detail::tasks_on_this_host(spec, m);
   if (remote && m.shm && here >= 2) {
-    std::string reason =
-        std::to_string(here) + " tasks are on this host and use shm between them; " + *remote +
-        " is not on this host and is reached over asio_tcp (shm shares Asio's reactor, not io_uring's)";
+    std::string reason = std::to_string(here) + " tasks are on this host and use shm between them; " + *remote +
+                         " is not on this host and is reached over " + (m.uring ? "uring_tcp" : "asio_tcp");
     for (std::size_t i = 1; i < why_not.size(); ++i) reason += "; " + why_not[i];
-    return {"shm+asio", reason, true};
+    if (!m.uring) reason += "; io_uring is unusable (" + m.uring_why + ")";
+    return {m.uring ? "shm+uring" : "shm+asio", reason, true};
   }
   if (!m.uring) why_not.push_back("io_uring is unusable (" + m.uring_why + ")");
   std::string reason;
@@ -307,7 +316,7 @@ using with_transport_result = std::invoke_result_t<F&, asio_tcp>;
 
 /// Calls `f(T transport)` with the transport named `name` and returns what it
 /// returns: "uring" (uring_tcp{}), "asio" (asio_tcp{}), "shm" (shm{}),
-/// "shm+asio" (shm_or_asio{}), "verbs"
+/// "shm+asio" (shm_or_asio{}), "shm+uring" (shm_or_uring{}), "verbs"
 /// (verbs configured from `o`'s TF_RDMA_* knobs, verbs_config::from), or
 /// "auto" (auto_transport(o, spec, log)). `f` is generic (`[&](auto t)` or
 /// `[&]<class T>(T t)`) and returns the same type for every transport. Throws
@@ -324,6 +333,7 @@ with_transport_result<F> with_transport(std::string_view name, const options& o,
   const std::string chosen = name == "auto" ? auto_transport(o, spec, log).name : std::string(name);
 #if FUSEWIRE_SELECT_URING
   if (chosen == "uring") return static_cast<result>(f(uring_tcp{}));
+  if (chosen == "shm+uring") return static_cast<result>(f(shm_or_uring{}));
 #endif
 #if FUSEWIRE_SELECT_VERBS
   if (chosen == "verbs") return static_cast<result>(f(verbs(verbs_config::from(o))));

@@ -24,9 +24,10 @@
 //
 // The same file builds ps_mp_verbs (FUSEWIRE_PS_MP_VERBS): every scenario but
 // sync_stall over RC queue pairs, run in the soft-RoCE QEMU guest (suite 'rdma');
-// and ps_mp_per_host (FUSEWIRE_PS_MP_PER_HOST): every scenario over
-// per_host<shm, asio_tcp>, what "auto" picks for a job across hosts (here
-// every task is on this host, so every connection is shm).
+// and ps_mp_per_host (FUSEWIRE_PS_MP_PER_HOST): every scenario over what
+// "auto" picks for a job across hosts, per_host<uring_shm, uring_tcp> (or
+// per_host<shm, asio_tcp> in a build without liburing); here every task is on
+// this host, so every connection is shm.
 //
 // Every process runs under alarm(); exit 0 = pass, 1 = fail.
 #include <fusewire/ps/ps.hpp>
@@ -36,6 +37,9 @@
 #elif FUSEWIRE_PS_MP_PER_HOST
 #include <fusewire/transport/per_host.hpp>
 #include <fusewire/transport/shm.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
 #endif
 
 #include <poll.h>
@@ -64,6 +68,8 @@ namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
 #if FUSEWIRE_PS_MP_VERBS
 using transport = fw::verbs;
+#elif FUSEWIRE_PS_MP_PER_HOST && FUSEWIRE_HAS_URING
+using transport = fw::per_host<fw::uring_shm, fw::uring_tcp>;
 #elif FUSEWIRE_PS_MP_PER_HOST
 using transport = fw::per_host<fw::shm, fw::asio_tcp>;
 #else

@@ -1,11 +1,15 @@
 // per_host<shm, asio_tcp>: the transport test suite over it twice, once with
 // every connect going over shm (the suite's loopback host is this host) and
-// once over TCP (a host test that finds no host near); then per_host against
-// peers that run only one of its two transports, in both roles.
+// once over TCP (a host test that finds no host near), and over
+// per_host<uring_shm, uring_tcp>; then per_host against peers that run only
+// one of its two transports, in both roles, and across the two reactors.
 #include <fusewire/transport/asio_tcp.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/per_host.hpp>
 #include <fusewire/transport/shm.hpp>
+#if FUSEWIRE_HAS_URING
+#include <fusewire/transport/uring_tcp.hpp>
+#endif
 
 #include <doctest/doctest.h>
 
@@ -22,6 +26,9 @@ using near_first = fw::per_host<fw::shm, fw::asio_tcp>;
 struct far_only : near_first {
   far_only() : near_first(fw::shm{}, fw::asio_tcp{}, [](std::string_view) { return false; }) {}
 };
+#if FUSEWIRE_HAS_URING
+using near_first_uring = fw::per_host<fw::uring_shm, fw::uring_tcp>;
+#endif
 }  // namespace
 
 static_assert(fw::transport<near_first>);
@@ -32,7 +39,12 @@ static_assert(near_first::name() == "shm+asio_tcp");
 
 #include "transport_suite.hpp"
 
+#if FUSEWIRE_HAS_URING
+static_assert(fw::transport<near_first_uring>);
+using per_host_transports = std::tuple<near_first, far_only, near_first_uring>;
+#else
 using per_host_transports = std::tuple<near_first, far_only>;
+#endif
 
 TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_echo, per_host_transports);
@@ -123,3 +135,18 @@ TEST_CASE("per_host serves peers of either kind, and reaches plain shm and asio_
   const std::uint16_t shm_port = shm.serve_echo(0);
   CHECK(echo_with(shm, near_first{}, shm_port) == std::pair<std::error_code, bool>{{}, true});
 }
+
+#if FUSEWIRE_HAS_URING
+TEST_CASE("per_host on io_uring's reactor serves shm peers on Asio's, and the other way round") {
+  harness<near_first_uring> h;
+  const std::uint16_t port = h.serve_echo(0);
+  harness<fw::shm> asio_side;
+  CHECK(echo_with(h, near_first_uring{}, port) == std::pair<std::error_code, bool>{{}, true});
+  CHECK(echo_with(asio_side, fw::shm{}, port, true) == std::pair<std::error_code, bool>{{}, true});
+  CHECK(echo_with(asio_side, near_first{}, port) == std::pair<std::error_code, bool>{{}, true});
+  // A listener on Asio's reactor, reached from io_uring's over shm.
+  const std::uint16_t asio_port = asio_side.serve_echo(0);
+  CHECK(echo_with(h, near_first_uring{}, asio_port) == std::pair<std::error_code, bool>{{}, true});
+  CHECK(echo_with(h, fw::uring_shm{}, asio_port, true) == std::pair<std::error_code, bool>{{}, true});
+}
+#endif

@@ -113,19 +113,25 @@ TEST_CASE("auto: every task on this host picks shm, silently") {
   CHECK(fw::choose_transport(rdma(true), loopback, facts(true, true, true)).name == "shm");
 }
 
-TEST_CASE("auto: tasks here and elsewhere pick shm+asio, chosen per peer, and say why") {
+TEST_CASE("auto: tasks here and elsewhere pick shm+uring, chosen per peer, and say why") {
   const fw::transport_choice c = fw::choose_transport(rdma(false), remote, facts());
-  CHECK(c.name == "shm+asio");
+  CHECK(c.name == "shm+uring");
   CHECK(c.fallback);
   CHECK(c.reason ==
         "2 tasks are on this host and use shm between them; worker:1 at 192.0.2.7:2224 is not on this host and is "
-        "reached over asio_tcp (shm shares Asio's reactor, not io_uring's)");
+        "reached over uring_tcp");
+  // Without io_uring: shm+asio, saying why not io_uring.
+  const fw::transport_choice a = fw::choose_transport(rdma(false), remote, facts(false));
+  CHECK(a.name == "shm+asio");
+  CHECK(a.reason ==
+        "2 tasks are on this host and use shm between them; worker:1 at 192.0.2.7:2224 is not on this host and is "
+        "reached over asio_tcp; io_uring is unusable (the kernel refuses an io_uring ring (Operation not permitted))");
   // Without shm, or with RDMA that works, as before.
   CHECK(fw::choose_transport(rdma(false), remote, facts(true, false)).name == "uring");
   CHECK(fw::choose_transport(rdma(true), remote, facts(true, true, true)).name == "verbs");
-  // RDMA enabled but unusable: shm+asio, and the reason says why not RDMA.
+  // RDMA enabled but unusable: shm+uring, and the reason says why not RDMA.
   const fw::transport_choice r = fw::choose_transport(rdma(true), remote, facts());
-  CHECK(r.name == "shm+asio");
+  CHECK(r.name == "shm+uring");
   CHECK(contains(r.reason, "; TF_RDMA_ENABLED is true but RDMA is unusable (no RDMA device found)"));
 }
 

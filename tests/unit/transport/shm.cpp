@@ -1,7 +1,9 @@
 // The shm transport's own tests: a hostile peer (bad hellos, indices outside
 // the ring), its limits, and what it leaves behind (descriptors, mappings,
-// files). The shared suite runs in shm_suite.cpp; peer death across processes
-// in tests/multiprocess/transport/shm_mp.cpp.
+// files); those that exercise the reactor's waits (the handshake's, the
+// control socket's) run on each reactor this build has. The shared suite runs
+// in shm_suite.cpp; peer death across processes in
+// tests/multiprocess/transport/shm_mp.cpp.
 #include <fusewire/reactor/reactor.hpp>
 #include <fusewire/transport/shm.hpp>
 
@@ -35,30 +37,37 @@ using namespace std::chrono_literals;
 using fusewire::test::count_fds;
 using fusewire::test::count_segment_mappings;
 using fusewire::test::dev_shm;
-using fusewire::test::shm::group_t;
+using fusewire::test::shm::basic_reported_group;
 using fusewire::test::shm::raw_peer;
+using fusewire::test::shm::reactor_shms;
 using fusewire::test::shm::reported_group;
 
 namespace {
 
 /// The server side of a test: a listener on reactor 0 that keeps what it
 /// accepts (the connections die there: clear `accepted` on the reactor).
-struct server {
-  fw::shm transport;
-  fw::shm_listener listener;
-  std::vector<std::shared_ptr<fw::shm_connection>> accepted;
-  std::promise<fw::shm_connection*> next;
+template <class T = fw::shm>
+struct basic_server {
+  using connection_t = typename T::connection_type;
+  T transport;
+  typename T::listener_type listener;
+  std::vector<std::shared_ptr<connection_t>> accepted;
+  std::promise<connection_t*> next;
 
   void accept_one() {
     next = {};
-    listener.async_accept([this](std::error_code ec, fw::shm_connection c) {
+    listener.async_accept([this](std::error_code ec, connection_t c) {
       if (ec) return;
-      auto p = std::make_shared<fw::shm_connection>(std::move(c));
+      auto p = std::make_shared<connection_t>(std::move(c));
       accepted.push_back(p);
       next.set_value(p.get());
     });
   }
 };
+using server = basic_server<>;
+
+template <class T>
+using reported_group_for = basic_reported_group<typename T::reactor_type::engine_type>;
 
 }  // namespace
 
@@ -216,42 +225,43 @@ TEST_CASE("shm: a peer writing indices outside the ring fails the connection wit
   }
 }
 
-TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
+TEST_CASE_TEMPLATE_DEFINE("shm: connections leave no descriptors, mappings or files behind", T, leaves_nothing) {
+  using connection_t = typename T::connection_type;
+  using reactor_t = typename T::reactor_type;
   const auto shm_before = dev_shm();
   const std::size_t fds_before = count_fds();
   {
     fw::reactor_config cfg;
     cfg.count = 2;
-    group_t group(cfg);
-    fw::shm transport;
-    auto listener = std::make_shared<fw::shm_listener>();
-    auto accepted = std::make_shared<std::vector<fw::shm_connection>>();
+    fw::basic_reactor_group<typename reactor_t::engine_type> group(cfg);
+    T transport;
+    auto listener = std::make_shared<typename T::listener_type>();
+    auto accepted = std::make_shared<std::vector<connection_t>>();
     auto fp = group.submit(0, [&] {
-      *listener = transport.listen(*fw::asio_reactor::current(), "leak-check", 0);
+      *listener = transport.listen(*reactor_t::current(), "leak-check", 0);
       return listener->port();
     });
     const std::uint16_t port = fp.get();
     for (int i = 0; i < 5; ++i) {
       std::promise<void> echoed, took;
       group.submit_to(0, [&, listener, accepted] {
-        listener->async_accept([accepted, &took](std::error_code ec, fw::shm_connection c) {
+        listener->async_accept([accepted, &took](std::error_code ec, connection_t c) {
           if (!ec) accepted->push_back(std::move(c));
           took.set_value();
         });
       });
       group.submit_to(1, [&] {
-        transport.connect(*fw::asio_reactor::current(), "leak-check", port,
-                          [&](std::error_code ec, fw::shm_connection c) {
-                            REQUIRE_FALSE(ec);
-                            auto conn = std::make_shared<fw::shm_connection>(std::move(c));
-                            static const std::byte word[4] = {};
-                            const fw::const_buffer one[] = {fw::const_buffer(word, 4)};
-                            conn->async_write(one, [&, conn](std::error_code e, std::size_t) {
-                              CHECK_FALSE(e);
-                              conn->close();
-                              echoed.set_value();
-                            });
-                          });
+        transport.connect(*reactor_t::current(), "leak-check", port, [&](std::error_code ec, connection_t c) {
+          REQUIRE_FALSE(ec);
+          auto conn = std::make_shared<connection_t>(std::move(c));
+          static const std::byte word[4] = {};
+          const fw::const_buffer one[] = {fw::const_buffer(word, 4)};
+          conn->async_write(one, [&, conn](std::error_code e, std::size_t) {
+            CHECK_FALSE(e);
+            conn->close();
+            echoed.set_value();
+          });
+        });
       });
       REQUIRE(echoed.get_future().wait_for(10s) == std::future_status::ready);
       // The accept may complete after the client's write: an accepted
@@ -262,7 +272,7 @@ TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
     auto fc = group.submit(0, [&, listener, accepted] {
       accepted->clear();
       listener->close();
-      *listener = fw::shm_listener();
+      *listener = typename T::listener_type();
       return 0;
     });
     fc.get();
@@ -272,6 +282,7 @@ TEST_CASE("shm: connections leave no descriptors, mappings or files behind") {
   CHECK(count_fds() == fds_before);
   CHECK(dev_shm() == shm_before);
 }
+TEST_CASE_TEMPLATE_APPLY(leaves_nothing, reactor_shms);
 
 TEST_CASE("shm: config limits are checked and named") {
   const auto what = [](fw::shm::config cfg) {
@@ -302,13 +313,15 @@ TEST_CASE("shm: config limits are checked and named") {
   CHECK(what({}) == "accepted");
 }
 
-TEST_CASE("shm: a connecting side that sends no hello is dropped after handshake_timeout; others are served") {
-  reported_group g;
-  fw::shm::config cfg;
+TEST_CASE_TEMPLATE_DEFINE(
+    "shm: a connecting side that sends no hello is dropped after handshake_timeout; others are served", T,
+    silent_peer_dropped) {
+  reported_group_for<T> g;
+  fw::shm_config cfg;
   cfg.handshake_timeout = 100ms;
-  server s{fw::shm(cfg), {}, {}, {}};
+  basic_server<T> s{T(cfg), {}, {}, {}};
   const std::uint16_t port = g.on([&] {
-    s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
+    s.listener = s.transport.listen(*T::reactor_type::current(), "127.0.0.1", 0);
     s.accept_one();
     return s.listener.port();
   });
@@ -329,3 +342,48 @@ TEST_CASE("shm: a connecting side that sends no hello is dropped after handshake
     return 0;
   });
 }
+TEST_CASE_TEMPLATE_APPLY(silent_peer_dropped, reactor_shms);
+
+TEST_CASE_TEMPLATE_DEFINE("shm: a peer that dies without closing fails pending reads and writes with connection_reset",
+                          T, peer_dies) {
+  for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll}) {
+    CAPTURE(static_cast<int>(mode));
+    reported_group_for<T> g(mode);
+    basic_server<T> s{T(), {}, {}, {}};
+    const std::uint16_t port = g.on([&] {
+      s.listener = s.transport.listen(*T::reactor_type::current(), "127.0.0.1", 0);
+      s.accept_one();
+      return s.listener.port();
+    });
+    raw_peer peer;
+    REQUIRE(peer.connect(port));
+    REQUIRE(peer.send_good_hello(4096));
+    auto f = s.next.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    auto* conn = f.get();
+    std::promise<std::error_code> read_done, write_done;
+    static std::byte sink[16];
+    static const std::vector<std::byte> big(64 * 1024);  // more than the 4 KiB ring: the write waits for room
+    g.on([&] {
+      conn->async_read(fw::mutable_buffer(sink, sizeof sink),
+                       [&](std::error_code ec, std::size_t) { read_done.set_value(ec); });
+      const fw::const_buffer one[] = {fw::const_buffer(big.data(), big.size())};
+      conn->async_write(one, [&](std::error_code ec, std::size_t) { write_done.set_value(ec); });
+      return 0;
+    });
+    // The peer's process dies: its socket hangs up, its close flag never rises.
+    peer.sock.reset();
+    auto rf = read_done.get_future();
+    auto wf = write_done.get_future();
+    REQUIRE(rf.wait_for(10s) == std::future_status::ready);
+    REQUIRE(wf.wait_for(10s) == std::future_status::ready);
+    CHECK(rf.get() == fw::make_error_code(fw::errc::connection_reset));
+    CHECK(wf.get() == fw::make_error_code(fw::errc::connection_reset));
+    g.on([&] {
+      s.listener.close();
+      s.accepted.clear();
+      return 0;
+    });
+  }
+}
+TEST_CASE_TEMPLATE_APPLY(peer_dies, reactor_shms);

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -30,17 +31,27 @@ using namespace std::chrono_literals;
 
 using group_t = fw::basic_reactor_group<fw::asio_engine>;
 
-/// A group of `count` reactors whose reports (protocol errors, dropped hellos) the test reads.
-struct reported_group {
+/// shm on each reactor this build has: what the tests that look at the
+/// reactor's side of a connection (its waits) run over.
+#if FUSEWIRE_HAS_URING
+using reactor_shms = std::tuple<fw::shm, fw::uring_shm>;
+#else
+using reactor_shms = std::tuple<fw::shm>;
+#endif
+
+/// A group of `count` reactors of `Engine` whose reports (protocol errors,
+/// dropped hellos) the test reads.
+template <class Engine>
+struct basic_reported_group {
   std::mutex mu;
   std::vector<std::string> reports;
-  group_t group;
+  fw::basic_reactor_group<Engine> group;
 
-  explicit reported_group(fw::reactor_mode mode = fw::reactor_mode::adaptive, unsigned count = 1)
+  explicit basic_reported_group(fw::reactor_mode mode = fw::reactor_mode::adaptive, unsigned count = 1)
       : group(config(this, mode, count)) {}
-  ~reported_group() { group.stop(); }
+  ~basic_reported_group() { group.stop(); }
 
-  static fw::reactor_config config(reported_group* self, fw::reactor_mode mode, unsigned count) {
+  static fw::reactor_config config(basic_reported_group* self, fw::reactor_mode mode, unsigned count) {
     fw::reactor_config cfg;
     cfg.mode = mode;
     cfg.count = count;
@@ -77,6 +88,7 @@ struct reported_group {
     return false;
   }
 };
+using reported_group = basic_reported_group<fw::asio_engine>;
 
 /// A hand-made connecting side: what the transport's connect does, with every
 /// piece replaceable, so the test can send what a well-behaved peer never would.

@@ -1,6 +1,6 @@
 // The transport test suite for the shm transport (not a handoff_transport:
-// the hand-off cases do not apply), with single copy off (the default) and on.
-// Server and client run on different reactors.
+// the hand-off cases do not apply), with single copy off (the default) and on,
+// and on io_uring's reactor. Server and client run on different reactors.
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/shm.hpp>
 
@@ -27,7 +27,12 @@ struct shm_single_copy : fw::shm {
 };
 static_assert(fw::transport<shm_single_copy>);
 
+#if FUSEWIRE_HAS_URING
+static_assert(fw::transport<fw::uring_shm>);
+using shm_transports = std::tuple<fw::shm, shm_single_copy, fw::uring_shm>;
+#else
 using shm_transports = std::tuple<fw::shm, shm_single_copy>;
+#endif
 
 TEST_CASE_TEMPLATE_APPLY(suite_connect_accept, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_echo, shm_transports);

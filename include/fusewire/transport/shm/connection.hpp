@@ -1,6 +1,7 @@
 #pragma once
 /// shm: a connection's state (its rings, queued operations, wake-ups and the
-/// peer's liveness) and shm_connection, the public handle. See transport/shm.hpp.
+/// peer's liveness) and basic_shm_connection, the public handle. See
+/// transport/shm.hpp.
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -27,11 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio/posix/stream_descriptor.hpp>
-
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
-#include <fusewire/reactor/asio_engine.hpp>
+#include <fusewire/reactor/basic_reactor.hpp>
 #include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/member_task.hpp>
@@ -71,6 +70,8 @@ struct shm_link_options {
 };
 
 /// One shm connection's state, shared by its handle and its pending waits.
+/// `Reactor`: a basic_reactor whose engine offers a readiness wait (fd_wait).
+template <class Reactor>
 class shm_connection_state final : public ref_counted, public closable {
  public:
   using io_handler_type = util::unique_function<void(std::error_code, std::size_t)>;
@@ -78,11 +79,11 @@ class shm_connection_state final : public ref_counted, public closable {
   static constexpr const char* handle_name = "shm_connection";  ///< for handle_name_of
 
   /// `side` 0: the connecting side (writes ring 0), 1: the accepting side.
-  shm_connection_state(asio_reactor& reactor, shm::unique_fd sock, shm::unique_fd my_bell, shm::unique_fd peer_bell,
+  shm_connection_state(Reactor& reactor, shm::unique_fd sock, shm::unique_fd my_bell, shm::unique_fd peer_bell,
                        shm::mapping map, int side, std::string peer, const shm_link_options& opts)
       : reactor_(&reactor),
-        sock_(std::in_place, reactor.engine().context(), sock.release()),
-        bell_(std::in_place, reactor.engine().context(), my_bell.release()),
+        sock_(std::in_place, reactor.engine(), sock.release()),
+        bell_(std::in_place, reactor.engine(), my_bell.release()),
         peer_bell_(std::move(peer_bell)),
         map_(std::move(map)),
         peer_(std::move(peer)),
@@ -124,7 +125,7 @@ class shm_connection_state final : public ref_counted, public closable {
     teardown();
   }
 
-  asio_reactor& reactor() const noexcept { return *reactor_; }
+  Reactor& reactor() const noexcept { return *reactor_; }
   bool is_open() const noexcept { return open_; }
   const std::string& peer() const noexcept { return peer_; }
   shm_stats stats() const noexcept { return stats_; }
@@ -286,9 +287,8 @@ class shm_connection_state final : public ref_counted, public closable {
     if (!map_) return;
     me_->closed.store(1, std::memory_order_seq_cst);
     if (them_->sleeping.exchange(0, std::memory_order_seq_cst) != 0) ring_bell();
-    boost::system::error_code ignored;
-    sock_->close(ignored);
-    bell_->close(ignored);
+    sock_->close();
+    bell_->close();
     peer_bell_.reset();
     map_.reset();
     peer_pool_.reset();
@@ -298,8 +298,8 @@ class shm_connection_state final : public ref_counted, public closable {
     let_go_if_idle();
   }
 
-  /// Drops the Asio descriptor objects once torn down and no wait of theirs
-  /// is left to run, so that nothing of this state touches the io_context
+  /// Drops the descriptor objects once torn down and no wait of theirs is
+  /// left to run, so that nothing of this state touches the reactor's engine
   /// after the reactor stopped (a state held past then, by an endpoint being
   /// destroyed, say, is destroyed without it).
   void let_go_if_idle() noexcept {
@@ -798,19 +798,25 @@ class shm_connection_state final : public ref_counted, public closable {
       return spin();
     }
     if (bell_armed_) return;
+    try {
+      bell_->async_wait([self = ref_ptr<shm_connection_state>(this)](std::error_code ec) {
+        self->bell_armed_ = false;
+        if (ec || !self->map_) return self->let_go_if_idle();
+        std::uint64_t count = 0;
+        while (::read(self->bell_->native_handle(), &count, sizeof count) > 0) {
+        }
+        self->me_->sleeping.store(0, std::memory_order_relaxed);
+        self->spin_since_.reset();
+        self->pump();
+      });
+    } catch (...) {
+      // The engine could not take the wait (no memory, a full ring): spin
+      // this tick and try to sleep again on the next.
+      me_->sleeping.store(0, std::memory_order_relaxed);
+      return spin();
+    }
     bell_armed_ = true;
     ++stats_.sleeps;
-    bell_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                      [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
-                        self->bell_armed_ = false;
-                        if (ec || !self->map_) return self->let_go_if_idle();
-                        std::uint64_t count = 0;
-                        while (::read(self->bell_->native_handle(), &count, sizeof count) > 0) {
-                        }
-                        self->me_->sleeping.store(0, std::memory_order_relaxed);
-                        self->spin_since_.reset();
-                        self->pump();
-                      });
   }
 
   /// What the Unix socket had: nothing yet, the peer's pool (now mapped),
@@ -840,32 +846,42 @@ class shm_connection_state final : public ref_counted, public closable {
 
   /// The Unix socket stays open for the connection's life: its hang-up is the
   /// peer's death (or close). The peer's pool may arrive on it, once.
-  void watch_socket() {
+  void watch_socket() noexcept {
+    try {
+      sock_->async_wait([self = ref_ptr<shm_connection_state>(this)](std::error_code ec) {
+        self->sock_waiting_ = false;
+        if (ec || !self->map_) return self->let_go_if_idle();
+        switch (self->receive_control()) {
+          case control::nothing:
+            return self->watch_socket();
+          case control::pool:
+            self->watch_socket();
+            return self->pump();
+          case control::hang_up:
+            self->peer_gone_ = true;
+            return self->pump();
+          case control::failed:
+            return self->let_go_if_idle();
+        }
+      });
+    } catch (...) {
+      // Without the watch a dead peer would go unnoticed: fail instead.
+      if (failed_) return;
+      failed_ = make_error_code(errc::out_of_memory);
+      reactor_->report("shm_connection to " + peer_ +
+                       ": the reactor's engine took no wait on the control socket; the connection failed");
+      teardown();
+      return fail_all(failed_);
+    }
     sock_waiting_ = true;
-    sock_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                      [self = ref_ptr<shm_connection_state>(this)](const boost::system::error_code& ec) {
-                        self->sock_waiting_ = false;
-                        if (ec || !self->map_) return self->let_go_if_idle();
-                        switch (self->receive_control()) {
-                          case control::nothing:
-                            return self->watch_socket();
-                          case control::pool:
-                            self->watch_socket();
-                            return self->pump();
-                          case control::hang_up:
-                            self->peer_gone_ = true;
-                            return self->pump();
-                          case control::failed:
-                            return self->let_go_if_idle();
-                        }
-                      });
   }
 
-  asio_reactor* reactor_;
+  using fd_wait = typename Reactor::engine_type::fd_wait;
+  Reactor* reactor_;
   /// The Unix socket (the peer's liveness) and this side's eventfd; empty
   /// once torn down and idle (let_go_if_idle).
-  std::optional<boost::asio::posix::stream_descriptor> sock_;
-  std::optional<boost::asio::posix::stream_descriptor> bell_;
+  std::optional<fd_wait> sock_;
+  std::optional<fd_wait> bell_;
   shm::unique_fd peer_bell_;  ///< the peer's eventfd
   shm::mapping map_;
   std::string peer_;
@@ -916,11 +932,15 @@ class shm_connection_state final : public ref_counted, public closable {
 
 }  // namespace detail
 
-/// A connection of the shm transport; a model of fusewire::connection.
-/// Move-only; destroying it closes it. Use it on its reactor's thread only.
-class shm_connection : public detail::stream_connection_handle<detail::shm_connection_state, asio_reactor, shm_stats> {
+/// A connection of the shm transport on a `Reactor`; a model of
+/// fusewire::connection. Move-only; destroying it closes it. Use it on its
+/// reactor's thread only.
+template <class Reactor>
+class basic_shm_connection
+    : public detail::stream_connection_handle<detail::shm_connection_state<Reactor>, Reactor, shm_stats> {
   friend detail::handle_access;
-  using stream_connection_handle::stream_connection_handle;
+  using detail::stream_connection_handle<detail::shm_connection_state<Reactor>, Reactor,
+                                         shm_stats>::stream_connection_handle;
 };
 
 }  // namespace v0

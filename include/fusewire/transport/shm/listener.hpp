@@ -1,7 +1,7 @@
 #pragma once
 /// shm: a listener's state (an abstract Unix socket, and the handshake that
-/// receives and checks a connecting side's segment) and shm_listener, the
-/// public handle. See transport/shm.hpp.
+/// receives and checks a connecting side's segment) and basic_shm_listener,
+/// the public handle. See transport/shm.hpp.
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,10 +19,8 @@
 #include <system_error>
 #include <utility>
 
-#include <boost/asio/posix/stream_descriptor.hpp>
-
 #include <fusewire/core/error.hpp>
-#include <fusewire/reactor/asio_engine.hpp>
+#include <fusewire/reactor/basic_reactor.hpp>
 #include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/detail/ref_counted.hpp>
 #include <fusewire/transport/detail/stream_handle.hpp>
@@ -46,14 +44,16 @@ struct shm_listener_options {
 
 /// A listening socket's state, shared by its handle and its pending waits.
 /// Handshakes run one at a time: accept4, then the hello (with a deadline).
+template <class Reactor>
 class shm_listener_state final : public ref_counted, public closable {
  public:
-  using handler_type = util::unique_function<void(std::error_code, shm_connection)>;
+  using connection_type = basic_shm_connection<Reactor>;
+  using handler_type = util::unique_function<void(std::error_code, connection_type)>;
   static constexpr const char* handle_name = "shm_listener";  ///< for handle_name_of
 
-  shm_listener_state(asio_reactor& reactor, int fd, std::string host, std::uint16_t port, shm_listener_options opts)
+  shm_listener_state(Reactor& reactor, int fd, std::string host, std::uint16_t port, shm_listener_options opts)
       : reactor_(&reactor),
-        sock_(std::in_place, reactor.engine().context(), fd),
+        sock_(std::in_place, reactor.engine(), fd),
         host_(std::move(host)),
         port_(port),
         opts_(opts) {
@@ -63,7 +63,7 @@ class shm_listener_state final : public ref_counted, public closable {
     if (closable_linked_) reactor_->remove_closable(*this);
   }
 
-  asio_reactor& reactor() const noexcept { return *reactor_; }
+  Reactor& reactor() const noexcept { return *reactor_; }
   std::uint16_t port() const noexcept { return port_; }
   bool is_open() const noexcept { return open_; }
 
@@ -81,8 +81,7 @@ class shm_listener_state final : public ref_counted, public closable {
     if (!open_) return;
     open_ = false;
     if (closable_linked_) reactor_->remove_closable(*this);
-    boost::system::error_code ignored;
-    sock_->close(ignored);
+    sock_->close();
     drop_handshake();
     let_go_if_idle();
     while (!pending_.empty()) {
@@ -94,7 +93,7 @@ class shm_listener_state final : public ref_counted, public closable {
   void shutdown() noexcept override { close(); }
 
  private:
-  void post(handler_type h, std::error_code ec, shm_connection c = {}) noexcept {
+  void post(handler_type h, std::error_code ec, connection_type c = {}) noexcept {
     try {
       reactor_->post([r = reactor_, h = std::move(h), ec, c = std::move(c)]() mutable {
         r->work_finished();
@@ -115,13 +114,12 @@ class shm_listener_state final : public ref_counted, public closable {
     const int fd = ::accept4(sock_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+        sock_->async_wait([self = ref_ptr<shm_listener_state>(this)](std::error_code ec) {
+          self->accept_waiting_ = false;
+          if (ec || !self->open_) return self->let_go_if_idle();
+          self->try_accept();
+        });
         accept_waiting_ = true;
-        sock_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                          [self = ref_ptr<shm_listener_state>(this)](const boost::system::error_code& ec) {
-                            self->accept_waiting_ = false;
-                            if (ec || !self->open_) return self->let_go_if_idle();
-                            self->try_accept();
-                          });
         return;
       }
       // Out of descriptors, say: the accept fails, the listener goes on.
@@ -134,7 +132,7 @@ class shm_listener_state final : public ref_counted, public closable {
     hs_fd_ = shm::unique_fd(fd);
     ++hs_generation_;
     if (!receive_hello()) {
-      hs_ = boost::asio::posix::stream_descriptor(reactor_->engine().context(), hs_fd_.release());
+      hs_.emplace(reactor_->engine(), hs_fd_.release());
       wait_hello();
       hs_timer_ = reactor_->run_after(opts_.handshake_timeout, [self = ref_ptr<shm_listener_state>(this),
                                                                 gen = hs_generation_](std::error_code ec) {
@@ -148,12 +146,10 @@ class shm_listener_state final : public ref_counted, public closable {
   }
 
   void wait_hello() {
-    hs_->async_wait(
-        boost::asio::posix::stream_descriptor::wait_read,
-        [self = ref_ptr<shm_listener_state>(this), gen = hs_generation_](const boost::system::error_code& ec) {
-          if (ec || gen != self->hs_generation_ || !self->open_ || !self->hs_) return;
-          if (!self->receive_hello()) self->wait_hello();
-        });
+    hs_->async_wait([self = ref_ptr<shm_listener_state>(this), gen = hs_generation_](std::error_code ec) {
+      if (ec || gen != self->hs_generation_ || !self->open_ || !self->hs_) return;
+      if (!self->receive_hello()) self->wait_hello();
+    });
   }
 
   std::string name() const { return host_ + ":" + std::to_string(port_); }
@@ -163,8 +159,7 @@ class shm_listener_state final : public ref_counted, public closable {
   void drop_handshake() noexcept {
     if (hs_timer_) reactor_->cancel(hs_timer_);
     hs_timer_ = {};
-    boost::system::error_code ignored;
-    if (hs_) hs_->close(ignored);
+    if (hs_) hs_->close();
     hs_.reset();
     hs_fd_.reset();
     ++hs_generation_;
@@ -175,9 +170,9 @@ class shm_listener_state final : public ref_counted, public closable {
     start();
   }
 
-  /// Drops the Asio socket object once closed and no wait of it is left to
-  /// run, so that nothing of this state touches the io_context after the
-  /// reactor stopped.
+  /// Drops the socket's descriptor object once closed and no wait of it is
+  /// left to run, so that nothing of this state touches the reactor's engine
+  /// after the reactor stopped.
   void let_go_if_idle() noexcept {
     if (open_ || accept_waiting_) return;
     sock_.reset();
@@ -220,25 +215,26 @@ class shm_listener_state final : public ref_counted, public closable {
     shm::unique_fd sock(hs_ ? hs_->release() : hs_fd_.release());
     drop_handshake();
     // The memfd is no longer needed: the mapping holds the segment.
-    ref_ptr<shm_connection_state> state;
+    ref_ptr<shm_connection_state<Reactor>> state;
     try {
-      state = ref_ptr<shm_connection_state>(
-          new shm_connection_state(*reactor_, std::move(sock), std::move(fds[2]), std::move(fds[1]), std::move(map), 1,
-                                   name() + "#" + std::to_string(cred.pid),
-                                   shm_link_options{opts_.read_some_max, opts_.single_copy_min, cred.pid, opts_.pool}));
+      state = ref_ptr<shm_connection_state<Reactor>>(new shm_connection_state<Reactor>(
+          *reactor_, std::move(sock), std::move(fds[2]), std::move(fds[1]), std::move(map), 1,
+          name() + "#" + std::to_string(cred.pid),
+          shm_link_options{opts_.read_some_max, opts_.single_copy_min, cred.pid, opts_.pool}));
     } catch (...) {
       reactor_->report("shm_listener " + name() + ": no memory for a connection; dropped");
       next();
       return true;
     }
-    post(std::move(pending_.front()), {}, handle_access::make<shm_connection>(std::move(state)));
+    post(std::move(pending_.front()), {}, handle_access::make<connection_type>(std::move(state)));
     pending_.pop_front();
     next();
     return true;
   }
 
-  asio_reactor* reactor_;
-  std::optional<boost::asio::posix::stream_descriptor> sock_;  ///< empty once closed and idle
+  using fd_wait = typename Reactor::engine_type::fd_wait;
+  Reactor* reactor_;
+  std::optional<fd_wait> sock_;  ///< empty once closed and idle
   std::string host_;
   std::uint16_t port_;
   shm_listener_options opts_;
@@ -247,17 +243,20 @@ class shm_listener_state final : public ref_counted, public closable {
   bool busy_ = false;            ///< an accept or handshake is under way
   bool accept_waiting_ = false;  ///< try_accept()'s wait is under way
   shm::unique_fd hs_fd_;
-  std::optional<boost::asio::posix::stream_descriptor> hs_;
+  std::optional<fd_wait> hs_;
   timer_id hs_timer_{};
   std::uint64_t hs_generation_ = 0;
 };
 
 }  // namespace detail
 
-/// A listener of the shm transport; a model of fusewire::listener.
-class shm_listener : public detail::stream_listener_handle<detail::shm_listener_state, shm_connection> {
+/// A listener of the shm transport on a `Reactor`; a model of fusewire::listener.
+template <class Reactor>
+class basic_shm_listener
+    : public detail::stream_listener_handle<detail::shm_listener_state<Reactor>, basic_shm_connection<Reactor>> {
   friend detail::handle_access;
-  using stream_listener_handle::stream_listener_handle;
+  using detail::stream_listener_handle<detail::shm_listener_state<Reactor>,
+                                       basic_shm_connection<Reactor>>::stream_listener_handle;
 };
 
 }  // namespace v0

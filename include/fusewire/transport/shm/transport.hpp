@@ -1,5 +1,6 @@
 #pragma once
-/// shm, the transport type: its config, connect and listen. See transport/shm.hpp.
+/// basic_shm, the transport type (shm: on an asio_reactor): its config,
+/// connect and listen. See transport/shm.hpp.
 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -28,56 +29,66 @@
 #include <fusewire/transport/shm/listener.hpp>
 #include <fusewire/transport/shm/pool.hpp>
 #include <fusewire/transport/shm/segment.hpp>
+#if defined(FUSEWIRE_HAS_URING) && __has_include(<liburing.h>)
+#include <fusewire/reactor/uring_engine.hpp>
+#define FUSEWIRE_SHM_URING 1
+#endif
 
 namespace fusewire {
 inline namespace v0 {
 
-/// The same-host shared-memory transport; a model of fusewire::transport.
-/// Cheap to copy (it is only its config).
-class shm {
+/// The config of the shm transport, whichever its reactor.
+struct shm_config {
+  /// Bytes of each of a connection's two rings (the connecting side's
+  /// choice): a power of two from 4 KiB to max_ring_size. A connection maps
+  /// 4 KiB + 2 * ring_size bytes in each of its two processes.
+  std::size_t ring_size = std::size_t{1} << 20;
+  /// The largest ring a listener accepts from a connecting side (a power of two, at most 1 GiB).
+  std::size_t max_ring_size = std::size_t{64} << 20;
+  /// The most bytes one async_read_some delivers (one allocation and copy out of the ring).
+  std::size_t read_some_max = 256 * 1024;
+  /// Single copy: a piece of a write at least this long is not copied into
+  /// the ring; the peer copies it straight out of this process's memory
+  /// (process_vm_readv) into its destination, and the write completes once
+  /// it did. Used only where both sides turn it on and the peer could read
+  /// a probe word of this process (same user, no ptrace restriction such as
+  /// Yama's ptrace_scope >= 1 between the two); otherwise the ring carries
+  /// everything. 0 = off (this side then copies none of the peer's pieces
+  /// either); else at least 4096. Off by default: one reader's
+  /// process_vm_readv can be slower than two memcpys, one on each side, run
+  /// in parallel (docs/transports.md says when to turn it on).
+  std::size_t single_copy_min = 0;
+  /// How long a listener waits for a connecting side's hello before dropping it.
+  std::chrono::milliseconds handshake_timeout{5000};
+  /// Listeners take connections only from processes of the same user
+  /// (SO_PEERCRED); abstract Unix sockets have no file permissions.
+  bool same_user_only = true;
+  int backlog = 1024;
+  /// Bytes of address space of the shared pool (allocate_shared), made on
+  /// the first allocation: 0 = no pool, else 1 MiB..64 GiB. Pages are backed
+  /// only once written, and a block freed stays backed for reuse.
+  std::size_t pool_size = std::size_t{1} << 30;
+};
+
+/// The same-host shared-memory transport on a `Reactor` (a basic_reactor
+/// whose engine offers a readiness wait: asio_reactor, uring_reactor); a
+/// model of fusewire::transport. Cheap to copy (it is its config and a
+/// shared pool). Connections of basic_shm<asio_reactor> and of
+/// basic_shm<uring_reactor> reach each other: the reactor is local to a process.
+template <class Reactor>
+class basic_shm {
  public:
   using transport_concept = transport_tag;
-  using reactor_type = asio_reactor;
-  using connection_type = shm_connection;
-  using listener_type = shm_listener;
+  using reactor_type = Reactor;
+  using connection_type = basic_shm_connection<Reactor>;
+  using listener_type = basic_shm_listener<Reactor>;
+  using config = shm_config;
 
   static constexpr std::string_view name() noexcept { return "shm"; }
 
-  struct config {
-    /// Bytes of each of a connection's two rings (the connecting side's
-    /// choice): a power of two from 4 KiB to max_ring_size. A connection maps
-    /// 4 KiB + 2 * ring_size bytes in each of its two processes.
-    std::size_t ring_size = std::size_t{1} << 20;
-    /// The largest ring a listener accepts from a connecting side (a power of two, at most 1 GiB).
-    std::size_t max_ring_size = std::size_t{64} << 20;
-    /// The most bytes one async_read_some delivers (one allocation and copy out of the ring).
-    std::size_t read_some_max = 256 * 1024;
-    /// Single copy: a piece of a write at least this long is not copied into
-    /// the ring; the peer copies it straight out of this process's memory
-    /// (process_vm_readv) into its destination, and the write completes once
-    /// it did. Used only where both sides turn it on and the peer could read
-    /// a probe word of this process (same user, no ptrace restriction such as
-    /// Yama's ptrace_scope >= 1 between the two); otherwise the ring carries
-    /// everything. 0 = off (this side then copies none of the peer's pieces
-    /// either); else at least 4096. Off by default: one reader's
-    /// process_vm_readv can be slower than two memcpys, one on each side, run
-    /// in parallel (docs/transports.md says when to turn it on).
-    std::size_t single_copy_min = 0;
-    /// How long a listener waits for a connecting side's hello before dropping it.
-    std::chrono::milliseconds handshake_timeout{5000};
-    /// Listeners take connections only from processes of the same user
-    /// (SO_PEERCRED); abstract Unix sockets have no file permissions.
-    bool same_user_only = true;
-    int backlog = 1024;
-    /// Bytes of address space of the shared pool (allocate_shared), made on
-    /// the first allocation: 0 = no pool, else 1 MiB..64 GiB. Pages are backed
-    /// only once written, and a block freed stays backed for reuse.
-    std::size_t pool_size = std::size_t{1} << 30;
-  };
-
-  shm() : shm(config{}) {}
+  basic_shm() : basic_shm(config{}) {}
   /// Throws std::system_error(errc::invalid_argument) naming a bad field.
-  explicit shm(config cfg) : config_(cfg) {
+  explicit basic_shm(config cfg) : config_(cfg) {
     const auto bad = [](const std::string& what) { throw_error(errc::invalid_argument, "shm::config." + what); };
     if (!detail::shm::valid_ring_size(config_.max_ring_size)) {
       bad("max_ring_size = " + std::to_string(config_.max_ring_size) + ": must be a power of two, 4096..1 GiB");
@@ -120,23 +131,23 @@ class shm {
   /// segment; the connection is usable at once (bytes wait in the ring until
   /// the listener accepts). No listener: errc::connection_refused; a host
   /// that is not a valid name: errc::invalid_argument.
-  template <connection_handler<shm_connection> H>
-  void connect(asio_reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
-    detail::pending_connect<shm_connection, asio_reactor> op(reactor, "shm", std::forward<H>(handler));
+  template <connection_handler<connection_type> H>
+  void connect(Reactor& reactor, std::string_view host, std::uint16_t port, H&& handler) const {
+    detail::pending_connect<connection_type, Reactor> op(reactor, "shm", std::forward<H>(handler));
     if (reactor.stopping()) return op.fail(make_error_code(errc::cancelled));
     if (!detail::shm::valid_host(host) || port == 0) return op.fail(make_error_code(errc::invalid_argument));
     std::error_code ec;
     auto state = open(reactor, host, port, ec);
     if (ec) return op.fail(ec);
-    shm_connection conn = detail::handle_access::make<shm_connection>(std::move(state));
+    connection_type conn = detail::handle_access::make<connection_type>(std::move(state));
     reactor.post([op = std::move(op), conn = std::move(conn)]() mutable { op.finish({}, std::move(conn)); });
   }
 
   /// A listener on host:port (port 0: a free port is picked; see port()).
   /// Throws std::system_error naming the address on failure.
-  shm_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port) const {
+  listener_type listen(Reactor& reactor, std::string_view host, std::uint16_t port) const {
     std::error_code ec;
-    shm_listener l = listen(reactor, host, port, ec);
+    listener_type l = listen(reactor, host, port, ec);
     if (ec) {
       throw std::system_error(ec, "shm::listen(" + std::string(host) + ":" + std::to_string(port) + ")");
     }
@@ -144,7 +155,7 @@ class shm {
   }
 
   /// As above, reporting failure through `ec` (and returning an empty listener).
-  shm_listener listen(asio_reactor& reactor, std::string_view host, std::uint16_t port, std::error_code& ec) const {
+  listener_type listen(Reactor& reactor, std::string_view host, std::uint16_t port, std::error_code& ec) const {
     detail::check_reactor_thread(reactor, "shm", "listen");
     ec.clear();
     if (!detail::shm::valid_host(host)) {
@@ -176,8 +187,8 @@ class shm {
     }
     detail::shm_listener_options opts{config_.max_ring_size,     config_.read_some_max,  config_.single_copy_min,
                                       config_.handshake_timeout, config_.same_user_only, pool_};
-    return detail::handle_access::make<shm_listener>(detail::ref_ptr<detail::shm_listener_state>(
-        new detail::shm_listener_state(reactor, fd.release(), std::string(host), bound, opts)));
+    return detail::handle_access::make<listener_type>(detail::ref_ptr<detail::shm_listener_state<Reactor>>(
+        new detail::shm_listener_state<Reactor>(reactor, fd.release(), std::string(host), bound, opts)));
   }
 
  private:
@@ -194,8 +205,8 @@ class shm {
 
   /// The connecting side: the Unix socket, the segment and two eventfds, sent
   /// to the listener in one message.
-  detail::ref_ptr<detail::shm_connection_state> open(asio_reactor& reactor, std::string_view host, std::uint16_t port,
-                                                     std::error_code& ec) const {
+  detail::ref_ptr<detail::shm_connection_state<Reactor>> open(Reactor& reactor, std::string_view host,
+                                                              std::uint16_t port, std::error_code& ec) const {
     namespace s = detail::shm;
     s::unique_fd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!sock) {
@@ -232,17 +243,30 @@ class shm {
     socklen_t cred_len = sizeof cred;
     if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) cred.pid = 0;
     const detail::shm_link_options link{config_.read_some_max, config_.single_copy_min, cred.pid, pool_};
-    return detail::ref_ptr<detail::shm_connection_state>(
-        new detail::shm_connection_state(reactor, std::move(sock), std::move(mine), std::move(theirs), std::move(map),
-                                         0, std::string(host) + ":" + std::to_string(port), link));
+    return detail::ref_ptr<detail::shm_connection_state<Reactor>>(new detail::shm_connection_state<Reactor>(
+        reactor, std::move(sock), std::move(mine), std::move(theirs), std::move(map), 0,
+        std::string(host) + ":" + std::to_string(port), link));
   }
 
   config config_;
   std::shared_ptr<detail::shm::shared_pool> pool_;  ///< null: no pool
 };
 
+/// shm on an asio_reactor: what "shm" and "shm+asio" name (transport/select.hpp).
+using shm = basic_shm<asio_reactor>;
+using shm_connection = shm::connection_type;
+using shm_listener = shm::listener_type;
+
 static_assert(transport<shm>);
 static_assert(readahead_connection<shm_connection>);
+
+#ifdef FUSEWIRE_SHM_URING
+/// shm on a uring_reactor: what "shm+uring" names (transport/select.hpp), so
+/// a task's shm and uring_tcp connections share its reactors. Builds with
+/// liburing (FUSEWIRE_HAS_URING).
+using uring_shm = basic_shm<uring_reactor>;
+static_assert(transport<uring_shm>);
+#endif
 
 }  // namespace v0
 }  // namespace fusewire
