@@ -1,6 +1,7 @@
 // fusewire's own transports as fwbench backends: `fusewire-uring` (uring_tcp),
 // `fusewire-asio` (asio_tcp), `fusewire-shm` (shared memory, every process on
-// one host), `fusewire-verbs` (RDMA verbs, where rdma-core
+// one host), `fusewire-shm-uring` (the same on io_uring's reactor: uring_shm),
+// `fusewire-verbs` (RDMA verbs, where rdma-core
 // is built; it needs an RDMA device and a cluster on its interface's address)
 // and `fusewire-auto` (whichever the library's transport choice "auto" picks
 // for the cluster and this machine, fusewire::with_transport),
@@ -31,6 +32,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstring>
 #include <fusewire/core/cluster_spec.hpp>
@@ -165,8 +167,8 @@ Transport make_transport(const transport_settings& t, [[maybe_unused]] const fus
     return fusewire::verbs(fusewire::verbs_config::from(o));
   } else
 #endif
-      if constexpr (std::is_same_v<Transport, fusewire::shm>) {
-    return fusewire::shm();  // no socket options: rings of the default size
+      if constexpr (requires { requires std::same_as<typename Transport::config, fusewire::shm_config>; }) {
+    return Transport();  // shm on either reactor: no socket options, rings of the default size
   } else if constexpr (std::is_same_v<Transport, fusewire::shm_or_asio>) {
     return fusewire::shm_or_asio(fusewire::shm(),
                                  make_tcp_transport<fusewire::asio_tcp>(t));  // options for its TCP side
@@ -747,6 +749,14 @@ std::vector<backend_info> fusewire_backends() {
       "direction in a memfd segment (reactor mode, fusion and pinning apply)");
   shm.same_host = true;
   out.push_back(std::move(shm));
+#if FUSEWIRE_HAS_URING
+  backend_info shm_uring = make_info<fusewire::uring_shm>(
+      "fusewire-shm-uring",
+      "fusewire-shm on io_uring's reactor (what shm+uring runs between the processes of one host; reactor mode, "
+      "fusion and pinning apply)");
+  shm_uring.same_host = true;
+  out.push_back(std::move(shm_uring));
+#endif
   const std::string verbs_summary =
       "fusewire RDMA verbs transport: rendezvous send/recv over RC queue pairs, RDMA writes for large tensors "
       "(needs an RDMA device; TF_RDMA_* knobs apply)";

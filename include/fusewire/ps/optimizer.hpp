@@ -21,10 +21,53 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+// Adam, the costliest rule, also has an AVX2 loop (eight lanes), chosen at run
+// time on x86-64 CPUs that have AVX2, whatever the build's -march.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define FUSEWIRE_PS_AVX2 1
+#else
+#define FUSEWIRE_PS_AVX2 0
+#endif
 
 namespace fusewire {
 inline namespace v0 {
 namespace ps {
+
+namespace detail {
+
+#if FUSEWIRE_PS_AVX2
+inline bool cpu_has_avx2() noexcept {
+  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  return yes;
+}
+
+/// Adam over the first n - n % 8 elements, eight lanes at a time: the same
+/// IEEE operations in the same order as the SSE and scalar loops of
+/// apply_update, so the same results (no fused multiply-adds: the target is
+/// avx2 alone). Returns how many elements it did.
+__attribute__((target("avx2"))) inline std::size_t adam_avx2(float* w, float* m, float* v, const float* grad,
+                                                             std::size_t n, float scale, float b1, float b2, float lr_t,
+                                                             float eps) noexcept {
+  const __m256 vs = _mm256_set1_ps(scale), vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2);
+  const __m256 vc1 = _mm256_set1_ps(1.0f - b1), vc2 = _mm256_set1_ps(1.0f - b2);
+  const __m256 vlr = _mm256_set1_ps(lr_t), veps = _mm256_set1_ps(eps);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), vs);
+    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(vc1, g));
+    const __m256 vi =
+        _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(vc2, g), g));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, mi), _mm256_add_ps(_mm256_sqrt_ps(vi), veps));
+    _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_loadu_ps(w + i), step));
+  }
+  return i;
+}
+#endif
+
+}  // namespace detail
 
 /// Initial value of slot `k` (of opt.slots()) of every element.
 inline float initial_slot_value(const optimizer_config& opt, std::size_t k) noexcept {
@@ -86,6 +129,10 @@ inline void apply_update(const optimizer_config& opt, std::span<float> w, std::s
                                             (1.0 - std::pow(static_cast<double>(opt.beta1), t)));
       const float b1 = opt.beta1, b2 = opt.beta2;
       std::size_t i = 0;
+#if FUSEWIRE_PS_AVX2
+      if (detail::cpu_has_avx2())
+        i = detail::adam_avx2(w.data(), m, v, grad.data(), n, scale, b1, b2, lr_t, opt.epsilon);
+#endif
 #if defined(__SSE2__)
       // Four lanes at a time, as adagrad's loop (same results as the scalar one).
       const __m128 vs = _mm_set1_ps(scale), vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2);
@@ -115,3 +162,5 @@ inline void apply_update(const optimizer_config& opt, std::span<float> w, std::s
 }  // namespace ps
 }  // namespace v0
 }  // namespace fusewire
+
+#undef FUSEWIRE_PS_AVX2

@@ -1,4 +1,4 @@
-// The fusewire backends of fwbench (fusewire-uring, fusewire-asio, fusewire-shm): their
+// The fusewire backends of fwbench (fusewire-uring, fusewire-asio, fusewire-shm, fusewire-shm-uring): their
 // option errors, a tiny run in each reactor mode (with fusion and pinning),
 // serialized mode, a PS serving a worker that comes back, and the launcher's
 // port handling. The conformance suite in backends.cpp covers the rest of
@@ -110,6 +110,14 @@ TEST_CASE("fusewire backends are registered with what compare and the launcher n
   CHECK_FALSE(shm->rdma);
   CHECK_FALSE(asio->same_host);
   for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-shm");
+#if FUSEWIRE_HAS_URING
+  // The same on io_uring's reactor.
+  const backend_info* shm_uring = find_backend("fusewire-shm-uring");
+  REQUIRE(shm_uring != nullptr);
+  CHECK(shm_uring->available);
+  CHECK(shm_uring->same_host);
+  for (const cell& c : plan_cells(rc)) CHECK(c.backend.name != "fusewire-shm-uring");
+#endif
   // The run-time choice (here shm, the cluster being on loopback): only when named.
   const backend_info* autopick = find_backend("fusewire-auto");
   REQUIRE(autopick != nullptr);
