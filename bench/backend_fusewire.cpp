@@ -690,6 +690,12 @@ backend_info make_info(const std::string& name, const std::string& summary) {
   return info;
 }
 
+/// A backend whose processes must all run on this host (the shm ones).
+backend_info with_same_host(backend_info info) {
+  info.same_host = true;
+  return info;
+}
+
 /// fusewire-auto: the transport fusewire::with_transport("auto") picks for
 /// this task's cluster and options (shm when every task is on this host,
 /// verbs when RDMA is enabled and works, else uring or asio); a fallback is
@@ -743,19 +749,15 @@ std::vector<backend_info> fusewire_backends() {
   out.push_back(std::move(uring));
 #endif
   out.push_back(make_info<fusewire::asio_tcp>("fusewire-asio", "fusewire Boost.Asio" + common));
-  backend_info shm = make_info<fusewire::shm>(
+  out.push_back(with_same_host(make_info<fusewire::shm>(
       "fusewire-shm",
       "fusewire shared-memory transport (every process on one host): rendezvous send/recv through a ring per "
-      "direction in a memfd segment (reactor mode, fusion and pinning apply)");
-  shm.same_host = true;
-  out.push_back(std::move(shm));
+      "direction in a memfd segment (reactor mode, fusion and pinning apply)")));
 #if FUSEWIRE_HAS_URING
-  backend_info shm_uring = make_info<fusewire::uring_shm>(
+  out.push_back(with_same_host(make_info<fusewire::uring_shm>(
       "fusewire-shm-uring",
       "fusewire-shm on io_uring's reactor (what shm+uring runs between the processes of one host; reactor mode, "
-      "fusion and pinning apply)");
-  shm_uring.same_host = true;
-  out.push_back(std::move(shm_uring));
+      "fusion and pinning apply)")));
 #endif
   const std::string verbs_summary =
       "fusewire RDMA verbs transport: rendezvous send/recv over RC queue pairs, RDMA writes for large tensors "

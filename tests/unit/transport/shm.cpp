@@ -63,6 +63,27 @@ struct basic_server {
       next.set_value(p.get());
     });
   }
+
+  /// Listens on 127.0.0.1 from g's reactor and accepts one connection;
+  /// returns the port.
+  template <class Group>
+  std::uint16_t start(Group& g) {
+    return g.on([&] {
+      listener = transport.listen(*T::reactor_type::current(), "127.0.0.1", 0);
+      accept_one();
+      return listener.port();
+    });
+  }
+
+  /// `p` connects to `port` and sends a good hello (a ring of 4 KiB): the
+  /// connection this side accepted from it.
+  connection_t* accept_raw(raw_peer& p, std::uint16_t port) {
+    REQUIRE(p.connect(port));
+    REQUIRE(p.send_good_hello(4096));
+    auto f = next.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    return f.get();
+  }
 };
 using server = basic_server<>;
 
@@ -74,11 +95,7 @@ using reported_group_for = basic_reported_group<typename T::reactor_type::engine
 TEST_CASE("shm: hostile hellos are dropped with a report naming what was wrong; the listener goes on") {
   reported_group g;
   server s;
-  const std::uint16_t port = g.on([&] {
-    s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
-    s.accept_one();
-    return s.listener.port();
-  });
+  const std::uint16_t port = s.start(g);
 
   struct bad_case {
     const char* report;
@@ -161,17 +178,8 @@ TEST_CASE("shm: a peer writing indices outside the ring fails the connection wit
       CAPTURE(static_cast<int>(mode));
       reported_group g(mode);
       server s;
-      const std::uint16_t port = g.on([&] {
-        s.listener = s.transport.listen(*fw::asio_reactor::current(), "127.0.0.1", 0);
-        s.accept_one();
-        return s.listener.port();
-      });
       raw_peer p;
-      REQUIRE(p.connect(port));
-      REQUIRE(p.send_good_hello(4096));
-      auto f = s.next.get_future();
-      REQUIRE(f.wait_for(10s) == std::future_status::ready);
-      auto conn = f.get();
+      auto* conn = s.accept_raw(p, s.start(g));
 
       std::promise<std::pair<std::error_code, std::size_t>> done;
       std::vector<std::byte> buf(10000);
@@ -320,22 +328,15 @@ TEST_CASE_TEMPLATE_DEFINE(
   fw::shm_config cfg;
   cfg.handshake_timeout = 100ms;
   basic_server<T> s{T(cfg), {}, {}, {}};
-  const std::uint16_t port = g.on([&] {
-    s.listener = s.transport.listen(*T::reactor_type::current(), "127.0.0.1", 0);
-    s.accept_one();
-    return s.listener.port();
-  });
+  const std::uint16_t port = s.start(g);
   raw_peer silent;
   REQUIRE(silent.connect(port));
   CHECK(g.wait_report("sent no hello within 100 ms; dropped"));
   char b;
   CHECK(::recv(silent.sock.get(), &b, 1, 0) == 0);  // dropped: the hang-up
   raw_peer good;
-  REQUIRE(good.connect(port));
-  REQUIRE(good.send_good_hello(4096));
-  auto f = s.next.get_future();
-  REQUIRE(f.wait_for(10s) == std::future_status::ready);
-  CHECK(f.get()->remote_endpoint() == "127.0.0.1:" + std::to_string(port) + "#" + std::to_string(::getpid()));
+  CHECK(s.accept_raw(good, port)->remote_endpoint() ==
+        "127.0.0.1:" + std::to_string(port) + "#" + std::to_string(::getpid()));
   g.on([&] {
     s.listener.close();
     s.accepted.clear();
@@ -350,17 +351,8 @@ TEST_CASE_TEMPLATE_DEFINE("shm: a peer that dies without closing fails pending r
     CAPTURE(static_cast<int>(mode));
     reported_group_for<T> g(mode);
     basic_server<T> s{T(), {}, {}, {}};
-    const std::uint16_t port = g.on([&] {
-      s.listener = s.transport.listen(*T::reactor_type::current(), "127.0.0.1", 0);
-      s.accept_one();
-      return s.listener.port();
-    });
     raw_peer peer;
-    REQUIRE(peer.connect(port));
-    REQUIRE(peer.send_good_hello(4096));
-    auto f = s.next.get_future();
-    REQUIRE(f.wait_for(10s) == std::future_status::ready);
-    auto* conn = f.get();
+    auto* conn = s.accept_raw(peer, s.start(g));
     std::promise<std::error_code> read_done, write_done;
     static std::byte sink[16];
     static const std::vector<std::byte> big(64 * 1024);  // more than the 4 KiB ring: the write waits for room
