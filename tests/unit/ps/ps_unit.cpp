@@ -223,7 +223,7 @@ TEST_CASE("optimizer math: exact values of the first steps") {
 }
 
 TEST_CASE("optimizers agree with the independent reference over many steps") {
-  // 31 elements: adam's eight-lane loop (where the CPU has AVX2), the
+  // 31 elements: the eight-lane loops (where the CPU has AVX2), the
   // four-lane loops and their scalar tails.
   constexpr std::size_t n = 31;
   for (const auto& cfg : {ps::optimizer_config::sgd(0.05f), ps::optimizer_config::momentum_sgd(0.05f, 0.9f),
