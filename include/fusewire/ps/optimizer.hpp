@@ -21,9 +21,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-// Adam and Adagrad, the costliest rules, also have AVX2 loops (eight lanes),
-// chosen at run time on x86-64 CPUs that have AVX2, whatever the build's
-// -march.
+// Every rule also has an AVX2 loop (eight lanes), chosen at run time on x86-64
+// CPUs that have AVX2, whatever the build's -march: Adam and Adagrad are the
+// costliest rules, and at -O2 GCC leaves SGD's and momentum's plain loops
+// scalar (its cheap cost model does not version a loop for aliasing).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define FUSEWIRE_PS_AVX2 1
@@ -67,6 +68,34 @@ __attribute__((target("avx2"))) inline std::size_t adam_avx2(float* w, float* m,
   return i;
 }
 
+/// SGD the same way (the operations of the scalar loop).
+__attribute__((target("avx2"))) inline std::size_t sgd_avx2(float* w, const float* grad, std::size_t n, float scale,
+                                                            float lr) noexcept {
+  const __m256 vs = _mm256_set1_ps(scale), vlr = _mm256_set1_ps(lr);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 step = _mm256_mul_ps(vlr, _mm256_mul_ps(_mm256_loadu_ps(grad + i), vs));
+    _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_loadu_ps(w + i), step));
+  }
+  return i;
+}
+
+/// Momentum (plain or Nesterov) the same way (the operations of the scalar loop).
+__attribute__((target("avx2"))) inline std::size_t momentum_avx2(float* w, float* a, const float* grad, std::size_t n,
+                                                                 float scale, float lr, float mom,
+                                                                 bool nesterov) noexcept {
+  const __m256 vs = _mm256_set1_ps(scale), vlr = _mm256_set1_ps(lr), vm = _mm256_set1_ps(mom);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), vs);
+    const __m256 ai = _mm256_add_ps(_mm256_mul_ps(vm, _mm256_loadu_ps(a + i)), g);
+    _mm256_storeu_ps(a + i, ai);
+    const __m256 step = nesterov ? _mm256_mul_ps(vlr, _mm256_add_ps(g, _mm256_mul_ps(vm, ai))) : _mm256_mul_ps(vlr, ai);
+    _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_loadu_ps(w + i), step));
+  }
+  return i;
+}
+
 /// Adagrad the same way (the operations of its four-lane loop).
 __attribute__((target("avx2"))) inline std::size_t adagrad_avx2(float* w, float* acc, const float* grad, std::size_t n,
                                                                 float scale, float lr, float eps) noexcept {
@@ -100,13 +129,22 @@ inline void apply_update(const optimizer_config& opt, std::span<float> w, std::s
   const float lr = opt.learning_rate;
   ++updates;
   switch (opt.kind) {
-    case optimizer_kind::sgd:
-      for (std::size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] * scale);
+    case optimizer_kind::sgd: {
+      std::size_t i = 0;
+#if FUSEWIRE_PS_AVX2
+      if (detail::cpu_has_avx2()) i = detail::sgd_avx2(w.data(), grad.data(), n, scale, lr);
+#endif
+      for (; i < n; ++i) w[i] -= lr * (grad[i] * scale);
       return;
+    }
     case optimizer_kind::momentum: {
       float* a = slots.data();
       const float m = opt.momentum;
-      for (std::size_t i = 0; i < n; ++i) {
+      std::size_t i = 0;
+#if FUSEWIRE_PS_AVX2
+      if (detail::cpu_has_avx2()) i = detail::momentum_avx2(w.data(), a, grad.data(), n, scale, lr, m, opt.nesterov);
+#endif
+      for (; i < n; ++i) {
         const float g = grad[i] * scale;
         a[i] = m * a[i] + g;
         w[i] -= opt.nesterov ? lr * (g + m * a[i]) : lr * a[i];
