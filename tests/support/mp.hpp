@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -112,6 +113,25 @@ inline bool died_of_sigkill(pid_t pid, const char* what) {
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return true;
   std::fprintf(stderr, "%s was supposed to die of SIGKILL\n", what);
   return false;
+}
+
+/// SIGSTOPs the child `pid` and waits until every thread of it has stopped.
+/// kill() only queues the signal: until the group stop completes, a thread of
+/// the child that another event woke (a request arriving) may still run, and
+/// on a loaded machine it may answer a request sent after kill() returned.
+/// True once it stopped; false (printing why) if it ended instead, in which
+/// case it has been reaped.
+inline bool stop_child(pid_t pid, const char* what) {
+  ::kill(pid, SIGSTOP);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WUNTRACED);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == pid && WIFSTOPPED(status)) return true;
+    std::fprintf(stderr, "%s ended instead of stopping (waitpid: %d, status %#x)\n", what, static_cast<int>(r),
+                 static_cast<unsigned>(status));
+    return false;
+  }
 }
 
 /// SIGKILLs the child `pid` and reaps it: once this returns, it is gone.

@@ -595,6 +595,8 @@ int stall_worker(const fw::cluster_spec& spec, const signal_pipe& ready, const s
   std::error_code ec;
   const auto start = std::chrono::steady_clock::now();
   cl.run(b, ec);
+  if (ec != fw::make_error_code(fw::errc::timed_out))
+    std::fprintf(stderr, "worker:0: the step ended with '%s' (%s)\n", ec.message().c_str(), b.error_message().c_str());
   EXPECT(ec == fw::make_error_code(fw::errc::timed_out));
   std::lock_guard lock(mu);
   std::size_t reports = 0;
@@ -629,7 +631,7 @@ int run_stall() {
   const pid_t p1 = spawn(60, [&] { return run_ps(spec, 1, m, {}); });
   const pid_t w0 = spawn(60, [&] { return stall_worker(spec, ready, stopped); });
   bool ok = ready.wait(30000);
-  ::kill(p1, SIGSTOP);
+  ok = fusewire::test::stop_child(p1, "ps:1") && ok;
   stopped.notify();
   ok = succeeded(w0, "worker:0") && ok;
   ::kill(p1, SIGCONT);
@@ -744,7 +746,7 @@ int run_sync_stall() {
   const pid_t w0 = spawn(60, [&] { return sync_stall_worker(spec, 0, reached); });
   const pid_t w1 = spawn(60, [&] { return sync_stall_worker(spec, 1, reached); });
   bool ok = reached.wait(30000);
-  ::kill(w1, SIGSTOP);
+  ok = fusewire::test::stop_child(w1, "worker:1") && ok;
   stopped.notify();
   ok = reported.wait(30000) && ok;
   ::kill(w1, SIGCONT);

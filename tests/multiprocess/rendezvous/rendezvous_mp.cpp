@@ -339,7 +339,7 @@ int run_frozen() {
   const pid_t worker = spawn(240, [&] { return frozen_worker<T>(spec, ready, stopped); });
   bool ok = ready.wait(60000);
   if (!ok) std::fprintf(stderr, "worker:0 never finished its handshake with ps:0\n");
-  ::kill(ps, SIGSTOP);
+  ok = fusewire::test::stop_child(ps, "ps:0") && ok;
   stopped.notify();
   ok = succeeded(worker, "worker:0") && ok;
   fusewire::test::kill_and_reap(ps);
