@@ -22,7 +22,7 @@ import sys
 # the compiler (x86 intrinsics).
 SYSTEM_HEADERS = {"fcntl.h", "netdb.h", "pthread.h", "sched.h", "signal.h", "time.h", "unistd.h", "errno.h",
                   "poll.h", "string.h", "stdlib.h", "stdio.h", "stdint.h", "ifaddrs.h",
-                  "emmintrin.h"}
+                  "emmintrin.h", "immintrin.h"}
 SYSTEM_DIRS = ("sys/", "netinet/", "arpa/", "linux/", "net/")
 # Port -> the manifest feature it belongs to (None: the core dependencies).
 FEATURE_OF = {"liburing": "uring", "rdma-core": "rdma", "openssl": "crypto"}
