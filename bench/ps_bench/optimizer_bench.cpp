@@ -32,16 +32,15 @@ int main(int argc, char** argv) {
   app.add_option("--updates", updates, "updates per run")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   app.add_option("--runs", runs, "runs; the best one's mean is printed")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
-  app.add_option("--optimizer", names, "optimizers to time")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"sgd", "momentum", "adagrad", "adam"}));
+  app.add_option("--optimizer", names, "optimizers to time")->delimiter(',')->check([](const std::string& name) {
+    return ps::optimizer_kind_from_string(name) ? std::string()
+                                                : "not one of: " + std::string(ps::optimizer_kind_names);
+  });
   CLI11_PARSE(app, argc, argv);
 
   for (const std::string& name : names) {
-    const ps::optimizer_config cfg = name == "sgd"        ? ps::optimizer_config::sgd(0.1f)
-                                     : name == "momentum" ? ps::optimizer_config::momentum_sgd(0.1f, 0.9f)
-                                     : name == "adagrad"  ? ps::optimizer_config::adagrad(0.1f)
-                                                          : ps::optimizer_config::adam(0.001f);
+    // The rate does not change an update's cost.
+    const auto cfg = ps::optimizer_config::from_name(name, 1e-3f);
     // Large arrays start at the same offset in their pages; the weights, the
     // slots and the gradient start 1 KiB apart instead, so that the figure
     // is the update's cost, not 4 KiB aliasing between a store to w[i] and

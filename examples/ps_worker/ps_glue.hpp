@@ -29,19 +29,11 @@ struct glue_options {
   std::uint64_t seed = 1;
 };
 
-inline ps::optimizer_config make_optimizer(const std::string& name, float lr) {
-  if (name == "sgd") return ps::optimizer_config::sgd(lr);
-  if (name == "momentum") return ps::optimizer_config::momentum_sgd(lr);
-  if (name == "adagrad") return ps::optimizer_config::adagrad(lr);
-  if (name == "adam") return ps::optimizer_config::adam(lr);
-  throw std::invalid_argument("optimizer '" + name + "' is not one of: sgd, momentum, adagrad, adam");
-}
-
 /// The MLP's variables as the parameter servers hold them.
 /// w1 is about 400 KB: a 64 KB minimum slice splits it over up to 6 PS.
 inline ps::model_spec make_model(const mlp_shape& s, const glue_options& g) {
   ps::model_spec m;
-  m.optimizer = make_optimizer(g.optimizer, g.lr);
+  m.optimizer = ps::optimizer_config::from_name(g.optimizer, g.lr);
   m.min_slice_bytes = 64 * 1024;
   auto glorot = [&](std::size_t in, std::size_t out) {
     const float limit = std::sqrt(6.0f / static_cast<float>(in + out));

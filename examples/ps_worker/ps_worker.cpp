@@ -356,8 +356,10 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1u, 1000u));
   app.add_option("--batch", c.batch, "examples per worker step")->check(CLI::Range(1u, 60000u));
   app.add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", c.optimizer, "optimizer applied on the PS")
-      ->check(CLI::IsMember({"sgd", "momentum", "adagrad", "adam"}));
+  app.add_option("--optimizer", c.optimizer, "optimizer applied on the PS")->check([](const std::string& name) {
+    return ps::optimizer_kind_from_string(name) ? std::string()
+                                                : "not one of: " + std::string(ps::optimizer_kind_names);
+  });
   app.add_option("--data", c.data, "directory with the Fashion-MNIST IDX files (.gz or unpacked)");
   app.add_option("--hidden", c.hidden, "hidden units")->check(CLI::Range(1u, 4096u));
   app.add_option("--train-limit", c.train_limit, "use only the first N training images (0 = all)");

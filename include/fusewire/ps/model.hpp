@@ -122,6 +122,16 @@ constexpr std::string_view to_string(optimizer_kind k) noexcept {
   return "?";
 }
 
+/// Every name to_string(optimizer_kind) gives, for messages and command lines.
+inline constexpr std::string_view optimizer_kind_names = "sgd, momentum, adagrad, adam";
+
+/// The optimizer_kind that to_string spells `name`, or nullopt.
+constexpr std::optional<optimizer_kind> optimizer_kind_from_string(std::string_view name) noexcept {
+  for (const auto k : {optimizer_kind::sgd, optimizer_kind::momentum, optimizer_kind::adagrad, optimizer_kind::adam})
+    if (to_string(k) == name) return k;
+  return std::nullopt;
+}
+
 /// An optimizer and its hyper-parameters (TensorFlow's update rules; see optimizer.hpp).
 struct optimizer_config {
   optimizer_kind kind = optimizer_kind::sgd;
@@ -153,6 +163,17 @@ struct optimizer_config {
     return c;
   }
 
+  /// The rule named `name` (to_string's spelling) with learning rate `lr` and
+  /// its other hyper-parameters at their defaults. Throws
+  /// system_error(errc::invalid_argument) naming the allowed names.
+  static optimizer_config from_name(std::string_view name, float lr) {
+    const auto kind = optimizer_kind_from_string(name);
+    if (!kind)
+      throw_error(errc::invalid_argument,
+                  "optimizer '" + std::string(name) + "' is not one of: " + std::string(optimizer_kind_names));
+    return {*kind, lr};
+  }
+
   /// Float slots kept per element: sgd 0, momentum 1, adagrad 1, adam 2.
   std::size_t slots() const noexcept {
     switch (kind) {
@@ -176,7 +197,8 @@ struct optimizer_config {
                                               " (allowed: " + std::string(allowed) + ")");
     };
     if (static_cast<unsigned>(kind) > 3)
-      throw_error(errc::invalid_argument, where + ": unknown kind (allowed: sgd, momentum, adagrad, adam)");
+      throw_error(errc::invalid_argument,
+                  where + ": unknown kind (allowed: " + std::string(optimizer_kind_names) + ")");
     if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) bad("learning_rate", learning_rate, "> 0");
     if (!(momentum >= 0.0f && momentum < 1.0f)) bad("momentum", momentum, "[0, 1)");
     if (!(initial_accumulator >= 0.0f) || !std::isfinite(initial_accumulator))

@@ -162,20 +162,9 @@ fw::ps::initializer parse_init(const json& j) {
 }
 
 fw::ps::optimizer_config parse_optimizer(const json& j) {
-  fw::ps::optimizer_config o;
-  if (j.is_null()) return o;
-  const std::string kind = j.value("kind", "sgd");
-  if (kind == "sgd")
-    o.kind = fw::ps::optimizer_kind::sgd;
-  else if (kind == "momentum")
-    o.kind = fw::ps::optimizer_kind::momentum;
-  else if (kind == "adagrad")
-    o.kind = fw::ps::optimizer_kind::adagrad;
-  else if (kind == "adam")
-    o.kind = fw::ps::optimizer_kind::adam;
-  else
-    throw std::invalid_argument("optimizer kind '" + kind + "' (allowed: sgd, momentum, adagrad, adam)");
-  o.learning_rate = j.value("learning_rate", o.learning_rate);
+  if (j.is_null()) return {};
+  fw::ps::optimizer_config o = fw::ps::optimizer_config::from_name(
+      j.value("kind", "sgd"), j.value("learning_rate", fw::ps::optimizer_config{}.learning_rate));
   o.momentum = j.value("momentum", o.momentum);
   o.nesterov = j.value("nesterov", o.nesterov);
   o.initial_accumulator = j.value("initial_accumulator", o.initial_accumulator);

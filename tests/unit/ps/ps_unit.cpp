@@ -182,6 +182,29 @@ TEST_CASE("initializers are pure functions of (name, seed, row, col)") {
   CHECK(u.value("emb", 1, 2) != u.value("emb", 2, 1));
 }
 
+TEST_CASE("optimizer names: every kind by its name, defaults as its factory gives, others refused") {
+  using ps::optimizer_config;
+  for (const auto& [name, want] :
+       {std::pair{"sgd", optimizer_config::sgd(0.5f)}, std::pair{"momentum", optimizer_config::momentum_sgd(0.5f)},
+        std::pair{"adagrad", optimizer_config::adagrad(0.5f)}, std::pair{"adam", optimizer_config::adam(0.5f)}}) {
+    CAPTURE(name);
+    const optimizer_config got = optimizer_config::from_name(name, 0.5f);
+    CHECK(got.kind == want.kind);
+    CHECK(ps::to_string(got.kind) == name);
+    CHECK(ps::optimizer_kind_from_string(name) == want.kind);
+    CHECK(got.learning_rate == want.learning_rate);
+    CHECK(got.momentum == want.momentum);
+    CHECK(got.nesterov == want.nesterov);
+    CHECK(got.initial_accumulator == want.initial_accumulator);
+    CHECK(got.beta1 == want.beta1);
+    CHECK(got.beta2 == want.beta2);
+    CHECK(got.epsilon == want.epsilon);
+  }
+  CHECK_FALSE(ps::optimizer_kind_from_string("Adam").has_value());
+  CHECK(error_of([] { (void)optimizer_config::from_name("rmsprop", 0.1f); }) ==
+        "optimizer 'rmsprop' is not one of: sgd, momentum, adagrad, adam: invalid argument");
+}
+
 TEST_CASE("optimizer math: exact values of the first steps") {
   std::vector<float> w{1.0f}, slots(2, 0.0f);
   const std::vector<float> g{0.5f};
