@@ -117,7 +117,8 @@ class server {
     for (std::uint32_t l = 0; l < lanes_; ++l) {
       shards_.push_back(std::make_unique<shard>(
           model, self.index * lanes_ + l, num_ps * lanes_, sopts, workers_.size(),
-          [this, l](std::uint32_t w, reply_message reply) { send_reply(l, w, std::move(reply)); }, incarnation));
+          [this, l](std::uint32_t w, reply_message reply) { send_reply(l, w, std::move(reply)); }, incarnation,
+          value_allocator(t)));
       lane_steps_[l].store(shards_.back()->global_step());
     }
     shard_ = shards_[0].get();
@@ -196,6 +197,17 @@ class server {
   endpoint_type& endpoint() noexcept { return *ep_; }
 
  private:
+  /// Dense slices in the transport's shared pool where it has one (a worker
+  /// on this host then copies a pulled slice once, straight out of it).
+  static shard::value_allocator value_allocator(const Transport& t) {
+    if constexpr (shared_memory_transport<Transport>) {
+      return [t](std::size_t n) { return t.allocate_shared(n); };
+    } else {
+      (void)t;
+      return {};
+    }
+  }
+
   void post_recv(std::uint32_t w, std::uint32_t l) {
     ep_->recv(workers_[w], request_key_of(l), [this, w, l](std::error_code ec, tensor_buffer request) {
       if (ec) {

@@ -114,6 +114,11 @@ class shard {
   /// It keeps `reply` (its owners) until the bytes were sent: a dense slice
   /// it shares is copied before its next update while it is held.
   using reply_fn = std::function<void(std::uint32_t worker, reply_message reply)>;
+  /// Gives the buffer of n bytes (64-byte aligned) that a dense slice's
+  /// values live in, and its copy-on-write copies; replies send from it.
+  /// The server passes one that allocates from the transport's shared pool
+  /// where it has one. Empty: tensor_buffer::allocate.
+  using value_allocator = std::function<tensor_buffer(std::size_t n)>;
 
   /// A pulled dense slice of at least this many bytes is sent from its own
   /// buffer; a smaller one is copied into the reply (a copy that small costs
@@ -124,7 +129,7 @@ class shard {
   /// num_ps, or sync with 0 replicas; restores from the checkpoint file when
   /// opts.restore and it exists (throws naming the file if it is unusable).
   shard(model_spec model, std::uint32_t ps_index, std::size_t num_ps, server_options opts, std::size_t num_workers,
-        reply_fn reply, std::uint64_t incarnation = 0)
+        reply_fn reply, std::uint64_t incarnation = 0, value_allocator allocate_values = {})
       : model_(std::move(model)),
         place_(model_, num_ps, opts.lanes),
         index_(ps_index),
@@ -132,6 +137,7 @@ class shard {
         num_workers_(num_workers),
         reply_(std::move(reply)),
         incarnation_(incarnation),
+        allocate_values_(std::move(allocate_values)),
         fingerprint_(model_.fingerprint(num_ps)),
         workers_(num_workers),
         barrier_(num_workers),
@@ -283,6 +289,8 @@ class shard {
   /// move to a fresh buffer — a copy of them if `keep`, else uninitialised —
   /// and the reply keeps the old one (copy-on-write).
   std::span<float> writable_values(dense_state& d, bool keep = true);
+  /// A buffer for a slice of n floats, from allocate_values_ if set.
+  tensor_buffer slice_buffer(std::size_t n) const;
 
   // ---- requests (detail/shard_request.hpp) ----
   /// Empty if every entry is valid; else what is wrong (and `code`).
@@ -326,6 +334,7 @@ class shard {
   std::size_t num_workers_;
   reply_fn reply_;
   std::uint64_t incarnation_;
+  value_allocator allocate_values_;
   std::uint64_t fingerprint_;
   std::uint64_t global_step_ = 0;
   std::uint64_t restored_step_ = 0;

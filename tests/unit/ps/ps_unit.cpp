@@ -1155,6 +1155,38 @@ TEST_CASE("shard: a reply being sent keeps its values byte for byte while pushes
   CHECK(h.shard.stats().shared_reply_bytes == 5 * big_bytes);
 }
 
+TEST_CASE("shard: dense slices and their copy-on-write copies come from the value allocator; replies share them") {
+  std::vector<const std::byte*> given;  // every buffer the allocator made
+  auto allocate = [&given](std::size_t n) {
+    fw::tensor_buffer b = fw::tensor_buffer::allocate(n);
+    given.push_back(b.data());
+    return b;
+  };
+  const auto m = big_model();
+  shard_harness h(m, 0, 1, {}, 2, allocate);
+  REQUIRE(given.size() == 2);  // "big" and "b"; embedding rows are not slices
+  CHECK(h.shard.dense_values(0, 0).data() == reinterpret_cast<const float*>(given[0]));
+  CHECK(h.shard.dense_values(1, 0).data() == reinterpret_cast<const float*>(given[1]));
+
+  h.hold = true;
+  auto rb = request(m, 1, 1);
+  rb.pull_dense(0, 0);
+  REQUIRE(h.send(0, rb).size() == 1);
+  REQUIRE(h.held.size() == 1);
+  const auto& owners = h.held[0].owners;
+  CHECK(std::any_of(owners.begin(), owners.end(), [&](const fw::tensor_buffer& b) { return b.data() == given[0]; }));
+
+  // A push while the reply holds the slice: its fresh copy comes from the allocator too.
+  rb = request(m, 1, 2);
+  const std::vector<float> g(big_floats, 1.0f);  // sent from where it lies: kept until sent
+  rb.push_dense(0, 0, g);
+  REQUIRE(h.send(0, rb).size() == 1);
+  CHECK(h.shard.stats().cow_copies == 1);
+  REQUIRE(given.size() == 3);
+  CHECK(h.shard.dense_values(0, 0).data() == reinterpret_cast<const float*>(given[2]));
+  CHECK(h.shard.dense_values(0, 0)[0] == 0.5f);
+}
+
 TEST_CASE("shard: sync: a pull that waited for step s keeps the state after s while step s + 1 is applied") {
   const auto m = big_model();
   ps::server_options so;

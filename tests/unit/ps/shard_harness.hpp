@@ -44,7 +44,7 @@ struct shard_harness {
   ps::shard shard;
 
   shard_harness(ps::model_spec model, std::uint32_t index, std::size_t num_ps, ps::server_options opts = {},
-                std::size_t workers = 2)
+                std::size_t workers = 2, ps::shard::value_allocator allocate_values = {})
       : shard(
             std::move(model), index, num_ps, std::move(opts), workers,
             [this](std::uint32_t w, ps::reply_message m) {
@@ -56,7 +56,7 @@ struct shard_harness {
               replies.push_back(std::move(c));
               if (hold) held.push_back(std::move(m));
             },
-            42) {}
+            42, std::move(allocate_values)) {}
 
   /// Handles `rb` (header filled in with the right fingerprint) from `worker`; returns the replies it caused.
   std::vector<captured> send(std::uint32_t worker, ps::request_builder rb) {

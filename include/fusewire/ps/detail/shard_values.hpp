@@ -40,7 +40,7 @@ inline void shard::init_values() {
       d.info = slices[s];
       const optimizer_config& opt = model_.optimizer_of(v);
       const auto n = static_cast<std::size_t>(slices[s].element_count);
-      d.values = tensor_buffer::allocate(n * sizeof(float));
+      d.values = slice_buffer(n);
       const std::span<float> w = writable_values(d, false);
       const std::uint64_t row_size = static_cast<std::uint64_t>(spec.row_size());
       for (std::size_t i = 0; i < n; ++i) {
@@ -57,11 +57,15 @@ inline void shard::init_values() {
   }
 }
 
+inline tensor_buffer shard::slice_buffer(std::size_t n) const {
+  return allocate_values_ ? allocate_values_(n * sizeof(float)) : tensor_buffer::allocate(n * sizeof(float));
+}
+
 inline std::span<float> shard::writable_values(dense_state& d, bool keep) {
   const auto n = static_cast<std::size_t>(d.info.element_count);
   if (n != 0 && !d.values.sole()) {
     // A reply being sent still holds these bytes: it keeps them as they are.
-    tensor_buffer fresh = tensor_buffer::allocate(n * sizeof(float));
+    tensor_buffer fresh = slice_buffer(n);
     if (keep) std::memcpy(fresh.data(), d.values.data(), n * sizeof(float));
     d.values = std::move(fresh);
     ++stats_.cow_copies;
