@@ -92,6 +92,17 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
     }
     auto wake = deadline;
     if (stall_.count() != 0) wake = std::min(wake, start + report_at);
+    // A split receive waits until the step's deadline (below), so no timeout
+    // of it says when to send again: the clock does.
+    for (attempt& a : attempts) {
+      if (a.done || a.need_send || recv_posted_[a.ps] != posted_recv::split) continue;
+      if (now - a.last_send >= copts_.retry_interval) {
+        a.need_send = true;
+        a.next_send = now;
+      } else {
+        wake = std::min(wake, a.last_send + copts_.retry_interval);
+      }
+    }
     for (std::size_t i = 0; i < attempts.size(); ++i) {
       attempt& a = attempts[i];
       if (a.done || !a.need_send) continue;
@@ -130,6 +141,11 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
       }
       recv_posted_[p] = posted_recv::reply;
       auto q = events_;
+      // A receive that times out wakes this loop to send again. A split one
+      // writes into the caller's memory: one whose deadline passes while its
+      // reply is arriving (a lossy link) closes the connection it reads from,
+      // which a PS in sync mode takes for this worker's loss. It waits for
+      // the step's deadline instead.
       const auto limit = std::min<clock::duration>(deadline - now, copts_.retry_interval);
       const attempt* split = nullptr;
       if (pending[p] == 1) {
@@ -150,7 +166,7 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
               const bool landed = !e && buf.data() == at;
               q->push({false, p, 0, e, std::move(buf), landed});
             },
-            limit);
+            deadline - now);
         continue;
       }
       ep_->recv(
