@@ -47,6 +47,13 @@ struct server_config {
   /// more are refused (a worker normally has one; its resends of a waiting
   /// request count as that one).
   std::size_t max_waiting_per_worker = 4;
+  /// A worker whose connection breaks (not one that closed its client) is
+  /// lost — a sync step or a barrier that waits for it fails with
+  /// errc::peer_lost naming it — only once this long has passed since its
+  /// last request without a new one: over a lossy link a connection can break
+  /// under a live worker, which connects again and resends at once. 0 = lost
+  /// at once; negative is refused.
+  std::chrono::milliseconds reconnect_grace{5000};
   /// Lanes: share-nothing shards of this PS task, each on its own reactor
   /// (server.hpp), 1 to max_lanes. 0 = options.cores (NETWORK_PS_CORE_NUMBER,
   /// default 16) capped by the number of workers. Every PS task of a job must

@@ -18,7 +18,10 @@
 ///
 /// A small housekeeping thread re-posts the receive of a worker whose
 /// connection broke (the endpoint fails receives from a disconnected peer at
-/// once until it connects again), every 20 ms; it never touches a shard. Each
+/// once until it connects again), every 20 ms; it never touches a shard. A
+/// broken connection is not yet a lost worker: the shard is told only once
+/// server_config::reconnect_grace has passed since the worker's last request
+/// on that lane without a new one (a timer on the lane's reactor). Each
 /// lane writes its own checkpoint file on its reactor (between requests), so
 /// each file is a consistent cut of its lane.
 ///
@@ -89,6 +92,11 @@ class server {
     rendezvous::log_sink& log = config.log;
     log_ = log;
     stall_ = opts.stall_report;
+    grace_ = config.reconnect_grace;
+    if (grace_.count() < 0) {
+      throw_error(errc::invalid_argument, "ps server: reconnect_grace = " + std::to_string(grace_.count()) +
+                                              " ms (allowed: 0 = none, or more)");
+    }
     if (!spec.contains(self))
       throw_error(errc::invalid_argument, "ps server: task " + self.to_string() + " is not in the cluster spec");
     const std::size_t num_ps = spec.job(self.job).size();
@@ -106,6 +114,7 @@ class server {
     watch_.resize(lanes_);
     for (lane_watch& lw : watch_) {
       lw.last_request.resize(workers_.size());
+      lw.links.resize(workers_.size());
       lw.seen_reports = rendezvous::detail::report_requests().load(std::memory_order_relaxed);  // from now on
     }
     std::random_device rd;
@@ -238,6 +247,7 @@ class server {
 
   /// Lane `l`'s reactor: one request of worker `w`.
   void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
+    came_back(w, l);
     shards_[l]->handle(w, std::move(request));
     if (l == 0) left_[w].store(shards_[0]->worker_left(w), std::memory_order_release);  // byes go to lane 0
     lane_steps_[l].store(shards_[l]->global_step(), std::memory_order_relaxed);
@@ -248,18 +258,65 @@ class server {
     start_checks(l);
   }
 
-  /// Lane `l`'s reactor: worker `w`'s connection broke.
+  /// Lane `l`'s reactor: worker `w`'s connection broke. Called again every
+  /// housekeeping round while it stays down (its re-posted receive fails at
+  /// once). A worker that said bye is lost at once; another one is lost when
+  /// reconnect_grace has passed since its last request on this lane without
+  /// a new one (at once if that is so already: a connection dropped for
+  /// silence by the keepalive has had its chance).
   void lost(std::uint32_t w, std::uint32_t l, const std::string& why) {
+    down_[w * lanes_ + l].store(true, std::memory_order_release);
+    link_watch& link = watch_[l].links[w];
+    if (link.state != link_state::up) return;
     // A worker that said bye closed its client: its connections' end is a
     // departure, said as such (a sync step that still needed it fails all the same).
-    const bool left = left_[w].load(std::memory_order_acquire);
-    if (l == 0 && !shards_[0]->worker_is_lost(w)) {
-      say("ps server: " + workers_[w].to_string() + (left ? " left (it closed its client)" : " lost: " + why));
+    if (left_[w].load(std::memory_order_acquire)) return give_up(w, l, "it left (closed its client)");
+    const auto now = util::coarse_now();  // as the request stamps
+    const clock::time_point heard = watch_[l].last_request[w];
+    const std::string gone =
+        why +
+        (grace_.count() == 0 ? std::string() : "; no request from it for " + std::to_string(grace_.count()) + " ms");
+    if (heard == clock::time_point{} || now - heard >= grace_) return give_up(w, l, gone);
+    link.state = link_state::broken;
+    link.since = now;
+    link.until = heard + grace_;
+    link.why = why;
+    const std::uint64_t epoch = ++link.epoch;
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(link.until - now);
+    if (l == 0) {
+      say("ps server: " + workers_[w].to_string() + "'s connection broke (" + why + "); waiting up to " +
+          std::to_string(wait.count()) + " ms for it to come back");
     }
-    shards_[l]->worker_lost(w, left ? "it left (closed its client)" : why);
-    down_[w * lanes_ + l].store(true, std::memory_order_release);
+    reactor_type::current()->run_after(link.until - now, [this, w, l, epoch, gone](std::error_code ec) {
+      const link_watch& lk = watch_[l].links[w];
+      if (ec || lk.epoch != epoch || lk.state != link_state::broken) return;  // stopping, or it came back
+      give_up(w, l, gone);
+    });
+  }
+
+  /// Lane `l`'s reactor: the shard counts worker `w` lost (its waiting step or barrier fails).
+  void give_up(std::uint32_t w, std::uint32_t l, const std::string& why) {
+    watch_[l].links[w].state = link_state::lost;
+    if (l == 0 && !shards_[0]->worker_is_lost(w)) {
+      say("ps server: " + workers_[w].to_string() +
+          (left_[w].load(std::memory_order_acquire) ? " left (it closed its client)" : " lost: " + why));
+    }
+    shards_[l]->worker_lost(w, why);
     note_waits(l, util::coarse_now());
     start_checks(l);
+  }
+
+  /// Lane `l`'s reactor: a request of worker `w` arrived; a broken connection is over.
+  void came_back(std::uint32_t w, std::uint32_t l) {
+    link_watch& link = watch_[l].links[w];
+    if (link.state == link_state::up) return;
+    if (link.state == link_state::broken && l == 0) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(util::coarse_now() - link.since).count();
+      say("ps server: " + workers_[w].to_string() + " is back, " + std::to_string(ms) +
+          " ms after its connection broke");
+    }
+    link.state = link_state::up;
+    ++link.epoch;
   }
 
   // ---- stall reports (detail/server_stall.hpp); reactor thread ----
@@ -272,6 +329,17 @@ class server {
     clock::time_point since{};    ///< when it began (its first push, waiting pull or arrival)
     clock::duration report_at{};  ///< the wait at which it is reported next
   };
+  /// A worker's connection as one lane sees it: up; broken (within
+  /// reconnect_grace, a timer pending); lost (the shard was told). Any
+  /// request of the worker makes it up again.
+  enum class link_state : std::uint8_t { up, broken, lost };
+  struct link_watch {
+    link_state state = link_state::up;
+    std::uint64_t epoch = 0;    ///< bumped on each change: a grace timer of an earlier break does nothing
+    clock::time_point since{};  ///< broken: since when
+    clock::time_point until{};  ///< broken: lost then, unless a request comes
+    std::string why;
+  };
   /// Lane `l`'s stall watch: the clocks of its sync step and barrier, its
   /// workers' last requests, its timer; touched only on its reactor. A lane
   /// may wait for a step the others completed (a worker stopped between its
@@ -280,6 +348,7 @@ class server {
     reactor_type* reactor = nullptr;  ///< the lane's reactor, once a handler ran (its timers)
     wait_clock step_clock, barrier_clock;
     std::vector<clock::time_point> last_request;  ///< per worker; epoch = none yet
+    std::vector<link_watch> links;                ///< per worker
     unsigned seen_reports = 0;                    ///< rendezvous::detail::report_requests() answered
   };
   /// Starts or ends lane `l`'s clocks of the step and the barrier from its shard's state.
@@ -367,6 +436,7 @@ class server {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::chrono::milliseconds stall_{};  ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
+  std::chrono::milliseconds grace_{};  ///< server_config::reconnect_grace
   std::vector<lane_watch> watch_;      ///< per lane; each touched only on its lane's reactor
   std::unique_ptr<endpoint_type> ep_;
   std::thread housekeeping_;

@@ -398,7 +398,7 @@ TEST_CASE("lanes: a worker refuses PS tasks that run different lane counts") {
   ps1.stop();
 }
 
-TEST_CASE("a worker that closes its client left; one whose connection breaks is lost") {
+TEST_CASE("a worker that closes its client left; one whose connection breaks is named so") {
   const auto spec = fw::test::loopback_cluster(1, 2);
   const auto m = model();
   std::mutex mu;
@@ -424,13 +424,15 @@ TEST_CASE("a worker that closes its client left; one whose connection breaks is 
   CHECK(wait_for("ps server: worker:0 left (it closed its client)"));
   CHECK_FALSE(has("worker:0 lost"));
   // worker:1's endpoint goes without a client's bye (as when its process
-  // dies): the PS says it was lost, and why.
+  // dies): the PS says its connection broke, and why (it is lost when it
+  // stays away for reconnect_grace).
   {
     ps::client<fw::asio_tcp> w({"worker", 1}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
     (void)w.pull("b");
     w.endpoint().close();
   }
-  CHECK(wait_for("ps server: worker:1 lost: "));
+  CHECK(wait_for("ps server: worker:1's connection broke ("));
+  CHECK_FALSE(has("worker:1 left"));
   // A worker that left and comes back is served, and its next end is a departure again.
   {
     ps::client<fw::asio_tcp> w({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
@@ -443,6 +445,78 @@ TEST_CASE("a worker that closes its client left; one whose connection breaks is 
   for (int i = 0; i < 2000 && count("worker:0 left") < 2; ++i) std::this_thread::sleep_for(5ms);
   CHECK(count("worker:0 left") == 2);
   CHECK(count("worker:0 lost") == 0);
+  ps0.stop();
+}
+
+TEST_CASE("sync: a worker whose connection breaks has reconnect_grace to come back before the step fails") {
+  const auto spec = fw::test::loopback_cluster(1, 2);
+  const auto m = model();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  auto has = [&](const std::string& part) {
+    std::lock_guard lock(mu);
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
+  };
+  auto wait_for = [&](const std::string& part) {
+    for (int i = 0; i < 2000 && !has(part); ++i) std::this_thread::sleep_for(5ms);
+    return has(part);
+  };
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m,
+                               {.options = test_options(),
+                                .mode = ps::training_mode::sync,
+                                .reconnect_grace = 3000ms,
+                                .lanes = 2,
+                                .log = [&](std::string_view l) {
+                                  std::lock_guard lock(mu);
+                                  lines.emplace_back(l);
+                                }});
+  const ps::client_config<fw::asio_tcp> co{
+      .options = test_options(), .mode = ps::training_mode::sync, .step_timeout = 20000ms};
+  const std::vector<float> gb(4, 1.0f);
+  auto step = [&](ps::client<fw::asio_tcp>& c, std::error_code& ec) {
+    ps::batch s;
+    s.push("b", gb);
+    c.run(s, ec);
+    return s.error_message();
+  };
+  ps::client<fw::asio_tcp> w0({"worker", 0}, spec, m, co);
+  std::error_code ec0, ec1;
+  {
+    ps::client<fw::asio_tcp> w1({"worker", 1}, spec, m, co);
+    std::thread other([&] { step(w1, ec1); });
+    step(w0, ec0);
+    other.join();
+    CHECK_FALSE(ec0);
+    CHECK_FALSE(ec1);
+    // worker:1's connections end without a bye (as when a lossy link breaks
+    // them, or its process is restarted at once).
+    w1.endpoint().close();
+    CHECK(wait_for("ps server: worker:1's connection broke ("));
+  }
+  // worker:0's next step waits for worker:1, which comes back within the grace.
+  std::thread waiting([&] { step(w0, ec0); });
+  std::this_thread::sleep_for(200ms);
+  {
+    ps::client<fw::asio_tcp> w1({"worker", 1}, spec, m, co);
+    step(w1, ec1);
+    waiting.join();
+    CHECK_FALSE(ec0);
+    CHECK_FALSE(ec1);
+    CHECK(wait_for("ps server: worker:1 is back, "));
+    CHECK_FALSE(has("worker:1 lost"));
+    CHECK(ps0.global_step() == 2);
+    w1.endpoint().close();
+  }
+  // This time it stays away: the step fails once the grace is over, naming it.
+  CHECK(error_of([&] {
+          ps::server<fw::asio_tcp> bad({"ps", 0}, fw::test::loopback_cluster(1, 1), m,
+                                       {.options = test_options(), .reconnect_grace = -1ms});
+        }) == "ps server: reconnect_grace = -1 ms (allowed: 0 = none, or more): invalid argument");
+  const std::string why = step(w0, ec0);
+  CHECK(ec0 == fw::make_error_code(fw::errc::peer_lost));
+  CHECK(why.find("worker:1 was lost (") != std::string::npos);
+  CHECK(why.find("no request from it for 3000 ms") != std::string::npos);
+  CHECK(wait_for("ps server: worker:1 lost: "));
   ps0.stop();
 }
 

@@ -38,6 +38,9 @@ struct wait_context {
   std::vector<std::optional<std::chrono::steady_clock::duration>> last_request;
   /// A sync step's " on lane <l>" when the PS runs lanes, else empty.
   std::string lane{};
+  /// Per worker: what to say of a connection that broke and may come back
+  /// (within server_config::reconnect_grace); empty = nothing to say.
+  std::vector<std::string> broken{};
 };
 
 /// "1.234 s".
@@ -86,6 +89,8 @@ inline std::string format_wait(const wait_state& s, const wait_context& c) {
     out += "\n  " + c.worker_job + ":" + std::to_string(w) + ": ";
     if (!ww.lost.empty()) {
       out += "lost (" + ww.lost + ")";
+    } else if (w < c.broken.size() && !c.broken[w].empty()) {
+      out += c.broken[w];
     } else if (!ww.seen) {
       out += "no request from it yet";
     } else if (step) {
@@ -161,6 +166,13 @@ void server<Transport>::check_stalls(std::uint32_t l) {
     ctx.last_request.resize(lw.last_request.size());
     for (std::size_t w = 0; w < lw.last_request.size(); ++w) {
       if (lw.last_request[w] != clock::time_point{}) ctx.last_request[w] = now - lw.last_request[w];
+    }
+    ctx.broken.resize(lw.links.size());
+    for (std::size_t w = 0; w < lw.links.size(); ++w) {
+      const link_watch& link = lw.links[w];
+      if (link.state != link_state::broken) continue;
+      ctx.broken[w] = "its connection broke " + detail::seconds_text(now - link.since) + " ago (" + link.why +
+                      "); lost unless it sends within " + detail::seconds_text(link.until - now);
     }
     const wait_state s = is_step ? sh.step_wait() : sh.barrier_wait();
     if (due) {
