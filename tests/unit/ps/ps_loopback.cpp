@@ -53,6 +53,32 @@ std::string error_of(const std::function<void()>& fn) {
   return "(no exception)";
 }
 
+/// A server's log lines, kept for a test to look for (any thread).
+class log_lines {
+ public:
+  fw::rendezvous::log_sink sink() {
+    return [this](std::string_view l) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(l);
+    };
+  }
+  std::size_t count(const std::string& part) {
+    std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(
+        std::count_if(lines_.begin(), lines_.end(), [&](const std::string& l) { return l.find(part) != l.npos; }));
+  }
+  bool has(const std::string& part) { return count(part) != 0; }
+  /// Up to 10 s for `n` lines holding `part`.
+  bool wait_for(const std::string& part, std::size_t n = 1) {
+    for (int i = 0; i < 2000 && count(part) < n; ++i) std::this_thread::sleep_for(5ms);
+    return count(part) >= n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
 }  // namespace
 
 TEST_CASE("loopback: 2 PS, 1 worker: fused pull/push of dense and sparse, errors, checkpoint, shutdown") {
@@ -401,28 +427,15 @@ TEST_CASE("lanes: a worker refuses PS tasks that run different lane counts") {
 TEST_CASE("a worker that closes its client left; one whose connection breaks is named so") {
   const auto spec = fw::test::loopback_cluster(1, 2);
   const auto m = model();
-  std::mutex mu;
-  std::vector<std::string> lines;
-  auto has = [&](const std::string& part) {
-    std::lock_guard lock(mu);
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
-  };
-  auto wait_for = [&](const std::string& part) {
-    for (int i = 0; i < 2000 && !has(part); ++i) std::this_thread::sleep_for(5ms);
-    return has(part);
-  };
-  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m,
-                               {.options = test_options(), .lanes = 2, .log = [&](std::string_view l) {
-                                  std::lock_guard lock(mu);
-                                  lines.emplace_back(l);
-                                }});
+  log_lines log;
+  ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .lanes = 2, .log = log.sink()});
   // worker:0 steps and destroys its client: a bye first, so the PS says it left.
   {
     ps::client<fw::asio_tcp> w({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
     (void)w.pull("b");
   }
-  CHECK(wait_for("ps server: worker:0 left (it closed its client)"));
-  CHECK_FALSE(has("worker:0 lost"));
+  CHECK(log.wait_for("ps server: worker:0 left (it closed its client)"));
+  CHECK_FALSE(log.has("worker:0 lost"));
   // worker:1's endpoint goes without a client's bye (as when its process
   // dies): the PS says its connection broke, and why (it is lost when it
   // stays away for reconnect_grace).
@@ -431,45 +444,29 @@ TEST_CASE("a worker that closes its client left; one whose connection breaks is 
     (void)w.pull("b");
     w.endpoint().close();
   }
-  CHECK(wait_for("ps server: worker:1's connection broke ("));
-  CHECK_FALSE(has("worker:1 left"));
+  CHECK(log.wait_for("ps server: worker:1's connection broke ("));
+  CHECK_FALSE(log.has("worker:1 left"));
   // A worker that left and comes back is served, and its next end is a departure again.
   {
     ps::client<fw::asio_tcp> w({"worker", 0}, spec, m, {.options = test_options(), .step_timeout = 20000ms});
     CHECK(w.pull("b").size() == 4);
   }
-  auto count = [&](const std::string& part) {
-    std::lock_guard lock(mu);
-    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
-  };
-  for (int i = 0; i < 2000 && count("worker:0 left") < 2; ++i) std::this_thread::sleep_for(5ms);
-  CHECK(count("worker:0 left") == 2);
-  CHECK(count("worker:0 lost") == 0);
+  CHECK(log.wait_for("worker:0 left", 2));
+  CHECK(log.count("worker:0 left") == 2);
+  CHECK(log.count("worker:0 lost") == 0);
   ps0.stop();
 }
 
 TEST_CASE("sync: a worker whose connection breaks has reconnect_grace to come back before the step fails") {
   const auto spec = fw::test::loopback_cluster(1, 2);
   const auto m = model();
-  std::mutex mu;
-  std::vector<std::string> lines;
-  auto has = [&](const std::string& part) {
-    std::lock_guard lock(mu);
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != l.npos; });
-  };
-  auto wait_for = [&](const std::string& part) {
-    for (int i = 0; i < 2000 && !has(part); ++i) std::this_thread::sleep_for(5ms);
-    return has(part);
-  };
+  log_lines log;
   ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m,
                                {.options = test_options(),
                                 .mode = ps::training_mode::sync,
                                 .reconnect_grace = 3000ms,
                                 .lanes = 2,
-                                .log = [&](std::string_view l) {
-                                  std::lock_guard lock(mu);
-                                  lines.emplace_back(l);
-                                }});
+                                .log = log.sink()});
   const ps::client_config<fw::asio_tcp> co{
       .options = test_options(), .mode = ps::training_mode::sync, .step_timeout = 20000ms};
   const std::vector<float> gb(4, 1.0f);
@@ -491,7 +488,7 @@ TEST_CASE("sync: a worker whose connection breaks has reconnect_grace to come ba
     // worker:1's connections end without a bye (as when a lossy link breaks
     // them, or its process is restarted at once).
     w1.endpoint().close();
-    CHECK(wait_for("ps server: worker:1's connection broke ("));
+    CHECK(log.wait_for("ps server: worker:1's connection broke ("));
   }
   // worker:0's next step waits for worker:1, which comes back within the grace.
   std::thread waiting([&] { step(w0, ec0); });
@@ -502,8 +499,8 @@ TEST_CASE("sync: a worker whose connection breaks has reconnect_grace to come ba
     waiting.join();
     CHECK_FALSE(ec0);
     CHECK_FALSE(ec1);
-    CHECK(wait_for("ps server: worker:1 is back, "));
-    CHECK_FALSE(has("worker:1 lost"));
+    CHECK(log.wait_for("ps server: worker:1 is back, "));
+    CHECK_FALSE(log.has("worker:1 lost"));
     CHECK(ps0.global_step() == 2);
     w1.endpoint().close();
   }
@@ -516,7 +513,7 @@ TEST_CASE("sync: a worker whose connection breaks has reconnect_grace to come ba
   CHECK(ec0 == fw::make_error_code(fw::errc::peer_lost));
   CHECK(why.find("worker:1 was lost (") != std::string::npos);
   CHECK(why.find("no request from it for 3000 ms") != std::string::npos);
-  CHECK(wait_for("ps server: worker:1 lost: "));
+  CHECK(log.wait_for("ps server: worker:1 lost: "));
   ps0.stop();
 }
 
