@@ -21,7 +21,7 @@
 /// once until it connects again), every 20 ms; it never touches a shard. A
 /// broken connection is not yet a lost worker: the shard is told only once
 /// server_config::reconnect_grace has passed since the worker's last request
-/// on that lane without a new one (a timer on the lane's reactor). Each
+/// (to any lane) without a new one (a timer on the lane's reactor). Each
 /// lane writes its own checkpoint file on its reactor (between requests), so
 /// each file is a consistent cut of its lane.
 ///
@@ -121,6 +121,7 @@ class server {
     const std::uint64_t incarnation = (std::uint64_t{rd()} << 32) ^ rd();
     down_ = std::make_unique<std::atomic<bool>[]>(workers_.size() * lanes_);
     left_ = std::make_unique<std::atomic<bool>[]>(workers_.size());
+    heard_ = std::make_unique<std::atomic<clock::rep>[]>(workers_.size());
     lane_steps_ = std::make_unique<std::atomic<std::uint64_t>[]>(lanes_);
     lane_shut_ = std::make_unique<std::atomic<bool>[]>(lanes_);
     for (std::uint32_t l = 0; l < lanes_; ++l) {
@@ -254,6 +255,10 @@ class server {
     // Also with stall reports off: SIGUSR1 snapshots still say what waits.
     const auto now = util::coarse_now();  // a stamp per request: no TSC read, ms are plenty
     watch_[l].last_request[w] = now;
+    // Any lane's request says the worker is alive; written only when the
+    // coarse clock moved, so lanes on other cores rarely touch the line.
+    const clock::rep at = now.time_since_epoch().count();
+    if (heard_[w].load(std::memory_order_relaxed) < at) heard_[w].store(at, std::memory_order_relaxed);
     note_waits(l, now);
     start_checks(l);
   }
@@ -261,9 +266,9 @@ class server {
   /// Lane `l`'s reactor: worker `w`'s connection broke. Called again every
   /// housekeeping round while it stays down (its re-posted receive fails at
   /// once). A worker that said bye is lost at once; another one is lost when
-  /// reconnect_grace has passed since its last request on this lane without
-  /// a new one (at once if that is so already: a connection dropped for
-  /// silence by the keepalive has had its chance).
+  /// reconnect_grace has passed since its last request (to any lane) without
+  /// a new one on this lane (at once if that is so already: a connection
+  /// dropped for silence by the keepalive has had its chance).
   void lost(std::uint32_t w, std::uint32_t l, const std::string& why) {
     down_[w * lanes_ + l].store(true, std::memory_order_release);
     link_watch& link = watch_[l].links[w];
@@ -272,26 +277,41 @@ class server {
     // departure, said as such (a sync step that still needed it fails all the same).
     if (left_[w].load(std::memory_order_acquire)) return give_up(w, l, "it left (closed its client)");
     const auto now = util::coarse_now();  // as the request stamps
-    const clock::time_point heard = watch_[l].last_request[w];
+    const clock::time_point heard = last_heard(w);
     const std::string gone =
         why +
         (grace_.count() == 0 ? std::string() : "; no request from it for " + std::to_string(grace_.count()) + " ms");
     if (heard == clock::time_point{} || now - heard >= grace_) return give_up(w, l, gone);
     link.state = link_state::broken;
     link.since = now;
-    link.until = heard + grace_;
     link.why = why;
-    const std::uint64_t epoch = ++link.epoch;
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(link.until - now);
     if (l == 0) {
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(heard + grace_ - now);
       say("ps server: " + workers_[w].to_string() + "'s connection broke (" + why + "); waiting up to " +
           std::to_string(wait.count()) + " ms for it to come back");
     }
-    reactor_type::current()->run_after(link.until - now, [this, w, l, epoch, gone](std::error_code ec) {
+    wait_for_return(w, l, ++link.epoch, gone);
+  }
+
+  /// Lane `l`'s reactor: gives up on worker `w` reconnect_grace after its
+  /// last request, unless this lane has one from it first (the epoch moves).
+  /// A request to another lane meanwhile (it is back, but has nothing for
+  /// this lane yet) moves the deadline.
+  void wait_for_return(std::uint32_t w, std::uint32_t l, std::uint64_t epoch, std::string gone) {
+    link_watch& link = watch_[l].links[w];
+    link.until = last_heard(w) + grace_;
+    const auto wait = std::max<clock::duration>(link.until - util::coarse_now(), std::chrono::milliseconds(1));
+    reactor_type::current()->run_after(wait, [this, w, l, epoch, gone = std::move(gone)](std::error_code ec) mutable {
       const link_watch& lk = watch_[l].links[w];
       if (ec || lk.epoch != epoch || lk.state != link_state::broken) return;  // stopping, or it came back
+      if (util::coarse_now() - last_heard(w) < grace_) return wait_for_return(w, l, epoch, std::move(gone));
       give_up(w, l, gone);
     });
+  }
+
+  /// When any lane last had a request of worker `w` (epoch = never).
+  std::chrono::steady_clock::time_point last_heard(std::uint32_t w) const noexcept {
+    return clock::time_point(clock::duration(heard_[w].load(std::memory_order_relaxed)));
   }
 
   /// Lane `l`'s reactor: the shard counts worker `w` lost (its waiting step or barrier fails).
@@ -423,8 +443,10 @@ class server {
   std::vector<task_id> workers_;
   rendezvous::log_sink log_;  ///< a copy of the endpoint's
   std::uint32_t lanes_ = 1;
-  std::unique_ptr<std::atomic<bool>[]> down_;   ///< [worker * lanes + lane]: its receive needs posting again
-  std::unique_ptr<std::atomic<bool>[]> left_;   ///< [worker]: lane 0 had its bye (shard::worker_left)
+  std::unique_ptr<std::atomic<bool>[]> down_;  ///< [worker * lanes + lane]: its receive needs posting again
+  std::unique_ptr<std::atomic<bool>[]> left_;  ///< [worker]: lane 0 had its bye (shard::worker_left)
+  /// [worker]: when any lane last had a request of it (coarse clock ticks; 0 = never).
+  std::unique_ptr<std::atomic<clock::rep>[]> heard_;
   std::vector<std::unique_ptr<shard>> shards_;  ///< one per lane
   shard* shard_ = nullptr;                      ///< lane 0's: the barrier
   std::unique_ptr<std::atomic<std::uint64_t>[]> lane_steps_;
