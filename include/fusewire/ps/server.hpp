@@ -298,9 +298,8 @@ class server {
   /// A request to another lane meanwhile (it is back, but has nothing for
   /// this lane yet) moves the deadline.
   void wait_for_return(std::uint32_t w, std::uint32_t l, std::uint64_t epoch, std::string gone) {
-    link_watch& link = watch_[l].links[w];
-    link.until = last_heard(w) + grace_;
-    const auto wait = std::max<clock::duration>(link.until - util::coarse_now(), std::chrono::milliseconds(1));
+    const clock::time_point until = last_heard(w) + grace_;
+    const auto wait = std::max<clock::duration>(until - util::coarse_now(), std::chrono::milliseconds(1));
     reactor_type::current()->run_after(wait, [this, w, l, epoch, gone = std::move(gone)](std::error_code ec) mutable {
       const link_watch& lk = watch_[l].links[w];
       if (ec || lk.epoch != epoch || lk.state != link_state::broken) return;  // stopping, or it came back
@@ -357,7 +356,6 @@ class server {
     link_state state = link_state::up;
     std::uint64_t epoch = 0;    ///< bumped on each change: a grace timer of an earlier break does nothing
     clock::time_point since{};  ///< broken: since when
-    clock::time_point until{};  ///< broken: lost then, unless a request comes
     std::string why;
   };
   /// Lane `l`'s stall watch: the clocks of its sync step and barrier, its

@@ -172,7 +172,8 @@ void server<Transport>::check_stalls(std::uint32_t l) {
       const link_watch& link = lw.links[w];
       if (link.state != link_state::broken) continue;
       ctx.broken[w] = "its connection broke " + detail::seconds_text(now - link.since) + " ago (" + link.why +
-                      "); lost unless it sends within " + detail::seconds_text(link.until - now);
+                      "); lost unless it sends within " +
+                      detail::seconds_text(last_heard(static_cast<std::uint32_t>(w)) + grace_ - now);
     }
     const wait_state s = is_step ? sh.step_wait() : sh.barrier_wait();
     if (due) {
