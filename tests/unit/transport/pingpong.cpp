@@ -1,12 +1,14 @@
-// transport_pingpong: round-trip latency of a small message over loopback TCP,
-// for each transport and reactor mode, next to plain C sockets (blocking and
-// busy-polling) measured in the same run. Client and server run on different
-// threads, pinned to different allowed CPUs when there are two.
+// transport_pingpong: round-trip latency of a small message over loopback TCP
+// and over shared memory, for each transport and reactor mode, next to plain C
+// sockets (blocking and busy-polling) measured in the same run. Client and
+// server run on different threads, pinned to different allowed CPUs when there
+// are two. The transports alone, without the rendezvous layer above them.
 //
 //   transport_pingpong [--iterations N] [--size BYTES] [--warmup N]
-//                      [--transport asio|uring|all] [--mode poll|block|adaptive|all]
+//                      [--transport asio|uring|shm|all] [--mode poll|block|adaptive|all]
 //                      [--server-read some|exact]
 #include <fusewire/transport/asio_tcp.hpp>
+#include <fusewire/transport/shm.hpp>
 #if FUSEWIRE_HAS_URING
 #include <fusewire/transport/uring_tcp.hpp>
 #endif
@@ -331,10 +333,11 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: transport_pingpong [--iterations N] [--warmup N] [--size BYTES]\n"
-          "                          [--transport asio|uring|all] [--mode poll|block|adaptive|all]\n"
+          "                          [--transport asio|uring|shm|all] [--mode poll|block|adaptive|all]\n"
           "                          [--server-read some|exact] [--no-pin] [--no-baseline]\n"
-          "Round trip of a small message over loopback TCP: plain C sockets (blocking and\n"
-          "busy-polling) and fusewire's transports, client and server on different CPUs.\n");
+          "Round trip of a small message: plain C sockets over loopback TCP (blocking and\n"
+          "busy-polling) and fusewire's transports (TCP and shared memory), client and\n"
+          "server on different CPUs.\n");
       return 0;
     } else {
       std::fprintf(stderr, "transport_pingpong: unknown argument '%s' (try --help)\n", argv[i]);
@@ -350,7 +353,7 @@ int main(int argc, char** argv) {
   const bool two = allowed.size() >= 2 && s.pin;
   const int server_cpu = two ? allowed[0] : -1;
   const int client_cpu = two ? allowed[1] : -1;
-  std::printf("round trip of %zu B over loopback, %zu iterations (+%zu warm-up), %zu CPUs allowed%s\n", s.size,
+  std::printf("round trip of %zu B on this host, %zu iterations (+%zu warm-up), %zu CPUs allowed%s\n", s.size,
               s.iterations, s.warmup, allowed.size(), two ? ", client/server pinned apart" : "");
   std::printf("%-22s %-9s %9s %9s %9s   %s\n", "what", "mode", "p50 us", "p99 us", "mean us", "p50 vs C");
 
@@ -385,6 +388,9 @@ int main(int argc, char** argv) {
       row("fusewire uring_tcp", mode_name(m), fusewire_pingpong<fw::uring_tcp>(s, m, two), baseline(m));
     }
 #endif
+    if (s.transport == "all" || s.transport == "shm") {
+      row("fusewire shm", mode_name(m), fusewire_pingpong<fw::shm>(s, m, two), baseline(m));
+    }
   }
   std::printf("ratios: poll rows vs busy-polling C, block/adaptive rows vs blocking C\n");
   return 0;
