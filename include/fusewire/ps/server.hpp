@@ -223,7 +223,10 @@ class server {
       if (ec) {
         // cancelled: shutting down. Anything else: the worker's connection broke; housekeeping re-posts.
         if (ec != make_error_code(errc::cancelled)) {
-          on_lane(l, [this, w, l, why = ec.message()] { lost(w, l, why); });
+          // The receive says only that the connection broke; the endpoint says why.
+          std::string why = ep_->why_lost(workers_[w]);
+          if (why.empty()) why = ec.message();
+          on_lane(l, [this, w, l, why = std::move(why)] { lost(w, l, why); });
         }
         return;
       }

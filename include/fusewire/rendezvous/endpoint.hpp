@@ -286,6 +286,19 @@ class endpoint {
   }
 
   const task_id& self() const noexcept { return self_; }
+
+  /// Why this endpoint last lost its connections with `peer`: the first cause
+  /// it saw (the error, and what led to it: "deadline exceeded (no frame for
+  /// 30000 ms (keepalive))", "connection reset by peer", "did not answer
+  /// keepalive pings for 20012 ms"); empty when none broke since the peer last
+  /// connected. A receive from a peer whose connections broke fails with
+  /// errc::connection_reset whatever the cause; this says which. Any thread.
+  std::string why_lost(const task_id& peer) const {
+    std::lock_guard lock(lost_mutex_);
+    const auto it = lost_.find(peer.to_string());
+    return it == lost_.end() ? std::string() : it->second;
+  }
+
   /// Frame counters (see endpoint_stats).
   endpoint_stats stats() const noexcept {
     constexpr auto relaxed = std::memory_order_relaxed;
@@ -638,6 +651,18 @@ class endpoint {
   std::map<std::string, unsigned, std::less<>> job_base_;  ///< a job's first task's position in spec order
   std::unique_ptr<peer_cells[]> cells_;                    ///< one per task of the spec (counters())
   std::mutex marks_mutex_;
+  /// why_lost(): peer -> the first cause since it last connected. Written
+  /// only when connections break or come up.
+  mutable std::mutex lost_mutex_;
+  std::map<std::string, std::string, std::less<>> lost_;
+  void note_lost(const std::string& peer, std::string why) {
+    std::lock_guard lock(lost_mutex_);
+    lost_.try_emplace(peer, std::move(why));
+  }
+  void note_back(const std::string& peer) {
+    std::lock_guard lock(lost_mutex_);
+    lost_.erase(peer);
+  }
   /// trace_mark()'s spans (at most 100,000).
   detail::trace_buffer marks_{observe_enabled && !opts_.trace_file.empty() ? std::size_t{100000} : std::size_t{0}};
   std::unique_ptr<group_type> group_;

@@ -420,6 +420,9 @@ TEST_CASE_TEMPLATE_DEFINE("keepalive: idle peers ping and stay, a silent one is 
     CHECK(wait(f) == fw::make_error_code(fw::errc::connection_reset));
     CHECK(log.saw("(keepalive)"));
     CHECK(c.closed_by_peer());
+    // The receive's error is the same whatever broke the connection; the endpoint keeps the cause.
+    CHECK(ps.why_lost(w0) == "deadline exceeded (no frame for 300 ms (keepalive))");
+    CHECK(ps.why_lost(w1).empty());
   }
   SUBCASE("a reactor that stalls for several periods keeps a peer whose frames wait unread") {
     // The PS's handler blocks its reactor for 5 periods while the worker keeps

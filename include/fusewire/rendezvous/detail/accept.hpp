@@ -126,6 +126,7 @@ inline void endpoint<Transport>::shard::admit(const std::shared_ptr<channel_type
   in.last_frame = util::coarse_now();
   in.reverse = (peer.features & protocol::feature_reverse) != 0;
   down_.erase(in.peer);
+  ep_.note_back(in.peer);
   // After it is in in_: receives waiting for this task keep waiting, for the
   // newcomer. What the previous process left (connections, tensors nobody
   // took, partial transfers) goes.

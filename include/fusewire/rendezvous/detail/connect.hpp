@@ -123,6 +123,7 @@ inline void endpoint<Transport>::shard::watch_lane(out_peer& p, std::shared_ptr<
       in.last_frame = util::coarse_now();
       in.out = pp;
       down_.erase(in.peer);
+      ep_.note_back(in.peer);
       note_incarnation(*in.account, incarnation);
       return on_frame(ch, ec, std::move(head));
     }

@@ -73,9 +73,11 @@ inline void endpoint<Transport>::shard::judge_silence() {
       if (u == unanswered_.end()) continue;
       if (unread) u->second = now;
       if (now - u->second < 2 * k) continue;
-      log("peer " + name + " did not answer keepalive pings for " +
-          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - u->second).count()) +
-          " ms; dropping its connections");
+      const std::string silent =
+          "did not answer keepalive pings for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - u->second).count()) + " ms";
+      log("peer " + name + " " + silent + "; dropping its connections");
+      ep_.note_lost(name, silent);
       drop_outbound(p, lane);  // the peer's lanes live and die together
       break;
     }

@@ -546,6 +546,7 @@ inline void endpoint<Transport>::shard::inbound_failed(const std::shared_ptr<cha
   }
   // Until it connects again, new receives from it (with nothing already arrived) fail at once.
   down_.insert(peer);
+  ep_.note_lost(peer, ec.message() + (why.empty() ? std::string() : " (" + why + ")"));
   std::vector<std::pair<recv_op*, std::shared_ptr<recv_op>>> failed;
   for (recv_op* op = recv_ops_; op != nullptr; op = op->next) {
     if (op->peer == peer && !op->bound && !op->xfer) failed.emplace_back(op, owner_of(*op));
