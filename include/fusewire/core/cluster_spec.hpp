@@ -235,11 +235,8 @@ class cluster_spec {
   }
 
   /// Number of tasks in all jobs.
-  std::size_t size() const noexcept {
-    std::size_t n = 0;
-    for (const auto& [name, tasks] : jobs_) n += tasks.size();
-    return n;
-  }
+  /// Tasks in all jobs; constant time (the endpoint asks on every operation).
+  std::size_t size() const noexcept { return task_count_; }
 
   bool empty() const noexcept { return size() == 0; }
 
@@ -382,7 +379,9 @@ class cluster_spec {
         }
       }
     }
+    const std::size_t added = list.size();
     jobs_.emplace(std::string(name), std::move(list));
+    task_count_ += added;
   }
 
   static std::string read_file(const std::filesystem::path& file, std::string_view source) {
@@ -453,6 +452,7 @@ class cluster_spec {
   }
 
   std::map<std::string, std::vector<net_address>, std::less<>> jobs_;
+  std::size_t task_count_ = 0;  ///< the sum of jobs_'s list sizes
   std::optional<task_id> self_;
   std::map<std::string, net_address> fast_path_;
   std::optional<std::string> map_file_;

@@ -26,6 +26,7 @@
 
 #include <fusewire/core/detail/buffer_owner.hpp>
 #include <fusewire/core/error.hpp>
+#include <fusewire/util/node_cache.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -67,74 +68,30 @@ class deleter_owner final : public buffer_owner {
 /// Blocks of small heap buffers a thread freed, kept for its next small
 /// allocations: a frame's prefix and meta, and a small tensor, cost no trip
 /// to the allocator (an aligned allocation skips glibc's per-thread cache, so
-/// it is costly on the small-message path). Each thread has its own list (at
-/// most `max_blocks`, freed when the thread exits), so no lock; a block freed
-/// on another thread joins that thread's list. Off under AddressSanitizer, so
-/// that it still sees every use after free.
+/// it is costly on the small-message path). The blocks are util::node_cache's
+/// 256-byte class: per thread, no lock, off under AddressSanitizer.
 class small_blocks {
  public:
   static constexpr std::size_t block_size = 256;  ///< control block + bytes
-  static constexpr std::size_t max_blocks = 64;   ///< per thread: 16 KiB at most
-  static constexpr std::size_t alignment = 64;
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr bool enabled = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  static constexpr bool enabled = false;
-#else
-  static constexpr bool enabled = true;
-#endif
-#else
-  static constexpr bool enabled = true;
-#endif
+  static constexpr std::size_t max_blocks = util::node_cache::keep;  ///< per thread: 16 KiB at most
+  static constexpr std::size_t alignment = util::node_cache::alignment;
+  static constexpr bool enabled = util::node_cache::enabled;
 
   /// A free block of this thread, or nullptr.
   static void* take() noexcept {
-    if (exited_) return nullptr;
-    list& l = list_;
-    if (l.head == nullptr) return nullptr;
-    node* n = l.head;
-    l.head = n->next;
-    --l.count;
-    return n;
+    if constexpr (!enabled) return nullptr;
+    return util::node_cache::try_take(block_class);
   }
-
   /// Keeps `block` for this thread; false if the list is full (or the thread is exiting).
   static bool give(void* block) noexcept {
-    if (exited_) return false;
-    list& l = list_;
-    if (l.count == max_blocks) return false;
-    node* n = ::new (block) node{l.head};
-    l.head = n;
-    ++l.count;
-    return true;
+    if constexpr (!enabled) return false;
+    return util::node_cache::try_give(block, block_class);
   }
 
  private:
-  struct node {
-    node* next;
-  };
-  struct list {
-    node* head = nullptr;
-    std::size_t count = 0;
-    list() = default;
-    list(const list&) = delete;
-    list& operator=(const list&) = delete;
-    ~list() {
-      exited_ = true;
-      while (head != nullptr) {
-        node* n = head;
-        head = n->next;
-        ::operator delete(static_cast<void*>(n), std::align_val_t{alignment});
-      }
-    }
-  };
-  static thread_local list list_;
-  static thread_local bool exited_;  // trivially destructible: readable after list_ is gone
+  static constexpr std::uint8_t block_class = util::node_cache::class_of(block_size);
+  static_assert(!enabled || util::node_cache::class_bytes(block_class) == block_size);
 };
-
-inline thread_local small_blocks::list small_blocks::list_;
-inline thread_local bool small_blocks::exited_ = false;
 
 /// Large heap buffers freed in this process, kept whole for the next
 /// allocation of the same size class. A receive of a big tensor (or a PS

@@ -153,6 +153,7 @@
 #include <fusewire/core/buffer_pool.hpp>
 #include <fusewire/core/cluster_spec.hpp>
 #include <fusewire/util/log_limiter.hpp>
+#include <fusewire/util/node_cache.hpp>
 #include <fusewire/util/small_fifo.hpp>
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/options.hpp>
@@ -390,7 +391,7 @@ class endpoint {
   /// options.max_frame_bytes), connection_refused, connection_reset, timed_out, cancelled.
   template <send_completion H>
   void send(const task_id& peer, std::string key, tensor_buffer tensor, H&& h, clock::duration timeout = no_deadline) {
-    auto op = std::make_shared<send_op>();
+    auto op = new_send_op();
     op->sg.push_back(tensor.bytes());
     op->owned = std::move(tensor);
     start(prepare_send(resolve(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
@@ -402,7 +403,7 @@ class endpoint {
   template <send_completion H>
   void send(const task_id& peer, std::string key, std::span<const const_buffer> payload, H&& h,
             clock::duration timeout = no_deadline) {
-    auto op = std::make_shared<send_op>();
+    auto op = new_send_op();
     op->sg.assign(payload.begin(), payload.end());
     start(prepare_send(resolve(peer), std::move(key), std::move(op), send_handler(std::forward<H>(h)), timeout));
   }
@@ -410,7 +411,7 @@ class endpoint {
   /// Receives the tensor `peer` sends under `key`: `h(error_code, tensor_buffer)`.
   template <recv_completion H>
   void recv(const task_id& peer, std::string key, H&& h, clock::duration timeout = no_deadline) {
-    start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), tensor_buffer(), false,
+    start(prepare_recv(new_recv_op(), resolve(peer), std::move(key), tensor_buffer(), false,
                        recv_handler(std::forward<H>(h)), timeout));
   }
 
@@ -420,7 +421,7 @@ class endpoint {
   template <recv_completion H>
   void recv(const task_id& peer, std::string key, tensor_buffer destination, H&& h,
             clock::duration timeout = no_deadline) {
-    start(prepare_recv(std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(destination), true,
+    start(prepare_recv(new_recv_op(), resolve(peer), std::move(key), std::move(destination), true,
                        recv_handler(std::forward<H>(h)), timeout));
   }
 
@@ -435,7 +436,7 @@ class endpoint {
   template <recv_completion H>
   void recv(const task_id& peer, std::string key, tensor_buffer head, mutable_buffer tail, H&& h,
             clock::duration timeout = no_deadline) {
-    auto op = std::make_shared<recv_op>();
+    auto op = new_recv_op();
     const bool valid = !head.empty() && !tail.empty();
     op->tail = tail;
     pending_op p = prepare_recv(std::move(op), resolve(peer), std::move(key), std::move(head), true,
@@ -504,6 +505,14 @@ class endpoint {
  private:
   struct send_op;
   struct recv_op;
+  /// A record per operation, from this thread's node cache (util/node_cache.hpp):
+  /// a message's send and receive records cost no malloc.
+  static std::shared_ptr<send_op> new_send_op() {
+    return std::allocate_shared<send_op>(util::recycling_allocator<send_op>{});
+  }
+  static std::shared_ptr<recv_op> new_recv_op() {
+    return std::allocate_shared<recv_op>(util::recycling_allocator<recv_op>{});
+  }
   /// An operation whose peer is not in the cluster (counts nowhere).
   static constexpr std::uint32_t no_peer = 0xffffffffu;
   /// One operation checked off the reactor, ready to start on it.

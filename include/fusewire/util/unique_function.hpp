@@ -3,11 +3,14 @@
 /// reactor inboxes, transport handlers and rendezvous completions.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#include <fusewire/util/node_cache.hpp>
 
 namespace fusewire {
 inline namespace v0 {
@@ -108,9 +111,14 @@ class unique_function<R(Args...)> {
   const ops_table* ops_ = nullptr;
 };
 
+class task;
+struct task_disposer;
+template <class F>
+std::unique_ptr<task, task_disposer> make_task(F&& f);
+
 /// A node holding one `void()` job; queues link these intrusively. Most are
-/// heap nodes (make_task); a task embedded in a longer-lived object overrides
-/// dispose() and is queued without an allocation.
+/// heap nodes (make_task, recycled per thread: node_cache); a task embedded in a
+/// longer-lived object overrides dispose() and is queued without an allocation.
 class task {
  public:
   task() = default;
@@ -119,9 +127,23 @@ class task {
   virtual ~task() = default;
   virtual void run() = 0;
   /// Called once a queue is done with the task, whether it ran or was dropped.
-  virtual void dispose() noexcept { delete this; }
+  virtual void dispose() noexcept {
+    const std::uint8_t c = node_class_;
+    if (c == node_cache::no_class) {
+      delete this;
+      return;
+    }
+    void* node = dynamic_cast<void*>(this);  // the whole object's address: where make_task placed it
+    this->~task();
+    node_cache::release(node, c);
+  }
 
   task* next_ = nullptr;
+
+ private:
+  template <class F>
+  friend std::unique_ptr<task, task_disposer> make_task(F&& f);
+  std::uint8_t node_class_ = node_cache::no_class;  ///< the size class make_task took it from
 };
 
 /// task_ptr's deleter: hands the task back to its owner (task::dispose).
@@ -144,7 +166,23 @@ using task_ptr = std::unique_ptr<task, task_disposer>;
 
 template <class F>
 task_ptr make_task(F&& f) {
-  return task_ptr(new task_impl<std::decay_t<F>>(std::forward<F>(f)));
+  using T = task_impl<std::decay_t<F>>;
+  constexpr std::uint8_t c =
+      alignof(T) <= node_cache::alignment ? node_cache::class_of(sizeof(T)) : node_cache::no_class;
+  if constexpr (c == node_cache::no_class) {
+    return task_ptr(new T(std::forward<F>(f)));
+  } else {
+    void* node = node_cache::take(c);
+    T* t;
+    try {
+      t = ::new (node) T(std::forward<F>(f));
+    } catch (...) {
+      node_cache::release(node, c);
+      throw;
+    }
+    t->node_class_ = c;
+    return task_ptr(t);
+  }
 }
 
 /// FIFO of tasks linked through task::next_. Single-threaded.

@@ -196,7 +196,7 @@ inline recv_result endpoint<Transport>::recv_sync_impl(const task_id& peer, std:
   std::promise<recv_result> done;
   auto fut = done.get_future();
   start(prepare_recv(
-      std::make_shared<recv_op>(), resolve(peer), std::move(key), std::move(dst), has_dst,
+      new_recv_op(), resolve(peer), std::move(key), std::move(dst), has_dst,
       [&done](std::error_code ec, tensor_buffer b) {
         done.set_value(recv_result{ec, std::move(b)});
       },
