@@ -616,7 +616,7 @@ class endpoint {
   void write_trace();
 
   // Which reactor owns a peer; handing operations to it (rendezvous/detail/dispatch.hpp).
-  peer_info resolve(const task_id& peer) const;
+  const peer_info& resolve(const task_id& peer) const;
   unsigned reactor_count() const noexcept;
   unsigned shard_of(const task_id& t) const;
   bool on_shard(unsigned shard) const noexcept;

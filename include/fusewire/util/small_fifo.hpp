@@ -29,6 +29,7 @@ class small_fifo {
   bool empty() const noexcept { return head_ == items_.size(); }
   std::size_t size() const noexcept { return items_.size() - head_; }
   T& front() noexcept { return items_[head_]; }
+  const T& front() const noexcept { return items_[head_]; }
   iterator begin() noexcept { return items_.begin() + static_cast<std::ptrdiff_t>(head_); }
   iterator end() noexcept { return items_.end(); }
 

@@ -9,9 +9,10 @@ namespace rendezvous {
 
 /// A peer's name and whether the cluster has it. A thread's calls mostly name
 /// the peer of its previous call (a worker's PS, a PS's worker): the last
-/// answer is kept per thread, keyed by this endpoint's serial number.
+/// answer is kept per thread, keyed by this endpoint's serial number, and
+/// handed out by reference (valid until this thread's next resolve()).
 template <transport Transport>
-inline auto endpoint<Transport>::resolve(const task_id& peer) const -> peer_info {
+inline auto endpoint<Transport>::resolve(const task_id& peer) const -> const peer_info& {
   struct last_answer {
     std::uint64_t endpoint = 0;
     std::uint32_t index = 0;
@@ -29,9 +30,9 @@ inline auto endpoint<Transport>::resolve(const task_id& peer) const -> peer_info
   last.endpoint = 0;  // until the whole answer is stored
   last.index = peer.index;
   last.job = peer.job;
-  last.info = info;
+  last.info = std::move(info);
   last.endpoint = serial_;
-  return info;
+  return last.info;
 }
 
 /// How many reactors to run (see endpoint_tuning::reactors).

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -28,9 +27,12 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include <fusewire/core/error.hpp>
 #include <fusewire/core/tensor_buffer.hpp>
 #include <fusewire/reactor/basic_reactor.hpp>
+#include <fusewire/util/small_fifo.hpp>
 #include <fusewire/util/unique_function.hpp>
 #include <fusewire/transport/concepts.hpp>
 #include <fusewire/transport/detail/member_task.hpp>
@@ -211,7 +213,8 @@ class shm_connection_state final : public ref_counted, public closable {
     some_handler_type sh;
   };
   struct write_op {
-    std::vector<const_buffer> sg;
+    /// A frame is its prefix and a payload or two: no allocation per write.
+    boost::container::small_vector<const_buffer, 3> sg;
     std::size_t idx = 0, off = 0, done = 0;
     std::uint64_t need_ack = 0;  ///< the remote pieces the peer must have copied before this completes
     io_handler_type h;
@@ -917,9 +920,9 @@ class shm_connection_state final : public ref_counted, public closable {
   std::uint64_t out_rem_acked_ = 0;  ///< pieces the peer copied
   std::uint64_t in_rem_tail_ = 0;    ///< the peer's pieces copied in full
   std::optional<piece_in> piece_;    ///< the peer's piece being copied
-  std::deque<read_op> reads_;
-  std::deque<write_op> writes_;
-  std::deque<write_op> unacked_;  ///< written in full, waiting for the peer to copy their pieces
+  util::small_fifo<read_op> reads_;
+  util::small_fifo<write_op> writes_;
+  util::small_fifo<write_op> unacked_;  ///< written in full, waiting for the peer to copy their pieces
   std::optional<std::chrono::steady_clock::time_point> spin_since_;
   std::error_code failed_;
   bool open_ = true;
