@@ -74,7 +74,7 @@ class node_cache {
   }
   /// Frees a node of class `c` that take() gave out (on any thread).
   static void release(void* p, std::uint8_t c) noexcept {
-    if (!try_give(p, c)) ::operator delete (p, class_bytes(c), std::align_val_t{alignment});
+    if (!try_give(p, c)) ::operator delete (p, std::align_val_t{alignment});
   }
 
  private:
@@ -95,7 +95,7 @@ class node_cache {
       exited_ = true;
       for (std::uint8_t c = 0; c < classes; ++c) {
         while (of[c].head != nullptr) {
-          ::operator delete (std::exchange(of[c].head, of[c].head->next), class_bytes(c), std::align_val_t{alignment});
+          ::operator delete (std::exchange(of[c].head, of[c].head->next), std::align_val_t{alignment});
         }
       }
     }
@@ -125,7 +125,7 @@ class recycling_allocator {
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (cached(n)) return node_cache::release(p, node_class);
-    ::operator delete(p, n * sizeof(T));
+    ::operator delete(p);
   }
 
   template <class U>
