@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+namespace channel_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 
@@ -158,3 +160,5 @@ TEST_CASE("counters count messages, entries and live bytes per step") {
   ch.forget(7);
   CHECK(ch.sent(7).messages == 0);
 }
+
+}  // namespace channel_cases

@@ -16,6 +16,8 @@
 #include "support/graphs.hpp"
 #include "support/tensor_string_maker.hpp"
 
+namespace executor_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 using namespace fusewire::test;
@@ -318,3 +320,5 @@ TEST_CASE("a receive checks the descriptor and bytes a channel delivers") {
         "step 3: node 'r' (_Recv) got entry 1 under k;0:0 as float32[2] in 4 bytes (expected float32 values "
         "filling the shape): payload size does not match the destination");
 }
+
+}  // namespace executor_cases

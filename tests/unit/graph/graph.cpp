@@ -11,6 +11,8 @@
 #include "support/graphs.hpp"
 #include "support/tensor_string_maker.hpp"
 
+namespace graph_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 using namespace fusewire::test;
@@ -309,3 +311,5 @@ TEST_CASE("make() reports through an error code") {
   REQUIRE(ok);
   CHECK(ok->size() == 6);
 }
+
+}  // namespace graph_cases

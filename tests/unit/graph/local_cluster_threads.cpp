@@ -9,6 +9,8 @@
 #include "support/graphs.hpp"
 #include "support/tensor_string_maker.hpp"
 
+namespace local_cluster_threads_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 using namespace fusewire::test;
@@ -69,3 +71,5 @@ TEST_CASE("a task that waits too long fails the step instead of hanging") {
            what.rfind("step 1: ps:0 waited longer than 100 ms for: node 'r2' (_Recv)", 0) == 0));
   }
 }
+
+}  // namespace local_cluster_threads_cases

@@ -17,6 +17,8 @@
 #include "support/graphs.hpp"
 #include "support/tensor_string_maker.hpp"
 
+namespace partition_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 using namespace fusewire::test;
@@ -406,3 +408,5 @@ TEST_CASE("a conditional whose branches run on two PS: dead values cross, the ot
     }
   }
 }
+
+}  // namespace partition_cases

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <vector>
 
+namespace payload_codec_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 
@@ -140,3 +142,5 @@ TEST_CASE("bad bytes are refused with the reason, never trusted") {
   CHECK(out.size() == 1);                          // untouched on failure
   CHECK(out[0].dead);
 }
+
+}  // namespace payload_codec_cases

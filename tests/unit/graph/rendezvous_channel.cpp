@@ -23,6 +23,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/tensor_string_maker.hpp"
 
+namespace rendezvous_channel_cases {
+
 namespace fg = fusewire::graph;
 using fusewire::errc;
 using namespace fusewire::test;
@@ -224,3 +226,5 @@ TEST_CASE("a partitioned loop runs over endpoints, one thread per task, as in on
     CHECK(got == want);
   }
 }
+
+}  // namespace rendezvous_channel_cases

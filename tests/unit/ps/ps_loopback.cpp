@@ -20,6 +20,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/reference_optimizer.hpp"
 
+namespace ps_loopback_cases {
+
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
 using namespace std::chrono_literals;
@@ -659,3 +661,5 @@ TEST_CASE("loopback: large slices leave the PS without a copy; a pull sees each 
   CHECK(shared == (steps + 1) * 256 * 1024 * 4);  // every pull of "big", no byte of it copied
   MESSAGE("copy-on-write copies: ", cow);
 }
+
+}  // namespace ps_loopback_cases

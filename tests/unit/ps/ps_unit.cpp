@@ -21,6 +21,8 @@
 #include "shard_harness.hpp"
 #include "support/reference_optimizer.hpp"
 
+namespace ps_unit_cases {
+
 namespace fw = fusewire;
 namespace ps = fusewire::ps;
 using fusewire::test::shard_harness;
@@ -1308,3 +1310,5 @@ TEST_CASE("shard: a pull of many large slices stays within a frame's scatter-gat
   CHECK(h.held[0].owners.size() == 1 + max_shared);
   CHECK(h.shard.stats().shared_reply_bytes == max_shared * ps::shard::share_min_bytes);
 }
+
+}  // namespace ps_unit_cases

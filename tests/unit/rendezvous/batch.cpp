@@ -16,6 +16,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace batch_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -472,3 +474,5 @@ TEST_CASE_TEMPLATE_DEFINE("a streaming batch hands over every N operations; per-
   }
 }
 TEST_CASE_TEMPLATE_APPLY(streaming_batch_groups, tcp_transports);
+
+}  // namespace batch_cases

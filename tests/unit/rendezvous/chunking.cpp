@@ -18,6 +18,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace chunking_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -481,3 +483,5 @@ TEST_CASE_TEMPLATE_DEFINE("a peer that restarts is reconnected to and new sends 
   CHECK(matches(ps.recv_sync(w0, "k", 30s).buffer, 3u << 20, 3));
 }
 TEST_CASE_TEMPLATE_APPLY(restarted_peer_reconnected, tcp_transports);
+
+}  // namespace chunking_cases

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+namespace detail_queues_cases {
+
 namespace rvd = fusewire::rendezvous::detail;
 
 namespace {
@@ -260,3 +262,5 @@ TEST_CASE("same_bytes: equal only for the same bytes, at every length and at eve
   CHECK(rvd::same_bytes(std::string_view(text).substr(0, 13), std::string_view(text).substr(14, 13)));
   CHECK_FALSE(rvd::same_bytes(std::string_view(text).substr(0, 14), std::string_view(text).substr(14, 14)));
 }
+
+}  // namespace detail_queues_cases

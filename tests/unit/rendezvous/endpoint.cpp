@@ -16,6 +16,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace endpoint_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -408,3 +410,5 @@ TEST_CASE_TEMPLATE_DEFINE("operations started from a handler start at once, neve
   }
 }
 TEST_CASE_TEMPLATE_APPLY(operations_from_handler, tcp_transports);
+
+}  // namespace endpoint_cases

@@ -19,6 +19,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace hostile_peers_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -137,3 +139,5 @@ TEST_CASE_TEMPLATE_DEFINE("cluster token: matching peers talk, others are refuse
   still_serves(ps, good, "still");
 }
 TEST_CASE_TEMPLATE_APPLY(cluster_token, tcp_transports);
+
+}  // namespace hostile_peers_cases

@@ -17,6 +17,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace observe_cases {
+
 using namespace fusewire::test;
 using T = fw::asio_tcp;
 
@@ -324,3 +326,5 @@ TEST_CASE("reactor usage, pool use and per-peer drops are counted and dumped") {
   CHECK(last.find("{\"reactor\":1,") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace observe_cases

@@ -19,6 +19,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace per_host_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -101,3 +103,5 @@ TEST_CASE("per_host: one PS serves workers over shm, over TCP, and on either pla
     }
   }
 }
+
+}  // namespace per_host_cases

@@ -24,6 +24,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace reactors_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -323,3 +325,5 @@ TEST_CASE_TEMPLATE_DEFINE("two reactors: a peer connecting while the endpoint st
   }
 }
 TEST_CASE_TEMPLATE_APPLY(two_reactors_connect_during_start, tcp_transports);
+
+}  // namespace reactors_cases

@@ -24,6 +24,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace recv_budget_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -331,3 +333,5 @@ TEST_CASE_TEMPLATE_DEFINE("a tensor no receive took within unmatched_max_age is 
   CHECK(ps.stats().arrivals_dropped_age == 1);
 }
 TEST_CASE_TEMPLATE_APPLY(recv_budget_6, tcp_transports);
+
+}  // namespace recv_budget_cases

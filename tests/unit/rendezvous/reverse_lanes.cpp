@@ -19,6 +19,8 @@
 #include "support/loopback_cluster.hpp"
 #include "support/patterns.hpp"
 
+namespace reverse_lanes_cases {
+
 using namespace fusewire::test;
 
 namespace {
@@ -250,3 +252,5 @@ TEST_CASE_TEMPLATE_DEFINE("a peer that restarts is served from its first frame o
   }
 }
 TEST_CASE_TEMPLATE_APPLY(restarted_peer_served, tcp_transports);
+
+}  // namespace reverse_lanes_cases

@@ -18,7 +18,11 @@
 #include <tuple>
 #include <vector>
 
+#include "transport_suite.hpp"
+
 namespace fw = fusewire;
+
+namespace per_host_cases {
 
 namespace {
 using near_first = fw::per_host<fw::shm, fw::asio_tcp>;
@@ -36,8 +40,6 @@ static_assert(fw::transport<far_only>);
 static_assert(!fw::handoff_transport<near_first>);
 static_assert(fw::readahead_connection<near_first::connection_type>);
 static_assert(near_first::name() == "shm+asio_tcp");
-
-#include "transport_suite.hpp"
 
 #if FUSEWIRE_HAS_URING
 static_assert(fw::transport<near_first_uring>);
@@ -150,3 +152,5 @@ TEST_CASE("per_host on io_uring's reactor serves shm peers on Asio's, and the ot
   CHECK(echo_with(h, fw::uring_shm{}, asio_port, true) == std::pair<std::error_code, bool>{{}, true});
 }
 #endif
+
+}  // namespace per_host_cases

@@ -31,6 +31,8 @@
 #include "shm_harness.hpp"
 #include "support/process_resources.hpp"
 
+namespace shm_cases {
+
 namespace fw = fusewire;
 namespace seg = fusewire::detail::shm;
 using namespace std::chrono_literals;
@@ -379,3 +381,5 @@ TEST_CASE_TEMPLATE_DEFINE("shm: a peer that dies without closing fails pending r
   }
 }
 TEST_CASE_TEMPLATE_APPLY(peer_dies, reactor_shms);
+
+}  // namespace shm_cases

@@ -25,6 +25,8 @@
 
 #include "shm_harness.hpp"
 
+namespace shm_single_copy_cases {
+
 namespace fw = fusewire;
 namespace seg = fusewire::detail::shm;
 using namespace std::chrono_literals;
@@ -668,3 +670,5 @@ TEST_CASE("shm shared pool: a peer's bad pool or pool piece fails the connection
     r.close(g);
   }
 }
+
+}  // namespace shm_single_copy_cases

@@ -15,6 +15,8 @@ static_assert(!fw::handoff_transport<fw::shm>);
 
 #include "transport_suite.hpp"
 
+namespace shm_suite_cases {
+
 /// shm with single copy on (it is off by default): the suite again, with
 /// every piece of 64 KiB or more copied by the reader out of the writer's memory.
 struct shm_single_copy : fw::shm {
@@ -48,3 +50,5 @@ TEST_CASE_TEMPLATE_APPLY(suite_listen_errors, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_off_thread, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_group_stop, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_try_read, shm_transports);
+
+}  // namespace shm_suite_cases
