@@ -234,8 +234,7 @@ class cluster_spec {
     return it != jobs_.end() && t.index < it->second.size();
   }
 
-  /// Number of tasks in all jobs.
-  /// Tasks in all jobs; constant time (the endpoint asks on every operation).
+  /// Number of tasks in all jobs; constant time (the endpoint asks on every operation).
   std::size_t size() const noexcept { return task_count_; }
 
   bool empty() const noexcept { return size() == 0; }

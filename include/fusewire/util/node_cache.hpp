@@ -121,11 +121,19 @@ class recycling_allocator {
 
   T* allocate(std::size_t n) {
     if (cached(n)) return static_cast<T*>(node_cache::take(node_class));
-    return static_cast<T*>(::operator new(n * sizeof(T)));
+    if constexpr (over_aligned) {
+      return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+    } else {
+      return static_cast<T*>(::operator new(n * sizeof(T)));
+    }
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (cached(n)) return node_cache::release(p, node_class);
-    ::operator delete(p);
+    if constexpr (over_aligned) {
+      ::operator delete(p, std::align_val_t{alignof(T)});
+    } else {
+      ::operator delete(p);
+    }
   }
 
   template <class U>
@@ -136,6 +144,7 @@ class recycling_allocator {
  private:
   static constexpr std::uint8_t node_class = node_cache::class_of(sizeof(T));
   static constexpr bool cacheable = node_class != node_cache::no_class && alignof(T) <= node_cache::alignment;
+  static constexpr bool over_aligned = alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__;
   static bool cached(std::size_t n) noexcept { return cacheable && n == 1; }
 };
 

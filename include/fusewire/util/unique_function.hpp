@@ -111,11 +111,6 @@ class unique_function<R(Args...)> {
   const ops_table* ops_ = nullptr;
 };
 
-class task;
-struct task_disposer;
-template <class F>
-std::unique_ptr<task, task_disposer> make_task(F&& f);
-
 /// A node holding one `void()` job; queues link these intrusively. Most are
 /// heap nodes (make_task, recycled per thread: node_cache); a task embedded in a
 /// longer-lived object overrides dispose() and is queued without an allocation.
@@ -127,23 +122,9 @@ class task {
   virtual ~task() = default;
   virtual void run() = 0;
   /// Called once a queue is done with the task, whether it ran or was dropped.
-  virtual void dispose() noexcept {
-    const std::uint8_t c = node_class_;
-    if (c == node_cache::no_class) {
-      delete this;
-      return;
-    }
-    void* node = dynamic_cast<void*>(this);  // the whole object's address: where make_task placed it
-    this->~task();
-    node_cache::release(node, c);
-  }
+  virtual void dispose() noexcept { delete this; }
 
   task* next_ = nullptr;
-
- private:
-  template <class F>
-  friend std::unique_ptr<task, task_disposer> make_task(F&& f);
-  std::uint8_t node_class_ = node_cache::no_class;  ///< the size class make_task took it from
 };
 
 /// task_ptr's deleter: hands the task back to its owner (task::dispose).
@@ -151,12 +132,17 @@ struct task_disposer {
   void operator()(task* t) const noexcept { t->dispose(); }
 };
 
+/// make_task's node: frees itself through the allocator that made it.
 template <class F>
 class task_impl final : public task {
  public:
   template <class G>
   explicit task_impl(G&& g) : fn_(std::forward<G>(g)) {}
   void run() override { fn_(); }
+  void dispose() noexcept override {
+    this->~task_impl();
+    recycling_allocator<task_impl>{}.deallocate(this, 1);
+  }
 
  private:
   F fn_;
@@ -167,21 +153,13 @@ using task_ptr = std::unique_ptr<task, task_disposer>;
 template <class F>
 task_ptr make_task(F&& f) {
   using T = task_impl<std::decay_t<F>>;
-  constexpr std::uint8_t c =
-      alignof(T) <= node_cache::alignment ? node_cache::class_of(sizeof(T)) : node_cache::no_class;
-  if constexpr (c == node_cache::no_class) {
-    return task_ptr(new T(std::forward<F>(f)));
-  } else {
-    void* node = node_cache::take(c);
-    T* t;
-    try {
-      t = ::new (node) T(std::forward<F>(f));
-    } catch (...) {
-      node_cache::release(node, c);
-      throw;
-    }
-    t->node_class_ = c;
-    return task_ptr(t);
+  recycling_allocator<T> alloc;
+  T* node = alloc.allocate(1);
+  try {
+    return task_ptr(::new (static_cast<void*>(node)) T(std::forward<F>(f)));
+  } catch (...) {
+    alloc.deallocate(node, 1);
+    throw;
   }
 }
 
