@@ -263,8 +263,10 @@ class client {
 
   /// Completions from the reactor threads to the thread in run(). A send that
   /// completed without error changes nothing the exchange acts on, so it wakes
-  /// that thread only while settle_sends() waits for it: a small step then
-  /// costs one wake-up per reply, not two.
+  /// that thread only while settle_sends() waits for it. Nor does a reply
+  /// while others of the step are still to come (take()'s `replies`): the
+  /// exchange only records a reply, so a step to P servers costs the caller
+  /// one wake-up, not P. An error wakes it at once.
   ///
   /// take() follows the reactor mode, as the reactors do: in poll mode it
   /// spins until an event is there, in adaptive mode for the options'
@@ -276,6 +278,7 @@ class client {
     std::condition_variable cv;
     std::deque<event> events;
     std::size_t wakeful = 0;         ///< events in `events` that someone waits for
+    std::size_t replies_wanted = 0;  ///< replies to come before one wakes the caller (0, 1: the next)
     bool settling = false;           ///< settle_sends() waits for send completions
     std::atomic<bool> ready{false};  ///< wakeful != 0, readable without the lock
     /// How long take() spins before it sleeps; max(): until `until` (poll mode).
@@ -290,7 +293,8 @@ class client {
       bool wake;
       {
         std::lock_guard lock(mutex);
-        wake = settling || !e.is_send || e.ec;
+        wake = settling || e.ec || (!e.is_send && replies_wanted <= 1);
+        if (!e.is_send && !wake) --replies_wanted;
         events.push_back(std::move(e));
         if (wake) {
           ++wakeful;
@@ -300,9 +304,17 @@ class client {
       if (wake) cv.notify_one();
     }
     /// Waits until an event wakes us (or `until`), then moves every queued
-    /// event into `got`. `settle` (settle_sends()): any event wakes us, send
+    /// event into `got`. `replies`: the replies the caller waits for (a reply
+    /// before the last of them does not wake it; a stale one only wakes it
+    /// early). `settle` (settle_sends()): any event wakes us, send
     /// completions included, and there is no spin first.
-    void take(std::deque<event>& got, std::chrono::steady_clock::time_point until, bool settle = false) {
+    void take(std::deque<event>& got, std::chrono::steady_clock::time_point until, std::size_t replies,
+              bool settle = false) {
+      {
+        std::lock_guard lock(mutex);
+        // Queued replies woke us already (replies_wanted is 0 after a drain).
+        replies_wanted = wakeful != 0 ? 0 : replies;
+      }
       if (!settle && spin != std::chrono::steady_clock::duration::zero() && !ready.load(std::memory_order_acquire)) {
         const auto start = std::chrono::steady_clock::now();
         const auto stop =
@@ -328,6 +340,7 @@ class client {
     void drain(std::deque<event>& got) {
       got.swap(events);
       wakeful = 0;
+      replies_wanted = 0;
       ready.store(false, std::memory_order_relaxed);
     }
   };

@@ -43,7 +43,7 @@ void client<Transport>::settle_sends(std::vector<attempt>& attempts) {
   };
   std::deque<event> got;
   while (in_flight()) {
-    events_->take(got, std::chrono::steady_clock::time_point::max(), true);
+    events_->take(got, std::chrono::steady_clock::time_point::max(), 0, true);
     for (event& e : got) {
       if (!e.is_send) {
         recv_posted_[e.ps] = posted_recv::none;  // a reply after the step ended: nobody waits for it
@@ -176,7 +176,10 @@ bool client<Transport>::exchange_until_answered(std::vector<attempt>& attempts, 
           },
           limit);
     }
-    events_->take(got, wake);
+    // One wake-up for the step's replies: each PS still to answer has one receive posted.
+    std::size_t replies = 0;
+    for (std::uint32_t p = 0; p < num_ps; ++p) replies += pending[p] != 0 && recv_posted_[p] != posted_recv::none;
+    events_->take(got, wake, replies);
     now = clock::now();
     for (event& e : got) {
       if (e.is_send) {
