@@ -312,8 +312,7 @@ class client {
               bool settle = false) {
       {
         std::lock_guard lock(mutex);
-        // Queued replies woke us already (replies_wanted is 0 after a drain).
-        replies_wanted = wakeful != 0 ? 0 : replies;
+        replies_wanted = replies;
       }
       if (!settle && spin != std::chrono::steady_clock::duration::zero() && !ready.load(std::memory_order_acquire)) {
         const auto start = std::chrono::steady_clock::now();
