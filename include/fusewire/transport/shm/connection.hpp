@@ -383,8 +383,11 @@ class shm_connection_state final : public ref_counted, public closable {
       fail_writes(make_error_code(errc::connection_reset));  // as TCP's broken pipe
       return true;
     }
-    std::size_t space = 0;
-    if (!load_space(space)) return false;
+    // The peer's read index as last loaded is a lower bound: it is loaded
+    // again (a shared line moved between the cores) only when the front write
+    // does not fit behind it.
+    std::size_t space = ring_size_ - static_cast<std::size_t>(out_head_ - out_tail_);
+    if (!writes_.empty() && space < unwritten(writes_.front()) && !load_space(space)) return false;
     // Single copy: only where the peer said it reads this process's memory,
     // and while the piece queue has room (else the ring takes the bytes).
     const bool remote_ok = single_copy_min_ != 0 && them_->reads_peer.load(std::memory_order_acquire) ==
@@ -477,8 +480,8 @@ class shm_connection_state final : public ref_counted, public closable {
     return pool_offer_ == offer::sent;
   }
 
-  /// The free bytes of the outgoing ring, from the peer's read index. False
-  /// after a protocol error (an index outside the ring).
+  /// The free bytes of the outgoing ring, from the peer's read index (kept
+  /// in out_tail_). False after a protocol error (an index outside the ring).
   bool load_space(std::size_t& space) noexcept {
     const std::uint64_t tail = out_->tail.load(std::memory_order_acquire);
     const std::uint64_t used = out_head_ - tail;
@@ -487,8 +490,16 @@ class shm_connection_state final : public ref_counted, public closable {
                      std::to_string(ring_size_) + " bytes behind the write index " + std::to_string(out_head_));
       return false;
     }
+    out_tail_ = tail;
     space = ring_size_ - static_cast<std::size_t>(used);
     return true;
+  }
+
+  /// The bytes of `w` not written yet (some may go as pieces, outside the ring).
+  static std::size_t unwritten(const write_op& w) noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = w.idx; i < w.sg.size(); ++i) n += w.sg[i].size();
+    return n - w.off;
   }
 
   /// Shows the peer what this side wrote so far, the pieces before the ring's
@@ -623,13 +634,23 @@ class shm_connection_state final : public ref_counted, public closable {
   }
 
   /// Hands the bytes this side copied out back to the peer and wakes it if it
-  /// sleeps (notify_peer_of_reads says when not).
+  /// sleeps (notify_peer_of_reads says when not). The read index is stored
+  /// once a quarter ring was read since it last was, or when the peer
+  /// sleeps (it may wait for room), not after every read: a small message
+  /// then moves no line of the read index between the cores. A writer waits
+  /// for room only when what it cannot see read plus what is unread fills
+  /// the ring; with nothing unread that is a full ring read and not shown,
+  /// so this side shows it, and a writer never waits on bytes already read.
   void publish_reads(bool pieces_left) noexcept {
-    if (in_tail_ != shown_tail_) {
-      in_->tail.store(in_tail_, std::memory_order_seq_cst);
-      shown_tail_ = in_tail_;
+    if (in_tail_ != shown_tail_ &&
+        (in_tail_ - shown_tail_ >= ring_size_ / 4 || them_->sleeping.load(std::memory_order_seq_cst) != 0)) {
+      show_reads();
     }
     notify_peer_of_reads(pieces_left);
+  }
+  void show_reads() noexcept {
+    in_->tail.store(in_tail_, std::memory_order_seq_cst);
+    shown_tail_ = in_tail_;
   }
 
   /// Takes the next announced piece, checked: it starts within the ring's
@@ -792,6 +813,7 @@ class shm_connection_state final : public ref_counted, public closable {
   }
 
   void sleep() noexcept {
+    if (in_tail_ != shown_tail_) show_reads();  // off the critical path now; the peer may want the room
     me_->wants_room.store(writes_.empty() ? 0 : 1, std::memory_order_relaxed);
     me_->ack_wanted.store(unacked_.empty() ? ~std::uint64_t{0} : unacked_.front().need_ack, std::memory_order_relaxed);
     me_->sleeping.store(1, std::memory_order_seq_cst);
@@ -910,6 +932,7 @@ class shm_connection_state final : public ref_counted, public closable {
   shm::remote_queue* in_rq_ = nullptr;
   std::uint64_t out_head_ = 0;  ///< this side's own copies of its indices: never read back from the segment
   std::uint64_t in_tail_ = 0;
+  std::uint64_t out_tail_ = 0;        ///< the peer's read index as last loaded (checked): at most its true value
   std::uint64_t shown_head_ = 0;      ///< out_head_ as last stored for the peer
   std::uint64_t shown_rem_head_ = 0;  ///< out_rem_head_ as last stored for the peer
   std::uint64_t shown_tail_ = 0;      ///< in_tail_ as last stored for the peer

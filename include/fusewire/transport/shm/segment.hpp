@@ -6,7 +6,10 @@
 /// Layout (`header_size` bytes of control, then two rings of `ring_size` bytes):
 /// ring 0 carries client -> server, ring 1 server -> client. Each ring is a
 /// byte stream: the producer advances `head`, the consumer `tail` (both count
-/// bytes since the start, so `head - tail` is what waits). Beside each ring, a
+/// bytes since the start, so `head - tail` is what waits). The consumer shows
+/// its `tail` lazily (after a quarter ring, when the producer sleeps, and
+/// before it sleeps itself), so a producer's view of the free room is a lower
+/// bound, loaded again only when a write does not fit. Beside each ring, a
 /// queue of pieces the consumer copies straight out of the producer's memory
 /// (process_vm_readv) or shared pool: each piece sits in the stream at ring position `at`,
 /// after the ring's bytes before `at` and before those from `at` on; the
