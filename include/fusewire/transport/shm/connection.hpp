@@ -387,7 +387,10 @@ class shm_connection_state final : public ref_counted, public closable {
     // again (a shared line moved between the cores) only when the front write
     // does not fit behind it.
     std::size_t space = ring_size_ - static_cast<std::size_t>(out_head_ - out_tail_);
-    if (!writes_.empty() && space < unwritten(writes_.front()) && !load_space(space)) return false;
+    if (!writes_.empty()) {
+      const write_op& w = writes_.front();
+      if (space < total_size({w.sg.data(), w.sg.size()}) - w.done && !load_space(space)) return false;
+    }
     // Single copy: only where the peer said it reads this process's memory,
     // and while the piece queue has room (else the ring takes the bytes).
     const bool remote_ok = single_copy_min_ != 0 && them_->reads_peer.load(std::memory_order_acquire) ==
@@ -493,13 +496,6 @@ class shm_connection_state final : public ref_counted, public closable {
     out_tail_ = tail;
     space = ring_size_ - static_cast<std::size_t>(used);
     return true;
-  }
-
-  /// The bytes of `w` not written yet (some may go as pieces, outside the ring).
-  static std::size_t unwritten(const write_op& w) noexcept {
-    std::size_t n = 0;
-    for (std::size_t i = w.idx; i < w.sg.size(); ++i) n += w.sg[i].size();
-    return n - w.off;
   }
 
   /// Shows the peer what this side wrote so far, the pieces before the ring's
