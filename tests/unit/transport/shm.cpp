@@ -173,9 +173,12 @@ TEST_CASE("shm: hostile hellos are dropped with a report naming what was wrong; 
   });
 }
 
-TEST_CASE("shm: a peer writing indices outside the ring fails the connection with errc::malformed_frame") {
-  for (const bool bad_head : {true, false}) {
-    CAPTURE(bad_head);
+TEST_CASE("shm: a peer writing a bad record header or read index fails the connection with errc::malformed_frame") {
+  // A record longer than the ring, a header that carries another position
+  // (one left from a lap before), and a read index beyond what was written.
+  for (const int hostile : {0, 1, 2}) {
+    CAPTURE(hostile);
+    const bool bad_head = hostile != 2;
     for (fw::reactor_mode mode : {fw::reactor_mode::block, fw::reactor_mode::poll}) {
       CAPTURE(static_cast<int>(mode));
       reported_group g(mode);
@@ -198,7 +201,7 @@ TEST_CASE("shm: a peer writing indices outside the ring fails the connection wit
       });
       seg::segment_header* h = p.map.header();
       if (bad_head) {
-        h->ring[0].head.store(std::uint64_t{1} << 40);  // a write index far beyond the ring
+        p.store_word(0, hostile == 0 ? seg::record_header(0, std::uint64_t{1} << 20) : seg::record_header(4096, 100));
       } else {
         std::this_thread::sleep_for(20ms);  // the write filled the ring and waits
         h->ring[1].tail.store(12345678);    // a read index beyond what was written
@@ -210,9 +213,11 @@ TEST_CASE("shm: a peer writing indices outside the ring fails the connection wit
       CHECK(ec == fw::errc::malformed_frame);
       if (bad_head) {
         CHECK(n == 0);  // nothing read from outside the ring
-        CHECK(g.wait_report("write index 1099511627776 is not within the ring of 4096 bytes"));
+        CHECK(g.wait_report(std::string("record header at ring position 0 (0x") +
+                            (hostile == 0 ? "100000" : "20000000064") +
+                            ") does not carry that position and a length from 1 to 4072"));
       } else {
-        CHECK(n == 4096);
+        CHECK(n == 4072);  // one record: the ring less its header, padding and the next header's word
         CHECK(g.wait_report("read index 12345678 is not within the ring of 4096 bytes"));
       }
       // Later operations fail the same way; the hostile side sees the hang-up.

@@ -12,10 +12,12 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -121,6 +123,23 @@ struct raw_peer {
     make_segment(ring);
     return send_hello({seg::segment_magic, seg::segment_version, 0, ring},
                       {memfd.get(), client_bell.get(), server_bell.get()});
+  }
+  /// Stores `w` in the word at stream position `at` (a multiple of 8) of the
+  /// client's ring.
+  void store_word(std::uint64_t at, std::uint64_t w) const {
+    std::byte* ring = map.ring_data(0);
+    const std::uint64_t mask = map.header()->ring_size - 1;
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(ring + (at & mask))).store(w);
+  }
+  /// Publishes `bytes` as one record at stream position `at` of the client's
+  /// ring, as the transport does; returns where the next record goes.
+  std::uint64_t publish_record(std::uint64_t at, std::span<const std::byte> bytes) const {
+    const std::uint64_t mask = map.header()->ring_size - 1;
+    for (std::size_t i = 0; i < bytes.size(); ++i) map.ring_data(0)[(at + 8 + i) & mask] = bytes[i];
+    const std::uint64_t next = (at + 8 + bytes.size() + 7) & ~std::uint64_t{7};
+    store_word(next, 0);
+    store_word(at, seg::record_header(at, bytes.size()));
+    return next;
   }
   void ring_server() const {
     const std::uint64_t one = 1;

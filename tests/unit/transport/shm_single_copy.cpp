@@ -396,7 +396,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
   for (const hostile& h : {hostile{"bad address", true, "bytes of the peer's piece at 0x10 failed: Bad address"},
                            hostile{"before the read index", true,
                                    "announced a piece of 100 bytes at ring position 0 "
-                                   "(read index 4)"},
+                                   "(read index 16)"},
                            hostile{"to a side that reads none", false, "but this side reads no pieces"}}) {
     CAPTURE(h.name);
     reported_group g(fw::reactor_mode::block, 2);
@@ -409,6 +409,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
     // An honest piece first (when the side reads pieces): it arrives, and is acknowledged.
     const auto data = pattern(100, 11);
     std::vector<std::byte> got(100);
+    std::uint64_t after_ring = 0;  ///< where the stream stands after the ring's bytes
     if (h.reader_on) {
       // Four bytes through the ring, then the piece: the reader probes the peer on its first read.
       std::promise<std::error_code> first;
@@ -417,8 +418,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
                          [&](std::error_code ec, std::size_t) { first.set_value(ec); });
         return 0;
       });
-      std::memcpy(peer.map.ring_data(0), data.data(), 4);
-      peer.map.header()->ring[0].head.store(4);
+      after_ring = peer.publish_record(0, std::span(data).first(4));
       peer.ring_server();
       CHECK_FALSE(first.get_future().get());
       CHECK(peer.map.header()->side[1].reads_peer.load() == static_cast<std::uint32_t>(seg::single_copy::works));
@@ -428,7 +428,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
                          [&](std::error_code ec, std::size_t) { second.set_value(ec); });
         return 0;
       });
-      peer.announce(4, data.data(), 100);
+      peer.announce(after_ring, data.data(), 100);
       auto sf = second.get_future();
       REQUIRE(sf.wait_for(10s) == std::future_status::ready);
       CHECK_FALSE(sf.get());
@@ -445,7 +445,7 @@ TEST_CASE("shm single copy: pieces a peer should not announce fail the connectio
     });
     const std::string which = h.name;
     if (which == "bad address") {
-      peer.announce(4, reinterpret_cast<const void*>(std::uintptr_t{0x10}), 100);
+      peer.announce(after_ring, reinterpret_cast<const void*>(std::uintptr_t{0x10}), 100);
     } else {
       peer.announce(0, data.data(), 100);
     }

@@ -97,6 +97,7 @@ class shm_connection_state final : public ref_counted, public closable {
     ring_size_ = (map_.size() - shm::header_size) / 2;
     mask_ = ring_size_ - 1;
     publish_step_ = std::max<std::size_t>(ring_size_ / 16, 4096);
+    record_max_ = std::min(publish_step_, ring_size_ - record_reserve);
     out_ = &h->ring[side];
     in_ = &h->ring[1 - side];
     out_data_ = map_.ring_data(side);
@@ -177,18 +178,16 @@ class shm_connection_state final : public ref_counted, public closable {
   /// false, and async_read goes on from there in stream order.
   bool try_read(mutable_buffer dst) noexcept {
     if (!open_ || failed_ || !map_ || !reads_.empty()) return false;
-    const std::uint64_t head = in_->head.load(std::memory_order_acquire);
-    // A bad index is pull_reads' to report; here it only means "not now".
-    if (head - in_tail_ > ring_size_) return false;
-    std::uint64_t stop = head;
-    if (piece_) {
-      stop = std::min(stop, piece_->p.at);  // taken and checked: at or after in_tail_
-    } else if (in_rq_->head.load(std::memory_order_acquire) != in_rem_tail_) {
-      return false;  // a piece not checked yet (take_piece's job): somewhere in those bytes
+    // From the records published before the next piece of the peer's (a
+    // piece not checked yet is take_piece's job, a header that does not check
+    // pull_reads' to report): otherwise "not now".
+    if (in_left_ < dst.size()) {
+      const std::uint64_t rem_head = in_rq_->head.load(std::memory_order_acquire);
+      if (!piece_ && rem_head != in_rem_tail_) return false;
+      if (published(dst.size(), rem_head) < dst.size()) return false;
     }
-    if (stop - in_tail_ < dst.size()) return false;
     if (dst.empty()) return true;
-    copy_out(dst.data(), dst.size());
+    copy_records(dst.data(), dst.size());
     stats_.bytes_received += dst.size();
     publish_reads(false);
     return true;
@@ -351,12 +350,58 @@ class shm_connection_state final : public ref_counted, public closable {
     if (first < n) std::memcpy(out_data_, src + first, n - first);
     out_head_ += n;
   }
+  /// Copies `n` bytes (at most in_left_) of the open record; past its last
+  /// byte, in_tail_ moves on to the next record's header.
   void copy_out(std::byte* dst, std::size_t n) noexcept {
     const std::size_t pos = static_cast<std::size_t>(in_tail_ & mask_);
     const std::size_t first = std::min(n, ring_size_ - pos);
     std::memcpy(dst, in_data_ + pos, first);
     if (first < n) std::memcpy(dst + first, in_data_, n - first);
     in_tail_ += n;
+    in_left_ -= n;
+    if (in_left_ == 0) in_tail_ = (in_tail_ + 7) & ~std::uint64_t{7};
+  }
+
+  /// The bytes of the open record and of the records published after it,
+  /// up to `cap` and up to the next piece of the peer's (or a header that
+  /// does not check: open_record reports it when the reader gets there).
+  /// Each header is loaded before the piece queue's head, as in open_record,
+  /// so the records counted here precede every piece not yet taken.
+  std::size_t published(std::size_t cap, std::uint64_t rem_head) const noexcept {
+    std::size_t total = in_left_;
+    std::uint64_t pos = (in_tail_ + in_left_ + 7) & ~std::uint64_t{7};
+    while (total < cap) {
+      if (piece_ ? piece_->p.at <= pos : in_rem_tail_ != rem_head) break;
+      const std::uint64_t w = ring_word(in_data_, pos).load(std::memory_order_acquire);
+      const std::uint64_t len = w & 0xffffffffu;
+      if (w != shm::record_header(pos, len) || len == 0 || len > ring_size_ - record_reserve) {
+        break;
+      }
+      if (in_rq_->head.load(std::memory_order_acquire) != rem_head) break;
+      total += static_cast<std::size_t>(len);
+      pos = (pos + 8 + len + 7) & ~std::uint64_t{7};
+    }
+    return std::min(total, cap);
+  }
+  /// Copies `n` bytes that published() counted, opening records as it goes.
+  void copy_records(std::byte* dst, std::size_t n) noexcept {
+    while (n != 0) {
+      if (in_left_ == 0) {
+        const std::uint64_t len = ring_word(in_data_, in_tail_).load(std::memory_order_acquire) & 0xffffffffu;
+        in_tail_ += 8;
+        in_left_ = static_cast<std::size_t>(len);
+      }
+      const std::size_t k = std::min(n, in_left_);
+      copy_out(dst, k);
+      dst += k;
+      n -= k;
+    }
+  }
+
+  /// The 8-byte word of a ring at stream position `pos` (a multiple of 8, so
+  /// it never wraps): a record's header, or zero where none was published yet.
+  std::atomic_ref<std::uint64_t> ring_word(std::byte* data, std::uint64_t pos) const noexcept {
+    return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data + (pos & mask_)));
   }
 
   /// Moves what it can: queued writes into the outgoing ring, the incoming
@@ -386,10 +431,9 @@ class shm_connection_state final : public ref_counted, public closable {
     // The peer's read index as last loaded is a lower bound: it is loaded
     // again (a shared line moved between the cores) only when the front write
     // does not fit behind it.
-    std::size_t space = ring_size_ - static_cast<std::size_t>(out_head_ - out_tail_);
     if (!writes_.empty()) {
       const write_op& w = writes_.front();
-      if (space < total_size({w.sg.data(), w.sg.size()}) - w.done && !load_space(space)) return false;
+      if (free_bytes() < total_size({w.sg.data(), w.sg.size()}) - w.done + record_reserve && !load_tail()) return false;
     }
     // Single copy: only where the peer said it reads this process's memory,
     // and while the piece queue has room (else the ring takes the bytes).
@@ -400,7 +444,8 @@ class shm_connection_state final : public ref_counted, public closable {
     // get their turn), shown to the peer a step at a time so that it copies
     // out while this side copies in.
     std::size_t budget = ring_size_;
-    std::uint64_t seen_at = out_head_;  ///< out_head_ when `space` was last computed
+    std::uint64_t seen_at = out_head_;  ///< out_head_ when the read index was last loaded
+    std::uint64_t ring_bytes = 0;
     while (!writes_.empty()) {
       write_op& w = writes_.front();
       while (w.idx < w.sg.size()) {
@@ -419,20 +464,26 @@ class shm_connection_state final : public ref_counted, public closable {
           stats_.single_copy_sent += left;
           continue;
         }
-        if (space == 0 && budget != 0 && out_head_ != seen_at) {
+        if (record_room() == 0 && budget != 0 && out_head_ != seen_at) {
           // The peer may have made room while this side copied.
           publish_writes();
           seen_at = out_head_;
-          if (!load_space(space)) return false;
+          if (!load_tail()) return false;
         }
-        const std::size_t n = std::min({left, space, budget, publish_step_});
+        const std::size_t n = std::min({left, record_room(), budget});
         if (n > 0) {
+          if (!rec_open_) {  // its header's 8 bytes, stored when the record is published
+            rec_open_ = true;
+            rec_at_ = out_head_;
+            out_head_ += 8;
+          }
           copy_in(b.data() + w.off, n);
-          space -= n;
+          rec_len_ += n;
+          ring_bytes += n;
           budget -= n;
           w.off += n;
           w.done += n;
-          if (out_head_ - shown_head_ >= publish_step_) publish_writes();
+          if (rec_len_ >= record_max_) publish_writes();
         }
         if (w.off < b.size()) {
           if (n > 0) continue;  // the next step of this buffer
@@ -450,7 +501,7 @@ class shm_connection_state final : public ref_counted, public closable {
       }
       writes_.pop_front();
     }
-    stats_.bytes_sent += out_head_ - start;
+    stats_.bytes_sent += ring_bytes;
     if (out_head_ != start || out_rem_head_ != rem_start) {
       moved = true;
       publish_writes();
@@ -461,6 +512,7 @@ class shm_connection_state final : public ref_counted, public closable {
   /// Puts the rest of `w`'s current buffer (`left` bytes) in the piece queue
   /// at the ring's head; `w` completes once the peer copied it.
   void announce(write_op& w, shm::piece_kind kind, std::uint64_t addr, std::size_t left) noexcept {
+    close_record();  // a piece sits between two records
     shm::remote_piece& slot = out_rq_->slot[out_rem_head_ % shm::remote_slots];
     slot.at = out_head_;
     slot.addr = addr;
@@ -483,9 +535,9 @@ class shm_connection_state final : public ref_counted, public closable {
     return pool_offer_ == offer::sent;
   }
 
-  /// The free bytes of the outgoing ring, from the peer's read index (kept
-  /// in out_tail_). False after a protocol error (an index outside the ring).
-  bool load_space(std::size_t& space) noexcept {
+  /// Loads the peer's read index into out_tail_ (what free_bytes() counts
+  /// from). False after a protocol error (an index outside the ring).
+  bool load_tail() noexcept {
     const std::uint64_t tail = out_->tail.load(std::memory_order_acquire);
     const std::uint64_t used = out_head_ - tail;
     if (used > ring_size_) {
@@ -494,22 +546,46 @@ class shm_connection_state final : public ref_counted, public closable {
       return false;
     }
     out_tail_ = tail;
-    space = ring_size_ - static_cast<std::size_t>(used);
     return true;
   }
 
-  /// Shows the peer what this side wrote so far, the pieces before the ring's
-  /// head (a consumer that sees the head sees them), and wakes it if it sleeps.
+  /// Shows the peer what this side wrote so far (the open record, and the
+  /// pieces announced before it) and wakes it if it sleeps.
   void publish_writes() noexcept {
+    close_record();
+    show_pieces();
+    notify_peer();
+  }
+  void show_pieces() noexcept {
     if (out_rem_head_ != shown_rem_head_) {
       out_rq_->head.store(out_rem_head_, std::memory_order_seq_cst);
       shown_rem_head_ = out_rem_head_;
     }
-    if (out_head_ != shown_head_) {
-      out_->head.store(out_head_, std::memory_order_seq_cst);
-      shown_head_ = out_head_;
-    }
-    notify_peer();
+  }
+
+  /// The outgoing ring's free bytes as far as this side knows (out_tail_).
+  std::size_t free_bytes() const noexcept { return ring_size_ - static_cast<std::size_t>(out_head_ - out_tail_); }
+  /// The bytes the open record, or a new one, can still take: what is free
+  /// after a new record's header, the padding to the next header (at most 7
+  /// bytes) and that header's zero word.
+  std::size_t record_room() const noexcept {
+    const std::size_t space = free_bytes();
+    const std::size_t reserve = rec_open_ ? 15 : 23;
+    return space <= reserve ? 0 : std::min(space - reserve, record_max_ - rec_len_);
+  }
+
+  /// Publishes the open record: the next header's word zeroed first (the
+  /// consumer that sees this header and reads on finds "nothing yet" there,
+  /// never a lap-old byte), the pieces announced before it, then the header.
+  /// Its seq_cst store is the publication notify_peer() pairs with.
+  void close_record() noexcept {
+    if (!rec_open_) return;
+    out_head_ = (out_head_ + 7) & ~std::uint64_t{7};
+    ring_word(out_data_, out_head_).store(0, std::memory_order_relaxed);
+    show_pieces();
+    ring_word(out_data_, rec_at_).store(shm::record_header(rec_at_, rec_len_), std::memory_order_seq_cst);
+    rec_open_ = false;
+    rec_len_ = 0;
   }
 
   /// Completes the writes whose pieces the peer has copied. False after a protocol error.
@@ -534,38 +610,47 @@ class shm_connection_state final : public ref_counted, public closable {
     if (reads_peer_ == shm::single_copy::unknown) probe_peer();
     // The flag first: bytes produced before the peer closed are then all visible.
     const bool peer_done = peer_gone_ || them_->closed.load(std::memory_order_acquire) != 0;
-    std::uint64_t head = 0, rem_head = 0;
-    if (!load_head(head, rem_head)) return false;
-    const std::uint64_t start = in_tail_, rem_start = in_rem_tail_;
-    std::uint64_t piece_bytes = 0;
+    std::uint64_t rem_head = 0;
+    if (!load_rem_head(rem_head)) return false;
+    const std::uint64_t rem_start = in_rem_tail_;
+    std::uint64_t ring_bytes = 0, piece_bytes = 0;
     // At most a ring's worth of the ring's bytes and of pieces per call: the
     // other connections of this reactor get their turn. The ring's bytes are
     // handed back a step at a time, so that the peer copies in while this
     // side copies out.
     std::size_t ring_budget = ring_size_, piece_budget = ring_size_;
-    std::uint64_t seen_at = in_tail_;  ///< in_tail_ when `head` was last loaded
     bool failed = false;
     while (!reads_.empty()) {
       if (!piece_ && in_rem_tail_ != rem_head && !take_piece()) return false;
+      // Between two records: the piece that sits here, or the next record.
+      bool from_peer = false;
+      if (in_left_ == 0) {
+        if (piece_ && piece_->p.at == in_tail_) {
+          from_peer = true;
+        } else if (piece_ && piece_->p.at < in_tail_) {
+          protocol_error("the peer announced a piece at ring position " + std::to_string(piece_->p.at) +
+                         ", inside a record that ends at " + std::to_string(in_tail_));
+          return false;
+        } else if (ring_budget == 0) {
+          break;
+        } else {
+          const record got = open_record(rem_head, true);
+          if (got == record::bad) return false;
+          if (got == record::pieces_first) continue;
+          if (got == record::none) break;
+        }
+      }
       read_op& r = reads_.front();
       const std::size_t want = r.some ? read_some_max_ : r.dst.size() - r.filled;
-      // The ring's bytes up to the next piece, then the piece, then the ring again.
-      const std::uint64_t stop = piece_ ? std::min(head, piece_->p.at) : head;
-      const bool from_peer = piece_ && in_tail_ == piece_->p.at;
+      // A read_some is one delivery (at most read_some_max) of what the ring
+      // holds before the next piece, over as many records; a record is at
+      // most a publish step, so an exact read from the ring goes a step at a time.
       const std::size_t avail =
-          static_cast<std::size_t>(from_peer ? std::min<std::uint64_t>(piece_->p.size - piece_->off, piece_budget)
-                                             : std::min<std::uint64_t>(stop - in_tail_, ring_budget));
-      if (avail == 0) {
-        if (from_peer || ring_budget == 0 || in_tail_ == seen_at) break;
-        // The peer may have written more while this side copied.
-        publish_reads(piece_ || in_rem_tail_ != rem_head);
-        seen_at = in_tail_;
-        if (!load_head(head, rem_head)) return false;
-        continue;
-      }
-      // An exact read from the ring goes a step at a time; a read_some is one
-      // delivery (at most read_some_max).
-      const std::size_t n = r.some || from_peer ? std::min(want, avail) : std::min({want, avail, publish_step_});
+          from_peer ? static_cast<std::size_t>(std::min<std::uint64_t>(piece_->p.size - piece_->off, piece_budget))
+          : r.some  ? published(std::min(want, ring_budget), rem_head)
+                    : std::min(in_left_, ring_budget);
+      if (avail == 0) break;
+      const std::size_t n = std::min(want, avail);
       std::byte* dst = nullptr;
       tensor_buffer b;
       if (r.some) {
@@ -583,8 +668,14 @@ class shm_connection_state final : public ref_counted, public closable {
         if (!copy_from_peer(dst, n, failed)) return !failed;
         piece_bytes += n;
         piece_budget -= n;
+      } else if (r.some) {
+        copy_records(dst, n);
+        ring_bytes += n;
+        ring_budget -= n;
+        if (in_tail_ - shown_tail_ >= publish_step_) publish_reads(piece_ || in_rem_tail_ != rem_head);
       } else {
         copy_out(dst, n);
+        ring_bytes += n;
         ring_budget -= n;
         if (in_tail_ - shown_tail_ >= publish_step_) publish_reads(piece_ || in_rem_tail_ != rem_head);
       }
@@ -597,36 +688,60 @@ class shm_connection_state final : public ref_counted, public closable {
       }
       reads_.pop_front();
     }
-    stats_.bytes_received += in_tail_ - start;
+    stats_.bytes_received += ring_bytes;
     if (in_rem_tail_ != rem_start) in_rq_->tail.store(in_rem_tail_, std::memory_order_seq_cst);
     stats_.bytes_received += piece_bytes;
-    if (in_tail_ != start || piece_bytes != 0) {
+    if (ring_bytes != 0 || piece_bytes != 0) {
       moved = true;
       publish_reads(piece_ || in_rem_tail_ != rem_head);
     }
-    if (!reads_.empty() && head == in_tail_ && !piece_ && in_rem_tail_ == rem_head && peer_done) {
+    if (!reads_.empty() && in_left_ == 0 && !piece_ && in_rem_tail_ == rem_head && peer_done &&
+        ring_word(in_data_, in_tail_).load(std::memory_order_acquire) == 0) {
       const bool clean = them_->closed.load(std::memory_order_acquire) != 0;
       fail_reads(make_error_code(clean ? errc::connection_closed : errc::connection_reset));
     }
     return true;
   }
 
-  /// The peer's write index, then its piece queue's (every piece announced
-  /// before that index is then seen), both checked. False after a protocol error.
-  bool load_head(std::uint64_t& head, std::uint64_t& rem_head) noexcept {
-    head = in_->head.load(std::memory_order_acquire);
-    if (head - in_tail_ > ring_size_) {
-      protocol_error("the peer's write index " + std::to_string(head) + " is not within the ring of " +
-                     std::to_string(ring_size_) + " bytes ahead of the read index " + std::to_string(in_tail_));
-      return false;
-    }
-    rem_head = in_rq_->head.load(std::memory_order_acquire);
-    if (rem_head - in_rem_tail_ > shm::remote_slots) {
-      protocol_error("the peer announced piece " + std::to_string(rem_head) + ", more than " +
+  /// The peer's piece queue's head, checked. False after a protocol error.
+  bool load_rem_head(std::uint64_t& rem_head) noexcept {
+    const std::uint64_t h = in_rq_->head.load(std::memory_order_acquire);
+    if (h - in_rem_tail_ > shm::remote_slots) {
+      protocol_error("the peer announced piece " + std::to_string(h) + ", more than " +
                      std::to_string(shm::remote_slots) + " ahead of piece " + std::to_string(in_rem_tail_));
       return false;
     }
+    rem_head = h;
     return true;
+  }
+
+  enum class record { opened, none, pieces_first, bad };
+
+  /// At a record boundary (in_left_ == 0): opens the record the peer
+  /// published at in_tail_, if any. A piece announced before that record is
+  /// seen once its header is: when the piece queue moved past `rem_head`
+  /// (updated), the pieces are taken first (one may sit at this boundary).
+  /// A bad header is a protocol error when `report`, else only "not now".
+  record open_record(std::uint64_t& rem_head, bool report) noexcept {
+    const std::uint64_t w = ring_word(in_data_, in_tail_).load(std::memory_order_acquire);
+    if (w == 0) return record::none;
+    const std::uint64_t len = w & 0xffffffffu;
+    if (w != shm::record_header(in_tail_, len) || len == 0 || len > ring_size_ - record_reserve) {
+      if (report) {
+        protocol_error("the peer's record header at ring position " + std::to_string(in_tail_) + " (0x" + hex(w) +
+                       ") does not carry that position and a length from 1 to " +
+                       std::to_string(ring_size_ - record_reserve));
+      }
+      return record::bad;
+    }
+    const std::uint64_t seen = rem_head;
+    if (report ? !load_rem_head(rem_head) : (rem_head = in_rq_->head.load(std::memory_order_acquire), false)) {
+      return record::bad;
+    }
+    if (rem_head != seen) return record::pieces_first;
+    in_tail_ += 8;
+    in_left_ = static_cast<std::size_t>(len);
+    return record::opened;
   }
 
   /// Hands the bytes this side copied out back to the peer and wakes it if it
@@ -700,8 +815,8 @@ class shm_connection_state final : public ref_counted, public closable {
     }
     if (got != static_cast<ssize_t>(n)) {
       const std::string why = got < 0 ? last_error_text() : "only " + std::to_string(got) + " could be read";
-      protocol_error("reading " + std::to_string(n) + " bytes of the peer's piece at 0x" + hex(remote.iov_base) +
-                     " failed: " + why);
+      protocol_error("reading " + std::to_string(n) + " bytes of the peer's piece at 0x" +
+                     hex(reinterpret_cast<std::uintptr_t>(remote.iov_base)) + " failed: " + why);
       failed = true;
       return false;
     }
@@ -764,17 +879,21 @@ class shm_connection_state final : public ref_counted, public closable {
     return w;
   }
   static std::string last_error_text() { return std::error_code(errno, std::system_category()).message(); }
-  static std::string hex(const void* p) {
+  static std::string hex(std::uint64_t w) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%jx", static_cast<std::uintmax_t>(reinterpret_cast<std::uintptr_t>(p)));
+    std::snprintf(buf, sizeof buf, "%jx", static_cast<std::uintmax_t>(w));
     return buf;
   }
 
   /// Whether a queued operation could move now (the flag-raising side of notify_peer).
   bool ready() const noexcept {
     if (peer_gone_ || them_->closed.load(std::memory_order_seq_cst) != 0) return true;
-    if (!reads_.empty() && in_->head.load(std::memory_order_seq_cst) != in_tail_) return true;
-    if (!writes_.empty() && out_head_ - out_->tail.load(std::memory_order_seq_cst) != ring_size_) return true;
+    if (!reads_.empty() && (in_left_ != 0 || ring_word(in_data_, in_tail_).load(std::memory_order_seq_cst) != 0)) {
+      return true;
+    }
+    if (!writes_.empty() && ring_size_ - (out_head_ - out_->tail.load(std::memory_order_seq_cst)) >= record_reserve) {
+      return true;
+    }
     if (!reads_.empty() && in_rq_->head.load(std::memory_order_seq_cst) != in_rem_tail_) return true;
     if (!unacked_.empty() && out_rq_->tail.load(std::memory_order_seq_cst) >= unacked_.front().need_ack) return true;
     return false;
@@ -929,12 +1048,23 @@ class shm_connection_state final : public ref_counted, public closable {
   std::uint64_t out_head_ = 0;  ///< this side's own copies of its indices: never read back from the segment
   std::uint64_t in_tail_ = 0;
   std::uint64_t out_tail_ = 0;        ///< the peer's read index as last loaded (checked): at most its true value
-  std::uint64_t shown_head_ = 0;      ///< out_head_ as last stored for the peer
   std::uint64_t shown_rem_head_ = 0;  ///< out_rem_head_ as last stored for the peer
   std::uint64_t shown_tail_ = 0;      ///< in_tail_ as last stored for the peer
   /// How many bytes one side copies before it shows them to the other: the
   /// two copies (in on one side, out on the other) overlap in steps of this.
   std::size_t publish_step_ = 0;
+  /// The ring carries records: an 8-byte header (shm::record_header), the bytes,
+  /// padding to a multiple of 8. A side reads the peer's header, not an
+  /// index the peer stores apart, so a small message moves the lines its
+  /// bytes are on and no other. The producer keeps this many free bytes
+  /// beyond a record's bytes: its header, its padding and the next header's
+  /// zero word (plus one).
+  static constexpr std::size_t record_reserve = 24;
+  std::size_t record_max_ = 0;       ///< the most bytes one record carries
+  bool rec_open_ = false;            ///< a record's bytes are being written, its header not stored yet
+  std::uint64_t rec_at_ = 0;         ///< the open record's header position
+  std::size_t rec_len_ = 0;          ///< the open record's bytes so far
+  std::size_t in_left_ = 0;          ///< the bytes of the peer's record being read left unread; 0: at a header
   std::uint64_t out_rem_head_ = 0;   ///< pieces announced
   std::uint64_t out_rem_acked_ = 0;  ///< pieces the peer copied
   std::uint64_t in_rem_tail_ = 0;    ///< the peer's pieces copied in full

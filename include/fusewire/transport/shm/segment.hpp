@@ -5,8 +5,13 @@
 ///
 /// Layout (`header_size` bytes of control, then two rings of `ring_size` bytes):
 /// ring 0 carries client -> server, ring 1 server -> client. Each ring is a
-/// byte stream: the producer advances `head`, the consumer `tail` (both count
-/// bytes since the start, so `head - tail` is what waits). The consumer shows
+/// byte stream cut into records: an 8-byte header (the record's length, and
+/// its position / 8 in the high half), the bytes, and padding to a multiple
+/// of 8. The producer writes a record's bytes, zeroes the word after it (the
+/// next header: "nothing yet"), then stores the header; the consumer polls
+/// the header where it stands, so a small message moves only the cache lines
+/// its record is on. Positions count bytes since the start, headers and
+/// padding included; the consumer's `tail` is how far it read. It shows
 /// its `tail` lazily (after a quarter ring, when the producer sleeps, and
 /// before it sleeps itself), so a producer's view of the free room is a lower
 /// bound, loaded again only when a write does not fit. Beside each ring, a
@@ -46,14 +51,20 @@ inline namespace v0 {
 namespace detail::shm {
 
 inline constexpr std::uint64_t segment_magic = 0x4d48532d45525746ull;  // "FWRE-SHM", little-endian
-inline constexpr std::uint32_t segment_version = 4;
+inline constexpr std::uint32_t segment_version = 5;
 inline constexpr std::size_t header_size = 4096;
 
-/// One direction's indices, each on its own cache line.
+/// One direction's read index, on a cache line of its own.
 struct ring_indices {
-  alignas(64) std::atomic<std::uint64_t> head;  ///< bytes produced (the producer stores)
   alignas(64) std::atomic<std::uint64_t> tail;  ///< bytes consumed (the consumer stores)
 };
+
+/// A record's header word in a ring: its length `len` (1 to the ring size
+/// less 24), and in the high half its position `at` / 8, so that no word
+/// left from a lap before passes for it. Zero: no record there yet.
+inline constexpr std::uint64_t record_header(std::uint64_t at, std::uint64_t len) noexcept {
+  return (std::uint64_t{static_cast<std::uint32_t>(at >> 3)} << 32) | (len & 0xffffffffu);
+}
 
 /// Where a remote piece's bytes are: in the producer's process memory (read
 /// with process_vm_readv), or in the producer's shared pool (shm/pool.hpp),
