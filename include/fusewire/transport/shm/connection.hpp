@@ -359,7 +359,7 @@ class shm_connection_state final : public ref_counted, public closable {
     if (first < n) std::memcpy(dst + first, in_data_, n - first);
     in_tail_ += n;
     in_left_ -= n;
-    if (in_left_ == 0) in_tail_ = (in_tail_ + 7) & ~std::uint64_t{7};
+    if (in_left_ == 0) in_tail_ = align8(in_tail_);
   }
 
   /// The bytes of the open record and of the records published after it,
@@ -369,17 +369,14 @@ class shm_connection_state final : public ref_counted, public closable {
   /// so the records counted here precede every piece not yet taken.
   std::size_t published(std::size_t cap, std::uint64_t rem_head) const noexcept {
     std::size_t total = in_left_;
-    std::uint64_t pos = (in_tail_ + in_left_ + 7) & ~std::uint64_t{7};
+    std::uint64_t pos = align8(in_tail_ + in_left_);
     while (total < cap) {
       if (piece_ ? piece_->p.at <= pos : in_rem_tail_ != rem_head) break;
-      const std::uint64_t w = ring_word(in_data_, pos).load(std::memory_order_acquire);
-      const std::uint64_t len = w & 0xffffffffu;
-      if (w != shm::record_header(pos, len) || len == 0 || len > ring_size_ - record_reserve) {
-        break;
-      }
+      const std::uint64_t len = record_length(ring_word(in_data_, pos).load(std::memory_order_acquire), pos);
+      if (len == 0) break;
       if (in_rq_->head.load(std::memory_order_acquire) != rem_head) break;
       total += static_cast<std::size_t>(len);
-      pos = (pos + 8 + len + 7) & ~std::uint64_t{7};
+      pos = align8(pos + 8 + len);
     }
     return std::min(total, cap);
   }
@@ -397,6 +394,15 @@ class shm_connection_state final : public ref_counted, public closable {
       n -= k;
     }
   }
+
+  /// The length of the record whose header word `w` was loaded at `pos`, or
+  /// 0 when `w` is no header (zero: nothing published there yet; else it
+  /// carries another position, or a length that does not fit the ring).
+  std::uint64_t record_length(std::uint64_t w, std::uint64_t pos) const noexcept {
+    const std::uint64_t len = w & 0xffffffffu;
+    return w == shm::record_header(pos, len) && len <= ring_size_ - record_reserve ? len : 0;
+  }
+  static std::uint64_t align8(std::uint64_t pos) noexcept { return (pos + 7) & ~std::uint64_t{7}; }
 
   /// The 8-byte word of a ring at stream position `pos` (a multiple of 8, so
   /// it never wraps): a record's header, or zero where none was published yet.
@@ -580,7 +586,7 @@ class shm_connection_state final : public ref_counted, public closable {
   /// Its seq_cst store is the publication notify_peer() pairs with.
   void close_record() noexcept {
     if (!rec_open_) return;
-    out_head_ = (out_head_ + 7) & ~std::uint64_t{7};
+    out_head_ = align8(out_head_);
     ring_word(out_data_, out_head_).store(0, std::memory_order_relaxed);
     show_pieces();
     ring_word(out_data_, rec_at_).store(shm::record_header(rec_at_, rec_len_), std::memory_order_seq_cst);
@@ -634,7 +640,7 @@ class shm_connection_state final : public ref_counted, public closable {
         } else if (ring_budget == 0) {
           break;
         } else {
-          const record got = open_record(rem_head, true);
+          const record got = open_record(rem_head);
           if (got == record::bad) return false;
           if (got == record::pieces_first) continue;
           if (got == record::none) break;
@@ -668,13 +674,8 @@ class shm_connection_state final : public ref_counted, public closable {
         if (!copy_from_peer(dst, n, failed)) return !failed;
         piece_bytes += n;
         piece_budget -= n;
-      } else if (r.some) {
-        copy_records(dst, n);
-        ring_bytes += n;
-        ring_budget -= n;
-        if (in_tail_ - shown_tail_ >= publish_step_) publish_reads(piece_ || in_rem_tail_ != rem_head);
       } else {
-        copy_out(dst, n);
+        copy_records(dst, n);
         ring_bytes += n;
         ring_budget -= n;
         if (in_tail_ - shown_tail_ >= publish_step_) publish_reads(piece_ || in_rem_tail_ != rem_head);
@@ -721,23 +722,19 @@ class shm_connection_state final : public ref_counted, public closable {
   /// published at in_tail_, if any. A piece announced before that record is
   /// seen once its header is: when the piece queue moved past `rem_head`
   /// (updated), the pieces are taken first (one may sit at this boundary).
-  /// A bad header is a protocol error when `report`, else only "not now".
-  record open_record(std::uint64_t& rem_head, bool report) noexcept {
+  /// A bad header is a protocol error.
+  record open_record(std::uint64_t& rem_head) noexcept {
     const std::uint64_t w = ring_word(in_data_, in_tail_).load(std::memory_order_acquire);
     if (w == 0) return record::none;
-    const std::uint64_t len = w & 0xffffffffu;
-    if (w != shm::record_header(in_tail_, len) || len == 0 || len > ring_size_ - record_reserve) {
-      if (report) {
-        protocol_error("the peer's record header at ring position " + std::to_string(in_tail_) + " (0x" + hex(w) +
-                       ") does not carry that position and a length from 1 to " +
-                       std::to_string(ring_size_ - record_reserve));
-      }
+    const std::uint64_t len = record_length(w, in_tail_);
+    if (len == 0) {
+      protocol_error("the peer's record header at ring position " + std::to_string(in_tail_) + " (0x" + hex(w) +
+                     ") does not carry that position and a length from 1 to " +
+                     std::to_string(ring_size_ - record_reserve));
       return record::bad;
     }
     const std::uint64_t seen = rem_head;
-    if (report ? !load_rem_head(rem_head) : (rem_head = in_rq_->head.load(std::memory_order_acquire), false)) {
-      return record::bad;
-    }
+    if (!load_rem_head(rem_head)) return record::bad;
     if (rem_head != seen) return record::pieces_first;
     in_tail_ += 8;
     in_left_ = static_cast<std::size_t>(len);
