@@ -6,9 +6,9 @@
     fw.send(t, key); value, dead = fw.recv(key, tf.float32)
 
 The transport is "auto" unless configure() names one: shm when every task
-is on this host, verbs when RDMA is enabled and usable, shm+asio (shm to this
-host's tasks, TCP to the others) when the job spans hosts, else uring, else
-asio.
+is on this host, verbs when RDMA is enabled and usable, shm+uring (shm to
+this host's tasks, TCP to the others; shm+asio without io_uring) when the
+job spans hosts, else uring, else asio.
 
 The op library is ``_fusewire_tf_ops.so`` beside this file (as installed by
 setup.py), or the file named by $FUSEWIRE_TF_OPS (the meson build's output).
@@ -52,7 +52,7 @@ def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000, re
     either way. `step_timeout_ms` bounds a PS op's round trip,
     `rendezvous_timeout_ms` (> 0) a send or recv whose timeout_ms is 0.
     `transport` is "auto" (decided from the cluster and this machine),
-    "uring", "asio", "shm", "shm+asio" or "verbs"; transport() says which one
+    "uring", "asio", "shm", "shm+asio", "shm+uring" or "verbs"; transport() says which one
     runs. Every task of the cluster must reach the others: give them the same
     choice.
     Replaces an earlier configuration (its connections close). A transport

@@ -81,8 +81,8 @@ def _text(name):
 
 def transport():
     """The transport of this process's configuration: "shm", "verbs",
-    "shm+asio", "uring" or "asio" (what "auto" chose, or the name given); None
-    before configure()."""
+    "shm+uring", "shm+asio", "uring" or "asio" (what "auto" chose, or the name
+    given); None before configure()."""
     return _text("fusewire_tf_transport") or None
 
 

@@ -2,7 +2,7 @@
 a second):
 
     python fusewire_tf/serve.py --task ps:0 --cluster "ps=h:p,h:p;worker=h:p" --model model.json [--mode sync]
-        [--transport auto|uring|asio|shm|shm+asio|verbs]
+        [--transport auto|uring|asio|shm|shm+asio|shm+uring|verbs]
 
 The model file is the JSON model spec the workers pass to configure(); the
 transport is theirs too ("auto" unless they name one). Exits
@@ -28,7 +28,7 @@ def main():
     p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--worker-job", default="worker")
     p.add_argument("--transport", default="auto",
-                   help="auto (default), uring, asio, shm, shm+asio or verbs: the one the workers use")
+                   help="auto (default), uring, asio, shm, shm+asio, shm+uring or verbs: the one the workers use")
     a = p.parse_args()
     with open(a.model) as f:
         model = json.load(f)
