@@ -7,7 +7,7 @@
 ///     header (64 bytes)
 ///       u32 magic 'FWPS' (0x53505746)   u16 version (1)   u16 type (1 = request)
 ///       u64 client incarnation          u64 seq           u64 model fingerprint
-///       u64 push_step (barrier: generation)  u64 min_step  u32 flags   u32 entry count
+///       u64 push_step (barrier: generation)  u64 min_step  u32 flags   u32 entry count  u64 reserved (0)
 ///     entries, each:
 ///       u8 op (1 pull_dense, 2 push_dense, 3 pull_rows, 4 push_rows)  u8[3] zero
 ///       u32 variable index              u32 slice index (dense; 0 for rows)  u32 zero

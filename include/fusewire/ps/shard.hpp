@@ -1,10 +1,10 @@
 #pragma once
-/// ps::shard: everything one PS task holds and does — its dense slices and
+/// ps::shard: everything one PS lane holds and does — its dense slices and
 /// embedding rows, their optimizer slots, the sync-step aggregation and
 /// barrier, de-duplication of resent requests, and checkpoints — with no
 /// network in it. It also keeps the worker barrier (client::barrier) when it
-/// is PS 0. ps::server drives one shard from its endpoint's reactor
-/// thread; tests drive it directly.
+/// is lane 0 of PS 0. ps::server drives one shard per lane, each on its
+/// lane's reactor thread; tests drive it directly.
 ///
 /// Not thread-safe by design (share-nothing): one thread calls every member.
 /// Replies leave through the reply function given at construction, on that
