@@ -52,7 +52,7 @@ def configure(task, cluster, model=None, mode="async", step_timeout_ms=30000, re
     either way. `step_timeout_ms` bounds a PS op's round trip,
     `rendezvous_timeout_ms` (> 0) a send or recv whose timeout_ms is 0.
     `transport` is "auto" (decided from the cluster and this machine),
-    "uring", "asio", "shm", "shm+asio", "shm+uring" or "verbs"; transport() says which one
+    or one of the names available_transports() lists; transport() says which one
     runs. Every task of the cluster must reach the others: give them the same
     choice.
     Replaces an earlier configuration (its connections close). A transport

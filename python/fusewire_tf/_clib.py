@@ -80,9 +80,9 @@ def _text(name):
 
 
 def transport():
-    """The transport of this process's configuration: "shm", "verbs",
-    "shm+uring", "shm+asio", "uring" or "asio" (what "auto" chose, or the name
-    given); None before configure()."""
+    """The transport of this process's configuration, one of the names
+    available_transports() lists (what "auto" chose, or the name given);
+    None before configure()."""
     return _text("fusewire_tf_transport") or None
 
 

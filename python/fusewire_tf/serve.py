@@ -28,7 +28,7 @@ def main():
     p.add_argument("--mode", default="async", choices=["async", "sync"])
     p.add_argument("--worker-job", default="worker")
     p.add_argument("--transport", default="auto",
-                   help="auto (default), uring, asio, shm, shm+asio, shm+uring or verbs: the one the workers use")
+                   help="auto (default) or a name fusewire_tf.available_transports() lists: the one the workers use")
     a = p.parse_args()
     with open(a.model) as f:
         model = json.load(f)

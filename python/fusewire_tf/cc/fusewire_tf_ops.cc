@@ -12,10 +12,10 @@
 // the runtime up on every call, so a graph built before configure() works.
 //
 // The transport is chosen by name when the runtime is made: the
-// configuration's "transport", "auto" unless given (shm when every task is on
-// this host, verbs when RDMA is enabled and usable, shm+uring (or shm+asio)
-// when the job spans hosts, else uring, else asio; fusewire::with_transport,
-// transport/select.hpp), or "uring", "asio", "shm", "shm+asio", "shm+uring", "verbs". The
+// configuration's "transport": "auto" unless given, or any name
+// fusewire::with_transport knows (transport/select.hpp: choose_transport
+// says what "auto" picks, available_transports() what this build and
+// machine can run; the lists live there only). The
 // kernels are not templates: they call the abstract `runtime`, which
 // runtime_on<Transport> implements over the transport with_transport hands
 // it. So one library carries every transport its build has, and the choice
@@ -274,7 +274,7 @@ class runtime {
   virtual ~runtime() = default;
 
   const fw::task_id& self() const { return self_; }
-  // "shm", "verbs", "shm+uring", "shm+asio", "uring" or "asio": what "auto" chose, or the name given.
+  // A with_transport name (transport/select.hpp): what "auto" chose, or the name given.
   const std::string& transport() const { return transport_; }
   // The deadline of a send or recv whose timeout_ms attr is 0.
   std::chrono::milliseconds rendezvous_timeout() const { return rendezvous_timeout_; }
@@ -1140,8 +1140,8 @@ __attribute__((visibility("default"))) int fusewire_tf_barrier(std::int64_t time
   return s.ok() ? 0 : fwtf::report(s, err, errlen);
 }
 
-// The transport of this process's runtime ("shm", "verbs", "shm+uring", "shm+asio",
-// "uring" or "asio") into `out`; "" when it is not configured.
+// The transport of this process's runtime (a with_transport name, as
+// runtime::transport()) into `out`; "" when it is not configured.
 __attribute__((visibility("default"))) int fusewire_tf_transport(char* out, std::size_t outlen, char* err,
                                                                  std::size_t errlen) {
   return fwtf::c_call(err, errlen, [&] {
