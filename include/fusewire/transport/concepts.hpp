@@ -23,8 +23,8 @@
 ///   (for zero-copy sends: until the kernel released them); the span of
 ///   descriptors itself is copied and may be a temporary.
 /// - async_read(dst, h): `h(error_code, bytes_read)`. Fills exactly `dst` (the
-///   zero-copy path: the payload lands in the caller's destination). On error,
-///   bytes_read says how much of `dst` was filled.
+///   zero-copy path: into the caller's memory); an empty `dst` completes at
+///   once, taking no bytes. On error, bytes_read says how much was filled.
 /// - async_read_some(h): `h(error_code, tensor_buffer)`: at least one byte that
 ///   arrived, as an owning buffer handed over without a further copy (it may
 ///   outlive the connection and die on any thread).

@@ -526,6 +526,62 @@ TEST_CASE_TEMPLATE_DEFINE("reads are served in call order across read_some and e
   CHECK(get(e) == fw::errc::connection_closed);
 }
 
+TEST_CASE_TEMPLATE_DEFINE("an empty exact read completes without waiting for bytes and takes none", T,
+                          suite_empty_read) {
+  harness<T> h(fw::reactor_mode::block);  // a read that waited for bytes would sleep: none come
+  using conn_t = typename T::connection_type;
+  struct outcome {
+    std::error_code empty_ec = fw::make_error_code(fw::errc::timed_out), ec;
+    std::size_t empty_n = 99, n = 0;
+    std::vector<std::byte> got = std::vector<std::byte>(3);
+  };
+  std::promise<void> empty_done;
+  std::promise<outcome> done;
+  auto server_conn = std::make_shared<conn_t>();
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    *server_conn = std::move(c);
+    auto o = std::make_shared<outcome>();
+    server_conn->async_read(fw::mutable_buffer(), [&, o](std::error_code ec, std::size_t n) {
+      o->empty_ec = ec;
+      o->empty_n = n;
+      empty_done.set_value();
+    });
+    server_conn->async_read(fw::mutable_buffer(o->got.data(), o->got.size()),
+                            [&, o](std::error_code ec, std::size_t n) {
+                              o->ec = ec;
+                              o->n = n;
+                              server_conn->close();
+                              done.set_value(*o);
+                            });
+  });
+  auto client = h.connect_client(port);
+  auto ef = empty_done.get_future();
+  REQUIRE_MESSAGE(ef.wait_for(60s) == std::future_status::ready, "the empty read waited for bytes");
+  // Only now the bytes: they all go to the read behind the empty one.
+  const auto src = pattern_bytes(3, 31);
+  h.on(1, [&] {
+    const fw::const_buffer one[] = {fw::const_buffer(src.data(), src.size())};
+    client->async_write(one, [client](std::error_code, std::size_t) {});
+    return 0;
+  });
+  auto f = done.get_future();
+  const outcome o = get(f);
+  CHECK_FALSE(o.empty_ec);
+  CHECK(o.empty_n == 0);
+  CHECK_FALSE(o.ec);
+  CHECK(o.n == 3);
+  CHECK(o.got == src);
+  h.on(1, [&] {
+    client->close();
+    *client = conn_t();
+    return 0;
+  });
+  h.on(0, [&] {
+    *server_conn = conn_t();
+    return 0;
+  });
+}
+
 TEST_CASE_TEMPLATE_DEFINE("many concurrent connections on both reactors" * doctest::timeout(300), T,
                           suite_many_connections) {
   harness<T> h;

@@ -137,7 +137,8 @@ class asio_connection_state final : public stream_connection<asio_connection_sta
   bool may_take_ahead(std::size_t) const noexcept { return !reading_; }
   void took_ahead(std::size_t) noexcept {}
   void dropped_ahead() noexcept {}
-  bool may_start_read(const read_op&) const noexcept { return !reading_; }
+  /// An empty exact read needs no bytes: the posted pump completes it.
+  bool may_start_read(const read_op& op) const noexcept { return !reading_ && (op.some || !op.dst.empty()); }
   // Never completes inline: bytes read now are served by the posted pump.
   void start_first_read() {
     if (start_read()) read_task_.schedule(*reactor_);
