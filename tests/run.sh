@@ -9,8 +9,8 @@
 #   4. the 'rdma' suite (verbs) inside a QEMU guest with soft-RoCE (tests/qemu),
 #      and the verbs transport suite again under ASan + UBSan there
 #   5. the package consumers (CMake, Meson, pkg-config) against a fresh install
-#   6. the fuzzers (wire decoder, PS messages, handshake, graph payload) for a
-#      bounded time each (FUZZ_SECONDS, default 30 here)
+#   6. the fuzzers (wire decoder, PS messages, handshake, graph payload, shm
+#      peer) for a bounded time each (FUZZ_SECONDS, default 30 here)
 #
 # Installs the Debian packages it needs (as root). Build trees go to
 # $FUSEWIRE_BUILD_DIR (default: build/tests under the repo).
@@ -179,14 +179,14 @@ else
   fail "tests/package/run.sh missing"
 fi
 
-# 6. fuzz the decoders and the handshake for a bounded time each
+# 6. fuzz the decoders, the handshake and the shm peer for a bounded time each
 export FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-note "fuzz: wire, ps message, handshake, graph payload ($FUZZ_SECONDS s each)"
+note "fuzz: wire, ps message, handshake, graph payload, shm peer ($FUZZ_SECONDS s each)"
 if [ -x tests/fuzz/run.sh ]; then
   if tests/fuzz/run.sh >"$out/fuzz.log" 2>&1; then
-    grep '^fuzz' "$out/fuzz.log"; pass "fuzz: wire, ps message, handshake, graph payload"
+    grep '^fuzz' "$out/fuzz.log"; pass "fuzz: wire, ps message, handshake, graph payload, shm peer"
   else
-    tail -40 "$out/fuzz.log"; fail "fuzz: wire, ps message, handshake, graph payload"
+    tail -40 "$out/fuzz.log"; fail "fuzz: wire, ps message, handshake, graph payload, shm peer"
   fi
 else
   fail "tests/fuzz/run.sh missing"

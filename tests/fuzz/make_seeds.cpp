@@ -16,6 +16,7 @@
 #include "graph_payload_seeds.hpp"
 #include "handshake_seeds.hpp"
 #include "ps_message_seeds.hpp"
+#include "shm_peer_seeds.hpp"
 #include "support/seed_frames.hpp"
 
 namespace {
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   const bool ok = write_corpus(root / "wire_decode", fusewire::test::seed_frames()) &&
                   write_corpus(root / "ps_message", fusewire::test::ps_message_seeds()) &&
                   write_corpus(root / "handshake", fusewire::test::handshake_seeds()) &&
-                  write_corpus(root / "graph_payload", fusewire::test::graph_payload_seeds());
+                  write_corpus(root / "graph_payload", fusewire::test::graph_payload_seeds()) &&
+                  write_corpus(root / "shm_peer", fusewire::test::shm_peer::shm_peer_seeds());
   return ok ? 0 : 1;
 }

@@ -13,7 +13,7 @@
 set -u
 
 # target: its source is <target>_fuzz.cpp, its seeds corpus/<target>/.
-all_targets="wire_decode ps_message handshake graph_payload"
+all_targets="wire_decode ps_message handshake graph_payload shm_peer"
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
