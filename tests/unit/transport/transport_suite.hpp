@@ -582,6 +582,61 @@ TEST_CASE_TEMPLATE_DEFINE("an empty exact read completes without waiting for byt
   });
 }
 
+TEST_CASE_TEMPLATE_DEFINE(
+    "a read that wants more than arrived before the peer closed gets those bytes, then "
+    "errc::connection_closed",
+    T, suite_read_past_close) {
+  harness<T> h;
+  using conn_t = typename T::connection_type;
+  auto server_conn = std::make_shared<conn_t>();
+  std::promise<void> accepted;
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    *server_conn = std::move(c);
+    accepted.set_value();
+  });
+  auto client = h.connect_client(port);
+  auto af = accepted.get_future();
+  REQUIRE(af.wait_for(60s) == std::future_status::ready);
+  const auto src = pattern_bytes(10, 37);
+  std::promise<std::error_code> wrote;
+  h.on(1, [&] {
+    const fw::const_buffer one[] = {fw::const_buffer(src.data(), src.size())};
+    client->async_write(one, [&, client](std::error_code ec, std::size_t) {
+      client->close();
+      wrote.set_value(ec);
+    });
+    return 0;
+  });
+  auto wf = wrote.get_future();
+  REQUIRE_FALSE(get(wf));
+  // Whether the bytes and the close are in when the read comes (the case
+  // this is for) or not yet, the outcome is the same.
+  std::this_thread::sleep_for(200ms);
+  std::promise<std::pair<std::error_code, std::size_t>> read;
+  std::vector<std::byte> got(100);
+  h.on(0, [&] {
+    server_conn->async_read(fw::mutable_buffer(got.data(), got.size()), [&](std::error_code ec, std::size_t n) {
+      read.set_value({ec, n});
+    });
+    return 0;
+  });
+  auto rf = read.get_future();
+  REQUIRE_MESSAGE(rf.wait_for(60s) == std::future_status::ready, "the read waited for bytes that cannot come");
+  const auto [ec, n] = rf.get();
+  CHECK(ec == fw::errc::connection_closed);
+  REQUIRE(n == src.size());
+  CHECK(std::equal(src.begin(), src.end(), got.begin()));
+  h.on(0, [&] {
+    server_conn->close();
+    *server_conn = conn_t();
+    return 0;
+  });
+  h.on(1, [&] {
+    *client = conn_t();
+    return 0;
+  });
+}
+
 TEST_CASE_TEMPLATE_DEFINE("many concurrent connections on both reactors" * doctest::timeout(300), T,
                           suite_many_connections) {
   harness<T> h;

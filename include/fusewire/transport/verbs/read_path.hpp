@@ -151,10 +151,12 @@ inline void verbs_conn_state::pump_reads() {
             b.trim_front(k);
           }
         }
-        if (r.filled < r.dst.size()) break;
+        // Short, with the stream ended (no more bytes come): the read fails
+        // after the bytes that arrived, as with nothing held.
+        if (r.filled < r.dst.size() && !read_error_) break;
         read_op op = std::move(r);
         reads_.pop_front();
-        complete(op.exact, std::error_code(), op.filled);
+        complete(op.exact, op.filled < op.dst.size() ? read_error_ : std::error_code(), op.filled);
       } else {
         tensor_buffer b = std::move(rx_buffered_.front());
         rx_buffered_.pop_front();
