@@ -2,10 +2,11 @@
 // process that lies (include/fusewire/transport/shm/): the peer owns half of
 // the shared segment and may write anything there, at any time.
 //
-// One listener per reactor mode lives for the whole run; each input is a new
-// connection from a hand-made peer (tests/support/shm_raw_peer.hpp) with
-// rings of 4 KiB, then a script of the peer's writes and the server's
-// operations. An input is [mode u8][ops...]. Mode bits:
+// A reactor and listener per server setup (mode bits 1, 2 and 16) live for
+// the whole run; each input is a new connection from a hand-made peer
+// (tests/support/shm_raw_peer.hpp) with rings of 4 KiB, then a script of the
+// peer's writes and the server's operations. An input is [mode u8][ops...].
+// Mode bits:
 //   1  the server's reactor polls (else it blocks on its eventfd)
 //   2  single copy on the server (single_copy_min 4096): it reads "process"
 //      pieces out of the peer's memory (this process)
@@ -126,7 +127,7 @@ struct server_side {
   }
   /// The connection accepted next (waits for it).
   fw::shm_connection take() {
-    for (int i = 0; i < 10000; ++i) {
+    for (int i = 0; i < 100000; ++i) {  // at least 10 s: only a lost hello waits that long
       {
         std::lock_guard lock(mu);
         if (!accepted.empty()) {
@@ -413,7 +414,7 @@ void run(std::span<const std::byte> data) {
     conn->close();
     return 0;
   });
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < 100000; ++i) {  // at least 10 s: only a lost handler waits that long
     const bool all = srv.on(
         [&] { return std::all_of(results.begin(), results.end(), [](const op_result& r) { return r.calls != 0; }); });
     if (all) break;
