@@ -55,6 +55,7 @@ TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_order, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_empty_read, per_host_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_empty_write, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_past_close, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_many_connections, per_host_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, per_host_transports);

@@ -43,6 +43,7 @@ TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_order, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_empty_read, shm_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_empty_write, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_past_close, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_many_connections, shm_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, shm_transports);

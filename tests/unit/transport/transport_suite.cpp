@@ -35,6 +35,7 @@ TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_order, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_empty_read, tcp_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_empty_write, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_past_close, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_many_connections, tcp_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, tcp_transports);

@@ -582,6 +582,73 @@ TEST_CASE_TEMPLATE_DEFINE("an empty exact read completes without waiting for byt
   });
 }
 
+TEST_CASE_TEMPLATE_DEFINE("empty writes and empty buffers in a write complete and send nothing", T, suite_empty_write) {
+  harness<T> h;
+  using conn_t = typename T::connection_type;
+  using write_result = std::pair<std::error_code, std::size_t>;
+  struct outcome {
+    std::error_code ec, end;
+    std::size_t n = 0;
+    std::vector<std::byte> got = std::vector<std::byte>(3);
+  };
+  std::promise<outcome> done;
+  auto server_conn = std::make_shared<conn_t>();
+  const std::uint16_t port = h.serve(0, [&](conn_t c) {
+    *server_conn = std::move(c);
+    auto o = std::make_shared<outcome>();
+    server_conn->async_read(fw::mutable_buffer(o->got.data(), o->got.size()),
+                            [&, o](std::error_code ec, std::size_t n) {
+                              o->ec = ec;
+                              o->n = n;
+                              // Nothing else was sent: the next read sees the close.
+                              server_conn->async_read_some([&, o](std::error_code e, fw::tensor_buffer) {
+                                o->end = e;
+                                done.set_value(*o);
+                              });
+                            });
+  });
+  auto client = h.connect_client(port);
+  const auto src = pattern_bytes(3, 41);
+  std::promise<std::vector<write_result>> wrote;
+  h.on(1, [&] {
+    auto results = std::make_shared<std::vector<write_result>>();
+    const auto record = [&, results, client](std::error_code ec, std::size_t n) {
+      results->emplace_back(ec, n);
+      if (results->size() == 3) {
+        client->close();
+        wrote.set_value(*results);
+      }
+    };
+    client->async_write(std::span<const fw::const_buffer>{}, record);
+    const fw::const_buffer with_empty[] = {fw::const_buffer(), fw::const_buffer(src.data(), src.size()),
+                                           fw::const_buffer(src.data(), 0)};
+    client->async_write(with_empty, record);
+    client->async_write(std::span<const fw::const_buffer>{}, record);
+    return 0;
+  });
+  auto wf = wrote.get_future();
+  const std::vector<write_result> writes = get(wf);
+  REQUIRE(writes.size() == 3);
+  CHECK(writes[0] == write_result{{}, 0});
+  CHECK(writes[1] == write_result{{}, 3});
+  CHECK(writes[2] == write_result{{}, 0});
+  auto f = done.get_future();
+  const outcome o = get(f);
+  CHECK_FALSE(o.ec);
+  CHECK(o.n == 3);
+  CHECK(o.got == src);
+  CHECK(o.end == fw::errc::connection_closed);
+  h.on(0, [&] {
+    server_conn->close();
+    *server_conn = conn_t();
+    return 0;
+  });
+  h.on(1, [&] {
+    *client = conn_t();
+    return 0;
+  });
+}
+
 TEST_CASE_TEMPLATE_DEFINE(
     "a read that wants more than arrived before the peer closed gets those bytes, then "
     "errc::connection_closed",

@@ -44,6 +44,7 @@ TEST_CASE_TEMPLATE_APPLY(suite_many_buffers, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_back_to_back_writes, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_order, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_empty_read, verbs_transports);
+TEST_CASE_TEMPLATE_APPLY(suite_empty_write, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_read_past_close, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_many_connections, verbs_transports);
 TEST_CASE_TEMPLATE_APPLY(suite_close_cancels, verbs_transports);
