@@ -161,8 +161,16 @@ struct op_result {
   std::error_code ec;
   std::size_t n = 0;
   int calls = 0;
-  bool tried = false;  ///< try_read's result
 };
+
+/// The completion of an exact read or a write: records it in `r`.
+auto record_io(op_result& r) {
+  return [&r](std::error_code ec, std::size_t n) {
+    r.ec = ec;
+    r.n = n;
+    ++r.calls;
+  };
+}
 
 /// The peer's side of the script.
 struct peer_state {
@@ -259,7 +267,7 @@ void consume(peer_state& s) {
     const std::uint64_t w =
         std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(data + (s.rtail & (ring - 1)))).load();
     const std::uint64_t len = w & 0xffffffffu;
-    if (w == 0 || len == 0 || len > ring || (w >> 32) != static_cast<std::uint32_t>(s.rtail >> 3)) break;
+    if (len == 0 || len > ring || w != seg::record_header(s.rtail, len)) break;  // none (yet) at rtail
     s.rtail += 8 + ((len + 7) & ~std::uint64_t{7});
   }
   h->ring[1].tail.store(s.rtail);
@@ -339,11 +347,7 @@ void run(std::span<const std::byte> data) {
         r.asked = in.u16() % 6000;
         r.dst.resize(r.asked);
         srv.on([&] {
-          conn->async_read(fw::mutable_buffer(r.dst.data(), r.dst.size()), [&r](std::error_code ec, std::size_t n) {
-            r.ec = ec;
-            r.n = n;
-            ++r.calls;
-          });
+          conn->async_read(fw::mutable_buffer(r.dst.data(), r.dst.size()), record_io(r));
           return 0;
         });
         break;
@@ -368,8 +372,8 @@ void run(std::span<const std::byte> data) {
         r.asked = in.u8();
         r.dst.resize(r.asked);
         r.calls = 1;
-        r.tried = srv.on([&] { return conn->try_read(fw::mutable_buffer(r.dst.data(), r.dst.size())); });
-        r.n = r.tried ? r.asked : 0;
+        const bool took = srv.on([&] { return conn->try_read(fw::mutable_buffer(r.dst.data(), r.dst.size())); });
+        r.n = took ? r.asked : 0;
         break;
       }
       case op_write: {
@@ -380,11 +384,7 @@ void run(std::span<const std::byte> data) {
         const std::byte* from = (v & 0x8000) && pool_out.size() != 0 ? pool_out.data() : out.data();
         srv.on([&, from] {
           const fw::const_buffer one[] = {fw::const_buffer(from, r.asked)};
-          conn->async_write(one, [&r](std::error_code ec, std::size_t n) {
-            r.ec = ec;
-            r.n = n;
-            ++r.calls;
-          });
+          conn->async_write(one, record_io(r));
           return 0;
         });
         break;
