@@ -7,22 +7,28 @@
 ///
 /// Lanes: a PS task runs server_config::lanes shards, share-nothing: each
 /// holds the slices and rows that placement gives it as one PS of num_ps x
-/// lanes (lane l of PS p is placement index p * lanes + l), and is touched
-/// only on its own reactor of the endpoint (lane l on reactor l % reactors()),
-/// inside completion handlers — no lock on the request path. A worker learns
+/// lanes (lane l of PS p is placement index p * lanes + l). A worker learns
 /// the lane count from its first request (request_flags::hello) and sends
 /// each lane its own request, on key request_key (lane 0) or
 /// "fusewire.ps/req/<l>"; replies come back on reply_key or "fusewire.ps/rep/<l>".
-/// A request arrives on the reactor of its worker's connection and is handed
-/// to its lane's reactor when that is another one.
+///
+/// Where a lane runs: a request arrives on the reactor of its worker's
+/// connection, and everything that touches a lane (its requests, its timers)
+/// goes through the lane's util::strand: one job at a time, in order, run by
+/// the reactor that hands one in while the lane is idle, else queued for the
+/// reactor busy with the lane (which passes a long queue on to the lane's home
+/// reactor, l % reactors()). So a request needs no hand-off between reactors
+/// unless its lane is busy, and a reactor never waits for a lane. Replies to a
+/// worker are started on its connection's reactor, in the order its lanes
+/// made them (a per-worker queue when a lane ran elsewhere).
 ///
 /// A small housekeeping thread re-posts the receive of a worker whose
 /// connection broke (the endpoint fails receives from a disconnected peer at
 /// once until it connects again), every 20 ms; it never touches a shard. A
 /// broken connection is not yet a lost worker: the shard is told only once
 /// server_config::reconnect_grace has passed since the worker's last request
-/// (to any lane) without a new one (a timer on the lane's reactor). Each
-/// lane writes its own checkpoint file on its reactor (between requests), so
+/// (to any lane) without a new one (a timer whose check runs in the lane's
+/// strand). Each lane writes its own checkpoint file in its strand (between requests), so
 /// each file is a consistent cut of its lane.
 ///
 /// Stall reports (options.stall_report, FUSEWIRE_STALL_MS; 0 = off), kept by
@@ -30,8 +36,8 @@
 /// is logged (the log sink, else stderr) as one block naming the workers it
 /// waits for, those that arrived, and what the PS knows of each missing one;
 /// again each time the wait doubles. SIGUSR1 (rendezvous::request_report())
-/// logs the same, however short the wait, at the next check: a timer on the
-/// reactor thread, every stall_report / 4 (10 ms to 1 s; every second when
+/// logs the same, however short the wait, at the next check: a timer (its
+/// check runs in the lane's strand), every stall_report / 4 (10 ms to 1 s; every second when
 /// stall reports are off, for snapshots only), running from the first
 /// request on (detail/server_stall.hpp).
 
@@ -62,6 +68,7 @@
 #include <fusewire/rendezvous/detail/report_signal.hpp>
 #include <fusewire/rendezvous/endpoint.hpp>
 #include <fusewire/transport/concepts.hpp>
+#include <fusewire/util/strand.hpp>
 #include <fusewire/util/timer_queue.hpp>
 
 namespace fusewire {
@@ -132,6 +139,9 @@ class server {
       lane_steps_[l].store(shards_.back()->global_step());
     }
     shard_ = shards_[0].get();
+    strands_ = std::make_unique<util::strand[]>(lanes_);
+    for (std::uint32_t w = 0; w < workers_.size(); ++w) outboxes_.push_back(std::make_unique<outbox>());
+    owner_ = std::make_unique<std::atomic<unsigned>[]>(workers_.size());
     std::vector<std::string> idle;
     for (std::uint32_t l = 0; l < lanes_; ++l) idle.push_back(request_key_of(l));
     // One reactor per lane (the endpoint caps it by its peers); lanes share
@@ -190,7 +200,7 @@ class server {
   }
 
   /// Lane `lane`'s shard, for inspection and save() once the server stopped
-  /// (stop() first: while it runs, only its reactor thread may touch it).
+  /// (stop() first: while it runs, only its strand may touch it).
   shard& state(std::uint32_t lane = 0) { return *shards_.at(lane); }
   /// Lanes (shards) this PS task runs.
   std::uint32_t lanes() const noexcept { return lanes_; }
@@ -231,25 +241,31 @@ class server {
         return;
       }
       requests_.fetch_add(1, std::memory_order_relaxed);
+      owner_[w].store(reactor_type::current()->index(), std::memory_order_relaxed);  // the same every time
       post_recv(w, l);
       on_lane(l, [this, w, l, request = std::move(request)]() mutable { handle(w, l, std::move(request)); });
     });
   }
 
-  /// Runs `fn` on lane `l`'s reactor (l % the endpoint's reactors): now when
-  /// the calling reactor is it, else handed over. Called from the endpoint's
-  /// completion handlers, so on one of its reactors, whose group is the
-  /// endpoint's (reactor index = the endpoint's reactor number).
+  /// Runs `fn` in lane `l`'s strand: now on this reactor when the lane is
+  /// idle, else after the lane's earlier jobs on the reactor running them.
+  /// Called on one of the endpoint's reactors (its completion handlers and
+  /// timers), whose group is the endpoint's (reactor index = the endpoint's
+  /// reactor number).
   template <class F>
   void on_lane(std::uint32_t l, F&& fn) {
-    reactor_type* here = reactor_type::current();
-    auto& group = here->group();
-    const unsigned r = l % group.size();
-    if (here->index() == r) return fn();
-    (void)group.submit_to(r, std::forward<F>(fn));  // refused only while closing: the request goes with it
+    strands_[l].run(std::forward<F>(fn), [this, l] { return pass_lane(l); });
   }
 
-  /// Lane `l`'s reactor: one request of worker `w`.
+  /// A runner of lane `l`'s strand ran a batch of other reactors' jobs: the
+  /// rest runs on the lane's home reactor (l % reactors), after whatever that
+  /// has queued. False while closing (the queued requests are dropped).
+  bool pass_lane(std::uint32_t l) {
+    auto& group = reactor_type::current()->group();
+    return !group.submit_to(l % group.size(), [this, l] { strands_[l].resume([this, l] { return pass_lane(l); }); });
+  }
+
+  /// Lane `l`'s strand: one request of worker `w`.
   void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
     came_back(w, l);
     shards_[l]->handle(w, std::move(request));
@@ -266,7 +282,7 @@ class server {
     start_checks(l);
   }
 
-  /// Lane `l`'s reactor: worker `w`'s connection broke. Called again every
+  /// Lane `l`'s strand: worker `w`'s connection broke. Called again every
   /// housekeeping round while it stays down (its re-posted receive fails at
   /// once). A worker that said bye is lost at once; another one is lost when
   /// reconnect_grace has passed since its last request (to any lane) without
@@ -296,7 +312,7 @@ class server {
     wait_for_return(w, l, ++link.epoch, gone);
   }
 
-  /// Lane `l`'s reactor: gives up on worker `w` reconnect_grace after its
+  /// Lane `l`'s strand: gives up on worker `w` reconnect_grace after its
   /// last request, unless this lane has one from it first (the epoch moves).
   /// A request to another lane meanwhile (it is back, but has nothing for
   /// this lane yet) moves the deadline.
@@ -304,10 +320,13 @@ class server {
     const clock::time_point until = last_heard(w) + grace_;
     const auto wait = std::max<clock::duration>(until - util::coarse_now(), std::chrono::milliseconds(1));
     reactor_type::current()->run_after(wait, [this, w, l, epoch, gone = std::move(gone)](std::error_code ec) mutable {
-      const link_watch& lk = watch_[l].links[w];
-      if (ec || lk.epoch != epoch || lk.state != link_state::broken) return;  // stopping, or it came back
-      if (util::coarse_now() - last_heard(w) < grace_) return wait_for_return(w, l, epoch, std::move(gone));
-      give_up(w, l, gone);
+      if (ec) return;  // stopping
+      on_lane(l, [this, w, l, epoch, gone = std::move(gone)]() mutable {
+        const link_watch& lk = watch_[l].links[w];
+        if (lk.epoch != epoch || lk.state != link_state::broken) return;  // it came back
+        if (util::coarse_now() - last_heard(w) < grace_) return wait_for_return(w, l, epoch, std::move(gone));
+        give_up(w, l, gone);
+      });
     });
   }
 
@@ -316,7 +335,7 @@ class server {
     return clock::time_point(clock::duration(heard_[w].load(std::memory_order_relaxed)));
   }
 
-  /// Lane `l`'s reactor: the shard counts worker `w` lost (its waiting step or barrier fails).
+  /// Lane `l`'s strand: the shard counts worker `w` lost (its waiting step or barrier fails).
   void give_up(std::uint32_t w, std::uint32_t l, const std::string& why) {
     watch_[l].links[w].state = link_state::lost;
     if (l == 0 && !shards_[0]->worker_is_lost(w)) {
@@ -328,7 +347,7 @@ class server {
     start_checks(l);
   }
 
-  /// Lane `l`'s reactor: a request of worker `w` arrived; a broken connection is over.
+  /// Lane `l`'s strand: a request of worker `w` arrived; a broken connection is over.
   void came_back(std::uint32_t w, std::uint32_t l) {
     link_watch& link = watch_[l].links[w];
     if (link.state == link_state::up) return;
@@ -341,7 +360,7 @@ class server {
     ++link.epoch;
   }
 
-  // ---- stall reports (detail/server_stall.hpp); reactor thread ----
+  // ---- stall reports (detail/server_stall.hpp); the lane's strand ----
   using clock = std::chrono::steady_clock;
   using reactor_type = typename endpoint_type::reactor_type;
   /// A sync step or barrier generation in progress, as the stall reports time it.
@@ -362,11 +381,11 @@ class server {
     std::string why;
   };
   /// Lane `l`'s stall watch: the clocks of its sync step and barrier, its
-  /// workers' last requests, its timer; touched only on its reactor. A lane
+  /// workers' last requests, its timer; touched only in its strand. A lane
   /// may wait for a step the others completed (a worker stopped between its
   /// requests to two lanes), so each lane watches its own.
   struct lane_watch {
-    reactor_type* reactor = nullptr;  ///< the lane's reactor, once a handler ran (its timers)
+    reactor_type* reactor = nullptr;  ///< the reactor that first ran the lane (its check timer)
     wait_clock step_clock, barrier_clock;
     std::vector<clock::time_point> last_request;  ///< per worker; epoch = none yet
     std::vector<link_watch> links;                ///< per worker
@@ -381,13 +400,51 @@ class server {
 
   void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
+  /// Lane `l`'s strand: its shard's reply to worker `w`. Started here when
+  /// this is the reactor of w's connection and none of w's replies wait to be
+  /// started, else queued in w's outbox, which that reactor empties in order:
+  /// the endpoint keeps a key's order only among sends started in order on
+  /// one thread, and the lane may have run elsewhere before.
+  void send_reply(std::uint32_t l, std::uint32_t w, reply_message reply) {
+    const bool last = shards_[l]->shutdown_requested();
+    replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    const unsigned owner = owner_[w].load(std::memory_order_relaxed);
+    reactor_type* here = reactor_type::current();
+    outbox& box = *outboxes_[w];
+    std::unique_lock lock(box.mutex);
+    const bool first = box.replies.empty();
+    if (here->index() == owner) {
+      if (first) {
+        lock.unlock();
+        return start_reply(l, w, last, std::move(reply));
+      }
+      box.replies.push_back({l, last, std::move(reply)});
+      lock.unlock();
+      return flush_replies(w);
+    }
+    box.replies.push_back({l, last, std::move(reply)});
+    lock.unlock();
+    // The first of a batch schedules the flush that takes them all; refused
+    // only while closing (the replies then wait for shutdown_grace, unsent).
+    if (first) (void)here->group().submit_to(owner, [this, w] { flush_replies(w); });
+  }
+
+  /// The reactor of worker `w`'s connection: starts its queued replies, oldest first.
+  void flush_replies(std::uint32_t w) {
+    std::vector<queued_reply> replies;
+    {
+      std::lock_guard lock(outboxes_[w]->mutex);
+      replies.swap(outboxes_[w]->replies);
+    }
+    for (queued_reply& r : replies) start_reply(r.lane, w, r.last, std::move(r.reply));
+  }
+
   // A reply that shares dense slices leaves scatter-gather; its handler
   // holds every part (the slices' values among them) until the bytes were
   // handed to the transport, and drops them when it runs, so that the shard
   // updates those slices in place again (copy-on-write while they are held).
-  void send_reply(std::uint32_t l, std::uint32_t w, reply_message reply) {
-    const bool last = shards_[l]->shutdown_requested();
-    replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  // `last`: the lane had its shutdown request when it made the reply.
+  void start_reply(std::uint32_t l, std::uint32_t w, bool last, reply_message reply) {
     auto done = [this, l, last](std::error_code ec) {
       if (ec) replies_failed_.fetch_add(1, std::memory_order_relaxed);
       if (last) lane_shut_[l].store(true, std::memory_order_release);
@@ -460,7 +517,21 @@ class server {
   bool stopping_ = false;
   std::chrono::milliseconds stall_{};  ///< options.stall_report (FUSEWIRE_STALL_MS); 0 = off
   std::chrono::milliseconds grace_{};  ///< server_config::reconnect_grace
-  std::vector<lane_watch> watch_;      ///< per lane; each touched only on its lane's reactor
+  std::vector<lane_watch> watch_;      ///< per lane; each touched only in its lane's strand
+  std::unique_ptr<util::strand[]> strands_;  ///< per lane: every job that touches the lane
+  /// A reply waiting in a worker's outbox for its connection's reactor.
+  struct queued_reply {
+    std::uint32_t lane = 0;
+    bool last = false;  ///< the lane had its shutdown request
+    reply_message reply;
+  };
+  struct outbox {
+    std::mutex mutex;
+    std::vector<queued_reply> replies;
+  };
+  std::vector<std::unique_ptr<outbox>> outboxes_;  ///< per worker
+  /// [worker]: the endpoint's reactor of its connection (set by each request; it never changes).
+  std::unique_ptr<std::atomic<unsigned>[]> owner_;
   std::unique_ptr<endpoint_type> ep_;
   std::thread housekeeping_;
 };

@@ -141,7 +141,7 @@ void server<Transport>::arm_check(std::uint32_t l) {
           : std::clamp<clock::duration>(stall_ / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
   watch_[l].reactor->run_after(every, [this, l](std::error_code ec) {
     if (ec) return;  // the reactor stops
-    check_stalls(l);
+    on_lane(l, [this, l] { check_stalls(l); });
     arm_check(l);
   });
 }
