@@ -54,8 +54,8 @@ struct server_config {
   /// under a live worker, which connects again and resends at once. 0 = lost
   /// at once; negative is refused.
   std::chrono::milliseconds reconnect_grace{5000};
-  /// Lanes: share-nothing shards of this PS task, each on its own reactor
-  /// (server.hpp), 1 to max_lanes. 0 = options.cores (NETWORK_PS_CORE_NUMBER,
+  /// Lanes: share-nothing shards of this PS task, each run one job at a
+  /// time on the endpoint's reactors (server.hpp), 1 to max_lanes. 0 = options.cores (NETWORK_PS_CORE_NUMBER,
   /// default 16) capped by the number of workers. Every PS task of a job must
   /// run the same number (a worker refuses a mix).
   std::uint32_t lanes = 0;

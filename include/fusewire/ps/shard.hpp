@@ -3,13 +3,15 @@
 /// embedding rows, their optimizer slots, the sync-step aggregation and
 /// barrier, de-duplication of resent requests, and checkpoints — with no
 /// network in it. It also keeps the worker barrier (client::barrier) when it
-/// is lane 0 of PS 0. ps::server drives one shard per lane, each on its
-/// lane's reactor thread; tests drive it directly.
+/// is lane 0 of PS 0. ps::server drives one shard per lane, each through
+/// its lane's strand (one call at a time, on whichever reactor runs the
+/// lane); tests drive it directly.
 ///
-/// Not thread-safe by design (share-nothing): one thread calls every member.
-/// Replies leave through the reply function given at construction, on that
-/// same thread: inline from handle(), or — for a sync pull waiting for its
-/// step — from the handle() call that completes the step.
+/// Not thread-safe by design (share-nothing): one call at a time, each
+/// ordered after the one before (one thread, or a strand). Replies leave
+/// through the reply function given at construction, within that call:
+/// inline from handle(), or — for a sync pull waiting for its step — from
+/// the handle() call that completes the step.
 ///
 /// No copy of a large dense slice on the way in or out: a push's optimizer
 /// reads the gradient where it lies in the request (when the host is
