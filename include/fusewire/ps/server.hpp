@@ -17,8 +17,11 @@
 /// goes through the lane's util::strand: one job at a time, in order, run by
 /// the reactor that hands one in while the lane is idle, else queued for the
 /// reactor busy with the lane (which passes a long queue on to the lane's home
-/// reactor, l % reactors()). So a request needs no hand-off between reactors
-/// unless its lane is busy, and a reactor never waits for a lane. Replies to a
+/// reactor, l % reactors()). So a small request needs no hand-off between
+/// reactors unless its lane is busy, and a reactor never waits for a lane. A
+/// large request (above inline_request_bytes) starts on the lane's home
+/// reactor, so that one worker's large requests to several lanes are applied
+/// on several cores at once. Replies to a
 /// worker are started on its connection's reactor, in the order its lanes
 /// made them (a per-worker queue when a lane ran elsewhere).
 ///
@@ -145,7 +148,7 @@ class server {
     std::vector<std::string> idle;
     for (std::uint32_t l = 0; l < lanes_; ++l) idle.push_back(request_key_of(l));
     // One reactor per lane (the endpoint caps it by its peers); lanes share
-    // reactors round-robin when there are fewer.
+    // home reactors round-robin when there are fewer.
     ep_ = std::make_unique<endpoint_type>(
         std::move(self), std::move(spec),
         rendezvous::endpoint_config<Transport>{.options = std::move(opts),
@@ -243,27 +246,38 @@ class server {
       requests_.fetch_add(1, std::memory_order_relaxed);
       owner_[w].store(reactor_type::current()->index(), std::memory_order_relaxed);  // the same every time
       post_recv(w, l);
-      on_lane(l, [this, w, l, request = std::move(request)]() mutable { handle(w, l, std::move(request)); });
+      const bool here = request.size() <= inline_request_bytes;
+      on_lane(
+          l, [this, w, l, request = std::move(request)]() mutable { handle(w, l, std::move(request)); }, here);
     });
   }
 
-  /// Runs `fn` in lane `l`'s strand: now on this reactor when the lane is
-  /// idle, else after the lane's earlier jobs on the reactor running them.
-  /// Called on one of the endpoint's reactors (its completion handlers and
-  /// timers), whose group is the endpoint's (reactor index = the endpoint's
-  /// reactor number).
+  /// Runs `fn` in lane `l`'s strand, after the lane's earlier jobs: with
+  /// `here`, on this reactor at once when the lane is idle; else (a large
+  /// request, worth a hand-off) on the lane's home reactor when it is idle.
+  /// When the lane is busy, on the reactor running it. Called on one of the
+  /// endpoint's reactors (its completion handlers and timers), whose group
+  /// is the endpoint's (reactor index = the endpoint's reactor number).
   template <class F>
-  void on_lane(std::uint32_t l, F&& fn) {
-    strands_[l].run(std::forward<F>(fn), [this, l] { return pass_lane(l); });
+  void on_lane(std::uint32_t l, F&& fn, bool here = true) {
+    auto pass = [this, l] { return pass_lane(l); };
+    if (here) return strands_[l].run(std::forward<F>(fn), pass);
+    strands_[l].post(std::forward<F>(fn), pass);
   }
 
-  /// A runner of lane `l`'s strand ran a batch of other reactors' jobs: the
-  /// rest runs on the lane's home reactor (l % reactors), after whatever that
-  /// has queued. False while closing (the queued requests are dropped).
+  /// Lane `l`'s strand goes on on its home reactor (l % reactors), after
+  /// what that has queued: a runner ran a batch of jobs, or met an exception,
+  /// or a large request arrived. A task for a reactor that has stopped is
+  /// dropped with it (the endpoint is closing: nothing runs the lane again).
   bool pass_lane(std::uint32_t l) {
     auto& group = reactor_type::current()->group();
     return !group.submit_to(l % group.size(), [this, l] { strands_[l].resume([this, l] { return pass_lane(l); }); });
   }
+  /// Requests up to this size run on the reactor they arrived on when their
+  /// lane is idle; a larger one (its optimizer pass takes longer than a
+  /// hand-off) runs on its lane's home reactor, so that one worker's large
+  /// requests to several lanes are applied on several cores at once.
+  static constexpr std::size_t inline_request_bytes = 64 * 1024;
 
   /// Lane `l`'s strand: one request of worker `w`.
   void handle(std::uint32_t w, std::uint32_t l, tensor_buffer request) {
@@ -400,14 +414,13 @@ class server {
 
   void say(const std::string& line) { rendezvous::write_log(log_, line); }
 
-  /// Lane `l`'s strand: its shard's reply to worker `w`. Started here when
+  /// In lane `l`'s strand: its shard's reply to worker `w`. Started here when
   /// this is the reactor of w's connection and none of w's replies wait to be
   /// started, else queued in w's outbox, which that reactor empties in order:
   /// the endpoint keeps a key's order only among sends started in order on
   /// one thread, and the lane may have run elsewhere before.
   void send_reply(std::uint32_t l, std::uint32_t w, reply_message reply) {
     const bool last = shards_[l]->shutdown_requested();
-    replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
     const unsigned owner = owner_[w].load(std::memory_order_relaxed);
     reactor_type* here = reactor_type::current();
     outbox& box = *outboxes_[w];
@@ -416,16 +429,20 @@ class server {
     if (here->index() == owner) {
       if (first) {
         lock.unlock();
+        replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
         return start_reply(l, w, last, std::move(reply));
       }
       box.replies.push_back({l, last, std::move(reply)});
+      replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
       lock.unlock();
       return flush_replies(w);
     }
     box.replies.push_back({l, last, std::move(reply)});
+    replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
     lock.unlock();
-    // The first of a batch schedules the flush that takes them all; refused
-    // only while closing (the replies then wait for shutdown_grace, unsent).
+    // The first of a batch schedules the flush that takes them all. A reactor
+    // that stopped drops it: the endpoint is closing, the replies could not
+    // leave anyway, and ~server frees them.
     if (first) (void)here->group().submit_to(owner, [this, w] { flush_replies(w); });
   }
 

@@ -9,15 +9,20 @@
 /// run in the order that thread gave them; everything a job did is visible to
 /// the jobs after it (the queue's lock orders them).
 ///
+/// post() queues a job without running it here: an idle strand is started
+/// through `pass` (for work worth a hand-off to another thread).
+///
 /// A runner that has run `batch` queued jobs stops and passes the rest on with
 /// the `pass` callable it was given: `pass()` must arrange for resume(pass) to
 /// run later on some thread (ps::server: the lane's home reactor) and return
-/// true, or return false when it cannot (shutting down), and then the queued
-/// jobs are dropped without running. So one thread is not held on a strand
-/// that others keep feeding.
+/// true. When it returns false or throws, this runner keeps the strand and
+/// runs the rest itself. So one thread is not held on a strand that others
+/// keep feeding, and no job is ever dropped.
 ///
-/// A job that throws does not stop the strand: the jobs after it still run,
-/// and the runner rethrows the first exception once it let the strand go.
+/// A job that throws does not stop the strand: its runner passes the jobs
+/// after it on (as above) and rethrows, so each exception reaches the thread
+/// that ran its job (a reactor reports it). Only a runner that could not pass
+/// on keeps running, and then rethrows the first exception it met.
 
 #include <cstddef>
 #include <exception>
@@ -58,7 +63,21 @@ class strand {
     drain(pass, std::move(failed));
   }
 
-  /// Continues a strand that a runner passed on: runs its queued jobs.
+  /// Queues `fn`; if no job runs, starts the strand elsewhere through `pass`
+  /// (here, at once, when it cannot).
+  template <class F, class Pass>
+  void post(F&& fn, Pass&& pass) {
+    task_ptr t = make_task(std::forward<F>(fn));
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(t));
+      if (busy_) return;
+      busy_ = true;
+    }
+    if (!hand_on(pass)) drain(pass, nullptr, false);
+  }
+
+  /// Continues a strand that a runner passed on (or post() started): runs its queued jobs.
   template <class Pass>
   void resume(Pass&& pass) {
     drain(pass, nullptr);
@@ -71,22 +90,28 @@ class strand {
   }
 
  private:
+  /// Runs the queued jobs until none is left, or until `batch_` ran or one
+  /// threw and `pass` took the rest; rethrows the first exception it met.
   template <class Pass>
-  void drain(Pass& pass, std::exception_ptr failed) {
-    for (std::size_t ran = 0;; ++ran) {
+  void drain(Pass& pass, std::exception_ptr failed, bool may_pass = true) {
+    for (std::size_t ran = 0;;) {
       task_ptr next;
+      bool pass_on = false;
       {
         std::lock_guard lock(mutex_);
         if (queue_.empty()) {
           busy_ = false;
           break;
         }
-        if (ran != batch_) next = queue_.pop_front();
+        pass_on = may_pass && (ran >= batch_ || failed);
+        if (!pass_on) next = queue_.pop_front();
       }
-      if (next == nullptr) {  // ran a batch: the strand stays busy until resume()
-        if (!pass()) abandon();
-        break;
+      if (pass_on) {  // the strand stays busy until resume()
+        if (hand_on(pass)) break;
+        may_pass = false;  // nowhere to pass: this runner keeps it
+        continue;
       }
+      ++ran;
       try {
         next->run();
       } catch (...) {
@@ -96,13 +121,12 @@ class strand {
     if (failed) std::rethrow_exception(failed);
   }
 
-  /// Drops the queued jobs (their captures are destroyed unrun) and frees the strand.
-  void abandon() noexcept {
-    task_list dropped;
-    {
-      std::lock_guard lock(mutex_);
-      dropped = std::move(queue_);
-      busy_ = false;
+  template <class Pass>
+  static bool hand_on(Pass& pass) noexcept {
+    try {
+      return pass();
+    } catch (...) {
+      return false;
     }
   }
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -406,6 +407,86 @@ TEST_CASE("lanes: PS tasks with more lanes than cores serve async and sync steps
     CHECK(slices == 3);
     CHECK(ps0.global_step() == (mode == ps::training_mode::sync ? 1u : 2u));
     std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("lanes: workers on several reactors, small and large requests: each applied once, in order") {
+  // One PS with four lanes, so four reactors with a worker each: small
+  // requests run where they arrive, large pushes (a slice above 64 KiB) on
+  // their lane's home reactor, sync replies are made on the last pusher's
+  // reactor for every worker. Every gradient is 1/128 and the rate 0.5, so
+  // every sum below is exact in float.
+  constexpr unsigned workers = 4, steps = 30;
+  constexpr float g = 1.0f / 128, lr = 0.5f;
+  const auto spec = fw::test::loopback_cluster(1, workers);
+  ps::model_spec m;
+  m.optimizer = ps::optimizer_config::sgd(lr);
+  m.min_slice_bytes = 64;
+  m.add_dense("w", {4, 20000}, ps::initializer::constant(1.0f));  // a slice of 80,000 bytes per lane
+  m.add_dense("b", {8}, ps::initializer::constant(1.0f));
+  for (const ps::training_mode mode : {ps::training_mode::async, ps::training_mode::sync}) {
+    CAPTURE(ps::to_string(mode));
+    const bool sync = mode == ps::training_mode::sync;
+    ps::server<fw::asio_tcp> ps0({"ps", 0}, spec, m, {.options = test_options(), .mode = mode, .lanes = 4});
+    REQUIRE(ps0.lanes() == 4);
+    std::vector<std::unique_ptr<ps::client<fw::asio_tcp>>> cs;
+    for (unsigned i = 0; i < workers; ++i) {
+      // async: one request per push and pull, all in flight at once (a pull
+      // right behind a large push of the same slice on the same lane).
+      cs.push_back(std::make_unique<ps::client<fw::asio_tcp>>(
+          fw::task_id{"worker", i}, spec, m,
+          ps::client_config<fw::asio_tcp>{
+              .options = test_options(), .mode = mode, .step_timeout = 20000ms, .fuse = sync}));
+    }
+    CHECK(ps0.endpoint().reactors() == 4);
+    std::vector<std::string> failures(workers);
+    std::vector<std::thread> ts;
+    for (unsigned i = 0; i < workers; ++i) {
+      ts.emplace_back([&, i] {
+        ps::client<fw::asio_tcp>& c = *cs[i];
+        const auto w = c.variable("w"), b = c.variable("b");
+        const std::vector<float> gw(80000, g), gb(8, g);
+        std::vector<float> wv(80000), bv(8);
+        for (unsigned k = 1; k <= steps; ++k) {
+          ps::batch s;
+          s.push(w, gw);
+          s.push(b, gb);
+          s.pull_into(w, wv);
+          s.pull_into(b, bv);
+          std::error_code ec;
+          c.run(s, ec);
+          if (ec) {
+            failures[i] = "step " + std::to_string(k) + ": " + s.error_message();
+            return;
+          }
+          // This worker's own k pushes are in (the others' may be too).
+          const float most = 1.0f - lr * g * static_cast<float>(k);
+          for (std::size_t j = 0; j < wv.size(); j += 4999) {
+            if (wv[j] > most)
+              failures[i] = "step " + std::to_string(k) + ": w[" + std::to_string(j) + "] = " + std::to_string(wv[j]) +
+                            ", above " + std::to_string(most);
+          }
+          if (bv[0] > most) failures[i] = "step " + std::to_string(k) + ": b = " + std::to_string(bv[0]);
+          if (!failures[i].empty()) return;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (unsigned i = 0; i < workers; ++i) CHECK_MESSAGE(failures[i].empty(), "worker ", i, ": ", failures[i]);
+    // Every push applied exactly once: async one step per push, sync one
+    // step of the four workers' average per step.
+    const float pushes = sync ? static_cast<float>(steps) : static_cast<float>(steps * workers);
+    std::vector<float> wv(80000), bv(8);
+    ps::batch s;
+    s.pull_into(cs[0]->variable("w"), wv);
+    s.pull_into(cs[0]->variable("b"), bv);
+    cs[0]->run(s);
+    CHECK(wv.front() == 1.0f - lr * g * pushes);
+    CHECK(wv.back() == 1.0f - lr * g * pushes);
+    CHECK(bv == std::vector<float>(8, 1.0f - lr * g * pushes));
+    if (sync) CHECK(ps0.global_step() == steps);
+    cs[0]->shutdown_servers();
+    CHECK(ps0.wait_for(10s));
   }
 }
 

@@ -42,45 +42,105 @@ TEST_CASE("strand: a job given while one runs waits for it, and runs on the runn
   CHECK_FALSE(s.busy());
 }
 
+/// Records the continuation a pass hands on, for the test to run later.
+struct recorded_passes {
+  strand& s;
+  std::vector<std::function<void()>> continuations;
+  bool operator()() {
+    continuations.push_back([this] { s.resume([] { return false; }); });
+    return true;
+  }
+};
+
 TEST_CASE("strand: a runner passes a long queue on, and resume() runs the rest in order") {
   strand s(2);
   std::vector<int> order;
-  std::vector<std::function<void()>> passed;  // where pass() puts the continuation
-  auto pass = [&] {
-    passed.push_back([&] { s.resume([] { return false; }); });
-    return true;
-  };
+  recorded_passes passes{s, {}};
+  auto pass = [&] { return passes(); };
   s.run(
       [&] {
         for (int i = 1; i <= 5; ++i) s.run([&order, i] { order.push_back(i); }, pass);
       },
       pass);
   CHECK(order == std::vector<int>{1, 2});  // a batch of two, then passed on
-  REQUIRE(passed.size() == 1);
+  REQUIRE(passes.continuations.size() == 1);
   CHECK(s.busy());
   s.run([&] { order.push_back(6); }, pass);  // still busy: queued behind 3, 4, 5
   CHECK(order == std::vector<int>{1, 2});
-  const auto next = passed.back();
-  // resume's own pass refuses: after the next batch of two, the rest is dropped.
-  next();
-  CHECK(order == std::vector<int>{1, 2, 3, 4});
+  // resume's own pass refuses: the runner keeps the strand and runs all the rest.
+  passes.continuations.back()();
+  CHECK(order == std::vector<int>{1, 2, 3, 4, 5, 6});
   CHECK_FALSE(s.busy());
   s.run([&] { order.push_back(7); }, pass);  // a free strand again
-  CHECK(order == std::vector<int>{1, 2, 3, 4, 7});
+  CHECK(order == std::vector<int>{1, 2, 3, 4, 5, 6, 7});
 }
 
-TEST_CASE("strand: a job that throws does not stop the ones after it") {
+TEST_CASE("strand: a pass that throws leaves the strand with its runner") {
+  strand s(1);
+  std::vector<int> order;
+  auto pass = []() -> bool { throw std::runtime_error("no reactor"); };
+  s.run(
+      [&] {
+        for (int i = 1; i <= 3; ++i) s.run([&order, i] { order.push_back(i); }, pass);
+      },
+      pass);
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK_FALSE(s.busy());
+}
+
+TEST_CASE("strand: post() starts an idle strand through pass, and queues behind a busy one") {
   strand s;
   std::vector<int> order;
-  CHECK_THROWS_AS(s.run(
-                      [&] {
-                        s.run([&] { throw std::runtime_error("second"); }, no_pass);
-                        s.run([&] { order.push_back(3); }, no_pass);
-                        order.push_back(1);
-                        throw std::runtime_error("first");
-                      },
-                      no_pass),
-                  std::runtime_error);
+  recorded_passes passes{s, {}};
+  auto pass = [&] { return passes(); };
+  s.post([&] { order.push_back(1); }, pass);
+  CHECK(order.empty());  // not run here
+  REQUIRE(passes.continuations.size() == 1);
+  CHECK(s.busy());
+  s.run([&] { order.push_back(2); }, pass);  // busy: queued behind 1
+  s.post([&] { order.push_back(3); }, pass);
+  CHECK(passes.continuations.size() == 1);  // started once
+  passes.continuations.back()();
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK_FALSE(s.busy());
+  s.post([&] { order.push_back(4); }, [] { return false; });  // nowhere to pass: runs here
+  CHECK(order == std::vector<int>{1, 2, 3, 4});
+  CHECK_FALSE(s.busy());
+}
+
+TEST_CASE("strand: a job that throws: its runner passes the rest on and rethrows") {
+  strand s;
+  std::vector<int> order;
+  recorded_passes passes{s, {}};
+  auto pass = [&] { return passes(); };
+  CHECK_THROWS_WITH_AS(s.run(
+                           [&] {
+                             s.run([&] { order.push_back(2); }, pass);
+                             order.push_back(1);
+                             throw std::runtime_error("first");
+                           },
+                           pass),
+                       "first", std::runtime_error);
+  CHECK(order == std::vector<int>{1});
+  REQUIRE(passes.continuations.size() == 1);
+  passes.continuations.back()();
+  CHECK(order == std::vector<int>{1, 2});
+  CHECK_FALSE(s.busy());
+}
+
+TEST_CASE("strand: with nowhere to pass, a runner runs every job and rethrows the first exception") {
+  strand s;
+  std::vector<int> order;
+  auto pass = [] { return false; };
+  CHECK_THROWS_WITH_AS(s.run(
+                           [&] {
+                             s.run([&] { throw std::runtime_error("second"); }, pass);
+                             s.run([&] { order.push_back(3); }, pass);
+                             order.push_back(1);
+                             throw std::runtime_error("first");
+                           },
+                           pass),
+                       "first", std::runtime_error);
   CHECK(order == std::vector<int>{1, 3});
   CHECK_FALSE(s.busy());
   s.run([&] { order.push_back(4); }, no_pass);

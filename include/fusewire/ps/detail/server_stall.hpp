@@ -4,7 +4,7 @@
 /// workers is logged as one block naming them — once at the threshold, again
 /// each time the wait doubles — and SIGUSR1 (rendezvous::request_report())
 /// logs the same at once. The shard says who is missing (shard::step_wait(),
-/// barrier_wait()); the server times the wait on its reactor thread.
+/// barrier_wait()); the server times the wait in the lane's strand.
 
 #include <algorithm>
 #include <atomic>
@@ -141,8 +141,8 @@ void server<Transport>::arm_check(std::uint32_t l) {
           : std::clamp<clock::duration>(stall_ / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
   watch_[l].reactor->run_after(every, [this, l](std::error_code ec) {
     if (ec) return;  // the reactor stops
+    arm_check(l);    // first: a job of the lane that throws must not end the checks
     on_lane(l, [this, l] { check_stalls(l); });
-    arm_check(l);
   });
 }
 
