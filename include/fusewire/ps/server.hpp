@@ -246,7 +246,7 @@ class server {
       requests_.fetch_add(1, std::memory_order_relaxed);
       owner_[w].store(reactor_type::current()->index(), std::memory_order_relaxed);  // the same every time
       post_recv(w, l);
-      const bool here = request.size() <= inline_request_bytes;
+      const bool here = request.size() <= inline_request_bytes || ep_->reactors() == 1;
       on_lane(
           l, [this, w, l, request = std::move(request)]() mutable { handle(w, l, std::move(request)); }, here);
     });
