@@ -244,7 +244,11 @@ class server {
         return;
       }
       requests_.fetch_add(1, std::memory_order_relaxed);
-      owner_[w].store(reactor_type::current()->index(), std::memory_order_relaxed);  // the same every time
+      // The same every time: written once, so that the line other reactors
+      // read in send_reply is not dirtied per request.
+      if (const unsigned r = reactor_type::current()->index(); owner_[w].load(std::memory_order_relaxed) != r) {
+        owner_[w].store(r, std::memory_order_relaxed);
+      }
       post_recv(w, l);
       const bool here = request.size() <= inline_request_bytes || ep_->reactors() == 1;
       on_lane(
@@ -260,9 +264,12 @@ class server {
   /// is the endpoint's (reactor index = the endpoint's reactor number).
   template <class F>
   void on_lane(std::uint32_t l, F&& fn, bool here = true) {
-    auto pass = [this, l] { return pass_lane(l); };
-    if (here) return strands_[l].run(std::forward<F>(fn), pass);
-    strands_[l].post(std::forward<F>(fn), pass);
+    if (here) return strands_[l].run(std::forward<F>(fn), passer(l));
+    strands_[l].post(std::forward<F>(fn), passer(l));
+  }
+  /// The `pass` of lane `l`'s strand.
+  auto passer(std::uint32_t l) {
+    return [this, l] { return pass_lane(l); };
   }
 
   /// Lane `l`'s strand goes on on its home reactor (l % reactors), after
@@ -271,7 +278,7 @@ class server {
   /// dropped with it (the endpoint is closing: nothing runs the lane again).
   bool pass_lane(std::uint32_t l) {
     auto& group = reactor_type::current()->group();
-    return !group.submit_to(l % group.size(), [this, l] { strands_[l].resume([this, l] { return pass_lane(l); }); });
+    return !group.submit_to(l % group.size(), [this, l] { strands_[l].resume(passer(l)); });
   }
   /// Requests up to this size run on the reactor they arrived on when their
   /// lane is idle; a larger one (its optimizer pass takes longer than a
@@ -424,22 +431,18 @@ class server {
     const unsigned owner = owner_[w].load(std::memory_order_relaxed);
     reactor_type* here = reactor_type::current();
     outbox& box = *outboxes_[w];
+    const bool on_owner = here->index() == owner;
     std::unique_lock lock(box.mutex);
     const bool first = box.replies.empty();
-    if (here->index() == owner) {
-      if (first) {
-        lock.unlock();
-        replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
-        return start_reply(l, w, last, std::move(reply));
-      }
-      box.replies.push_back({l, last, std::move(reply)});
-      replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    if (on_owner && first) {
       lock.unlock();
-      return flush_replies(w);
+      replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+      return start_reply(l, w, last, std::move(reply));
     }
     box.replies.push_back({l, last, std::move(reply)});
     replies_in_flight_.fetch_add(1, std::memory_order_acq_rel);
     lock.unlock();
+    if (on_owner) return flush_replies(w);
     // The first of a batch schedules the flush that takes them all. A reactor
     // that stopped drops it: the endpoint is closing, the replies could not
     // leave anyway, and ~server frees them.
@@ -547,7 +550,7 @@ class server {
     std::vector<queued_reply> replies;
   };
   std::vector<std::unique_ptr<outbox>> outboxes_;  ///< per worker
-  /// [worker]: the endpoint's reactor of its connection (set by each request; it never changes).
+  /// [worker]: the endpoint's reactor of its connection (set by its first request; it never changes).
   std::unique_ptr<std::atomic<unsigned>[]> owner_;
   std::unique_ptr<endpoint_type> ep_;
   std::thread housekeeping_;
